@@ -1,0 +1,50 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "rtsync",
+    platforms: [.macOS(.v13), .iOS(.v16)],
+    products: [
+        .library(name: "DiffFormat", targets: ["DiffFormat"]),
+        .library(name: "SyncEngine", targets: ["SyncEngine"]),
+        .library(name: "BucketClient", targets: ["BucketClient"]),
+        .executable(name: "rtsync", targets: ["rtsync"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+    ],
+    targets: [
+        // The system libsqlite3 (libsqlite3-dev on Debian/Ubuntu; part of the SDK on Apple platforms).
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite3"])]
+        ),
+        // The one place that calls the sqlite3_* C API: connection, statement, backup.
+        .target(name: "RTSQLite", dependencies: ["CSQLite"]),
+        .target(
+            name: "DiffFormat",
+            dependencies: ["RTSQLite", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .target(
+            name: "SyncEngine",
+            dependencies: ["DiffFormat", "RTSQLite", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .target(
+            name: "BucketClient",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .executableTarget(
+            name: "rtsync",
+            dependencies: [
+                "DiffFormat", "SyncEngine", "BucketClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(name: "DiffFormatTests", dependencies: ["DiffFormat", "RTSQLite"]),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "DiffFormat", "RTSQLite"]),
+        .testTarget(name: "BucketClientTests", dependencies: ["BucketClient"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite"]),
+    ]
+)

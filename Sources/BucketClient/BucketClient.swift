@@ -1,0 +1,2 @@
+/// Object stores: S3 and local folder.
+public enum BucketClientModule {}

@@ -1,0 +1,2 @@
+/// The diff file: KSUIDs, writer, defensive reader, validation and inspection.
+public enum DiffFormatModule {}

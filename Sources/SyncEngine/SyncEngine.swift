@@ -1,0 +1,2 @@
+/// The primary database: change tracking, export, apply, merge.
+public enum SyncEngineModule {}
