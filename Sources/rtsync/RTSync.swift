@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 /// The rtsync command-line tool.
 @main
@@ -6,7 +7,33 @@ struct RTSync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rtsync",
         abstract: "Offline-first SQLite sync through an S3-style bucket.",
+        discussion: """
+        rtsync tracks changes in a SQLite database, ships them as diff files (themselves SQLite \
+        databases named by KSUID) through a bucket, and merges them column by column on other devices.
+        """,
         version: "0.1.0",
-        subcommands: []
+        subcommands: [KSUIDCommand.self, Diff.self, Snapshot.self]
     )
+}
+
+// MARK: - Output helpers shared by commands
+
+/// Prints `error: <what> (<file or key>)` and a `hint:` line to standard error, then exits non-zero.
+func fail(_ message: String, hint: String? = nil, code: Int32 = 1) -> ExitCode {
+    var text = "error: \(message)\n"
+    if let hint { text += "hint: \(hint)\n" }
+    FileHandle.standardError.write(Data(text.utf8))
+    return ExitCode(code)
+}
+
+/// Prints a value as pretty, key-sorted JSON on standard output.
+func printJSON<T: Encodable>(_ value: T) {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    if let data = try? encoder.encode(value) { print(String(decoding: data, as: UTF8.self)) }
+}
+
+/// Writes a progress line to standard error when it is a terminal.
+func progress(_ text: String) {
+    if isatty(2) != 0 { FileHandle.standardError.write(Data((text + "\n").utf8)) }
 }

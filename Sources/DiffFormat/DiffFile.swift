@@ -1,0 +1,214 @@
+import Crypto
+import Foundation
+import RTSQLite
+
+/// Constants of the diff file format (see docs/diff-format.md).
+public enum DiffFile {
+    /// The format version this build writes and reads.
+    public static let formatVersion: Int64 = 1
+    /// File name extension of diff files.
+    public static let fileExtension = "sqlite"
+
+    static let metaTable = "rtsync_meta"
+    static let tablesTable = "rtsync_tables"
+    static let rowsTable = "rtsync_rows"
+    static let cellsTable = "rtsync_cells"
+    static let structureTables: Set<String> = [metaTable, tablesTable, rowsTable, cellsTable]
+
+    // Plain tables with no indexes beyond the rowid: rows are only appended, then read in rowid order.
+    static let structureDDL = """
+    CREATE TABLE rtsync_meta(format_version INTEGER NOT NULL, diff_id TEXT NOT NULL, kind TEXT NOT NULL,
+      author_user TEXT NOT NULL, author_site TEXT NOT NULL, seq_first INTEGER, seq_last INTEGER,
+      created_at TEXT NOT NULL, digest TEXT NOT NULL, signature BLOB, signer_key BLOB);
+    CREATE TABLE rtsync_tables(id INTEGER PRIMARY KEY, name TEXT NOT NULL, columns TEXT NOT NULL,
+      constraints TEXT NOT NULL, schema_hash TEXT NOT NULL);
+    CREATE TABLE rtsync_rows(tid INTEGER NOT NULL, rid INTEGER NOT NULL, op TEXT NOT NULL,
+      born INTEGER NOT NULL, born_site TEXT, hlc INTEGER NOT NULL, site TEXT, changed TEXT);
+    CREATE TABLE rtsync_cells(tid INTEGER NOT NULL, rid INTEGER NOT NULL, col TEXT NOT NULL,
+      hlc INTEGER NOT NULL, site TEXT);
+    """
+
+    /// The file name a diff with this id has: `<KSUID>.sqlite`.
+    public static func fileName(for id: KSUID) -> String { id.string + "." + fileExtension }
+
+    /// The diff id a file name carries, or nil when the name is not `<KSUID>.sqlite`.
+    public static func diffID(fromFileName name: String) -> KSUID? {
+        guard name.hasSuffix("." + fileExtension) else { return nil }
+        return try? KSUID(string: String(name.dropLast(fileExtension.count + 1)))
+    }
+
+    /// Which of `rowid`, `_rowid_`, `oid` still names the rowid given these column names.
+    static func rowidAlias(for columns: [String]) -> String? {
+        let names = Set(columns.map { $0.lowercased() })
+        return ["rowid", "_rowid_", "oid"].first { !names.contains($0) }
+    }
+}
+
+/// What a diff is for.
+public enum DiffKind: String, Sendable, Codable, CaseIterable {
+    /// A device's own changes.
+    case changes
+    /// Rows shared with another user.
+    case share
+    /// A request for rows from another user.
+    case request
+    /// The full state of the carried tables, for compaction.
+    case snapshot
+}
+
+/// What a row change does.
+public enum RowOperation: String, Sendable, Codable {
+    /// Insert or update to the carried values.
+    case upsert
+    /// Delete the row with the carried key.
+    case delete
+}
+
+/// The metadata row of a diff.
+public struct DiffMetadata: Sendable, Hashable, Codable {
+    /// Format version of the file.
+    public var formatVersion: Int64
+    /// The diff's id (also its file name).
+    public var id: KSUID
+    /// What the diff is for.
+    public var kind: DiffKind
+    /// User id of the author.
+    public var authorUser: String
+    /// Site id of the authoring device database.
+    public var authorSite: String
+    /// First sequence number of the author site this diff covers (nil when not a changes diff).
+    public var sequenceFirst: Int64?
+    /// Last sequence number covered.
+    public var sequenceLast: Int64?
+    /// When the diff was written.
+    public var createdAt: Date
+    /// SHA-256 (hex) over the content, see docs/diff-format.md.
+    public var digest: String
+    /// Ed25519 signature over the 32 digest bytes, if signed.
+    public var signature: [UInt8]?
+    /// The signer's Ed25519 public key (raw 32 bytes), if signed.
+    public var signerKey: [UInt8]?
+}
+
+/// The row and column changes a diff carries for one row.
+public struct RowChange: Sendable, Hashable {
+    /// Table name.
+    public var table: String
+    /// Upsert or delete.
+    public var operation: RowOperation
+    /// The full row in the table definition's column order (for a delete, key columns set and the rest NULL).
+    public var values: [SQLValue]
+    /// Names of the columns that changed; nil means every column.
+    public var changedColumns: [String]?
+    /// Clock of the last change to the row (the deletion for a delete).
+    public var clock: Clock
+    /// Clock of the row's creation: two inserts of one key are told apart by it.
+    public var born: Clock
+    /// Per-column clocks that differ from `clock` (snapshots carry merged rows).
+    public var columnClocks: [String: Clock]
+
+    /// Makes a row change.
+    public init(table: String, operation: RowOperation, values: [SQLValue], changedColumns: [String]? = nil,
+                clock: Clock, born: Clock, columnClocks: [String: Clock] = [:]) {
+        self.table = table
+        self.operation = operation
+        self.values = values
+        self.changedColumns = changedColumns
+        self.clock = clock
+        self.born = born
+        self.columnClocks = columnClocks
+    }
+
+    /// The clock of one changed column.
+    public func clock(forColumn name: String) -> Clock { columnClocks[name] ?? clock }
+}
+
+/// Limits a reader enforces before any caller sees a row.
+public struct DiffLimits: Sendable {
+    /// Largest file accepted, in bytes.
+    public var maxFileBytes: Int64
+    /// Most carried tables.
+    public var maxTables: Int
+    /// Most columns in one carried table.
+    public var maxColumns: Int
+    /// Most rows in all.
+    public var maxRows: Int64
+
+    /// Makes limits.
+    public init(maxFileBytes: Int64 = 4 << 30, maxTables: Int = 1000, maxColumns: Int = 2000, maxRows: Int64 = 50_000_000) {
+        self.maxFileBytes = maxFileBytes
+        self.maxTables = maxTables
+        self.maxColumns = maxColumns
+        self.maxRows = maxRows
+    }
+
+    /// The defaults: 4 GiB, 1,000 tables, 2,000 columns, 50 million rows.
+    public static let `default` = DiffLimits()
+}
+
+// MARK: - Content digest
+
+/// Feeds values into SHA-256 in the canonical encoding of docs/diff-format.md.
+struct CanonicalHasher {
+    private var sha = SHA256()
+
+    mutating func add(_ value: SQLValue) {
+        switch value {
+        case .null: sha.update(data: [0])
+        case .integer(let v): sha.update(data: [1] + Self.bigEndian(UInt64(bitPattern: v)))
+        case .real(let v): sha.update(data: [2] + Self.bigEndian(v.bitPattern))
+        case .text(let s):
+            let bytes = Array(s.utf8)
+            sha.update(data: [3] + Self.bigEndian(UInt64(bytes.count)))
+            sha.update(data: bytes)
+        case .blob(let b):
+            sha.update(data: [4] + Self.bigEndian(UInt64(b.count)))
+            sha.update(data: b)
+        }
+    }
+
+    mutating func add(_ values: [SQLValue]) { for v in values { add(v) } }
+    mutating func addRaw(_ bytes: [UInt8]) { sha.update(data: bytes) }
+
+    func finalize() -> [UInt8] { Array(sha.finalize()) }
+
+    static func bigEndian(_ v: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: v >> (56 - 8 * $0)) } }
+
+    /// digest = SHA-256("rtsync-diff-v1" ‖ meta values ‖ SHA-256(tables) ‖ SHA-256(rows) ‖ SHA-256(cells)).
+    static func digest(meta: [SQLValue], tables: CanonicalHasher, rows: CanonicalHasher, cells: CanonicalHasher) -> String {
+        var top = CanonicalHasher()
+        top.addRaw(Array("rtsync-diff-v1".utf8))
+        top.add(meta)
+        top.addRaw(tables.finalize())
+        top.addRaw(rows.finalize())
+        top.addRaw(cells.finalize())
+        return top.finalize().hexString
+    }
+}
+
+extension DiffMetadata {
+    /// The metadata values covered by the digest, in order.
+    var digestedValues: [SQLValue] {
+        [.text(id.string), .text(kind.rawValue), .text(authorUser), .text(authorSite),
+         sequenceFirst.map { .integer($0) } ?? .null, sequenceLast.map { .integer($0) } ?? .null,
+         .text(ISO8601.format(createdAt, fractional: true))]
+    }
+}
+
+/// The JSON stored in `rtsync_tables.constraints`.
+struct TableConstraints: Codable {
+    var unique: [[String]]
+    var foreignKeys: [ForeignKeyDefinition]
+    var withoutRowID: Bool
+}
+
+enum JSON {
+    static func encode<T: Encodable>(_ value: T) -> String {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? e.encode(value)) ?? Data("null".utf8), as: UTF8.self)
+    }
+    static func decode<T: Decodable>(_ type: T.Type, _ text: String) -> T? {
+        try? JSONDecoder().decode(type, from: Data(text.utf8))
+    }
+}

@@ -1,2 +1,0 @@
-/// The diff file: KSUIDs, writer, defensive reader, validation and inspection.
-public enum DiffFormatModule {}

@@ -1,0 +1,329 @@
+import Crypto
+import Foundation
+import RTSQLite
+
+/// Row counts of one carried table, by operation.
+public struct OperationCounts: Sendable, Hashable, Codable {
+    /// Upserted rows.
+    public var upserts = 0
+    /// Deleted rows.
+    public var deletes = 0
+    /// Makes counts.
+    public init(upserts: Int = 0, deletes: Int = 0) { self.upserts = upserts; self.deletes = deletes }
+}
+
+/// Opens a diff file as untrusted input and validates all of it before any caller sees a row:
+/// read-only and immutable, defensive mode, untrusted schema, triggers and views disabled,
+/// structure, names, limits and content digest checked.
+public final class DiffReader {
+    /// The file.
+    public let url: URL
+    /// The validated metadata.
+    public let metadata: DiffMetadata
+    /// Carried table definitions, in file order.
+    public let tables: [TableDefinition]
+    /// Row counts per carried table.
+    public let counts: [String: OperationCounts]
+    /// Whether the diff carries per-column clock overrides.
+    public let hasCellClocks: Bool
+
+    private let db: Connection
+    private let tableIDs: [Int64: TableDefinition]
+
+    /// Opens and validates `url`.
+    /// - Throws: `DiffFormatError` naming the file and the reason.
+    public init(url: URL, limits: DiffLimits = .default) throws {
+        self.url = url
+        let file = url.path
+        func corrupt(_ error: Error) -> DiffFormatError {
+            if let e = error as? DiffFormatError { return e }
+            if let e = error as? SQLiteError, e.code == 26 { return .notSQLite(file: file) }  // SQLITE_NOTADB
+            if let e = error as? SQLiteError { return .corrupt(file: file, detail: e.message) }
+            return .corrupt(file: file, detail: "\(error)")
+        }
+
+        // 1. The file itself: exists, within the size limit, has a SQLite header.
+        guard let attrs = try? FileManager.default.attributesOfItem(atPath: file) else { throw DiffFormatError.fileNotFound(file: file) }
+        let size = (attrs[.size] as? NSNumber)?.int64Value ?? 0
+        if size > limits.maxFileBytes { throw DiffFormatError.limitExceeded(file: file, what: "file size \(size) bytes", limit: limits.maxFileBytes) }
+        guard let handle = FileHandle(forReadingAtPath: file) else { throw DiffFormatError.fileNotFound(file: file) }
+        let header = (try? handle.read(upToCount: 100)) ?? Data()
+        try? handle.close()
+        guard header.count == 100, header.prefix(16) == Data("SQLite format 3\0".utf8) else { throw DiffFormatError.notSQLite(file: file) }
+        // Bytes 18-19 are 2 in WAL mode: such a file may need a -wal file we would not read; ours never are.
+        if header[18] == 2 || header[19] == 2 {
+            throw DiffFormatError.corrupt(file: file, detail: "database is in WAL mode; diffs are single self-contained files")
+        }
+
+        // 2. Open read-only and immutable, locked down against anything the file could run.
+        do {
+            db = try Connection(path: DiffReader.immutableURI(for: file), mode: .readOnly, uri: true)
+            try db.hardenForUntrustedInput()
+            let check = try db.rows("PRAGMA quick_check(20)").compactMap { $0.first?.string }
+            if check != ["ok"] { throw DiffFormatError.corrupt(file: file, detail: check.prefix(3).joined(separator: "; ")) }
+        } catch { throw corrupt(error) }
+
+        do {
+            // 3. Schema objects: only our structure tables and the declared carried tables; no triggers, views or indexes.
+            let objects = try db.rows("SELECT type, name FROM sqlite_schema")
+            var fileTables = Set<String>()
+            for o in objects {
+                let type = o[0].string ?? "", name = o[1].string ?? ""
+                switch type {
+                case "trigger": throw DiffFormatError.containsTrigger(file: file, name: name)
+                case "view": throw DiffFormatError.containsView(file: file, name: name)
+                case "table":
+                    if DiffFile.structureTables.contains(name) { fileTables.insert(name); continue }
+                    if TableDefinition.isReservedName(name) { throw DiffFormatError.reservedTableName(file: file, table: name) }
+                    fileTables.insert(name)
+                case "index" where name.hasPrefix("sqlite_autoindex_"): continue
+                default: throw DiffFormatError.unexpectedObject(file: file, type: type, name: name)
+                }
+            }
+            for required in [DiffFile.metaTable, DiffFile.tablesTable, DiffFile.rowsTable] where !fileTables.contains(required) {
+                throw DiffFormatError.missingTable(file: file, table: required)
+            }
+
+            // 4. Metadata.
+            let metaRows: [[SQLValue]]
+            do {
+                metaRows = try db.rows("SELECT format_version, diff_id, kind, author_user, author_site, seq_first, seq_last, created_at, digest, signature, signer_key FROM rtsync_meta LIMIT 2")
+            } catch { throw DiffFormatError.invalidMetadata(file: file, field: "rtsync_meta", reason: "missing columns (\((error as? SQLiteError)?.message ?? "\(error)"))") }
+            guard metaRows.count == 1, let m = metaRows.first else {
+                throw DiffFormatError.invalidMetadata(file: file, field: "rtsync_meta", reason: "expected exactly one row, found \(metaRows.count)")
+            }
+            guard let version = m[0].int64 else { throw DiffFormatError.invalidMetadata(file: file, field: "format_version", reason: "not an integer") }
+            guard version == DiffFile.formatVersion else { throw DiffFormatError.unsupportedVersion(file: file, found: version) }
+            guard let idText = m[1].string, let id = try? KSUID(string: idText) else {
+                throw DiffFormatError.invalidMetadata(file: file, field: "diff_id", reason: "not a KSUID")
+            }
+            if let nameID = DiffFile.diffID(fromFileName: url.lastPathComponent), nameID != id {
+                throw DiffFormatError.fileNameMismatch(file: file, diffID: id.string)
+            }
+            guard let kindText = m[2].string, let kind = DiffKind(rawValue: kindText) else {
+                throw DiffFormatError.invalidMetadata(file: file, field: "kind", reason: "must be one of changes, share, request, snapshot")
+            }
+            guard let user = m[3].string, let site = m[4].string, !site.isEmpty else {
+                throw DiffFormatError.invalidMetadata(file: file, field: "author", reason: "author_user and author_site must be text")
+            }
+            func optionalInt(_ v: SQLValue, _ field: String) throws -> Int64? {
+                switch v {
+                case .null: return nil
+                case .integer(let i): return i
+                default: throw DiffFormatError.invalidMetadata(file: file, field: field, reason: "not an integer")
+                }
+            }
+            let seqFirst = try optionalInt(m[5], "seq_first"), seqLast = try optionalInt(m[6], "seq_last")
+            if let a = seqFirst, let b = seqLast, a > b { throw DiffFormatError.invalidMetadata(file: file, field: "seq_first", reason: "greater than seq_last") }
+            guard let createdText = m[7].string, let created = ISO8601.parse(createdText) else {
+                throw DiffFormatError.invalidMetadata(file: file, field: "created_at", reason: "not an ISO-8601 time")
+            }
+            guard let digest = m[8].string, digest.count == 64, [UInt8](hexString: digest) != nil else {
+                throw DiffFormatError.invalidMetadata(file: file, field: "digest", reason: "not a SHA-256 hex string")
+            }
+            func optionalBlob(_ v: SQLValue, _ field: String, _ size: Int) throws -> [UInt8]? {
+                switch v {
+                case .null: return nil
+                case .blob(let b) where b.count == size: return b
+                default: throw DiffFormatError.invalidMetadata(file: file, field: field, reason: "must be NULL or a \(size)-byte BLOB")
+                }
+            }
+            let metadata = DiffMetadata(formatVersion: version, id: id, kind: kind, authorUser: user, authorSite: site,
+                                        sequenceFirst: seqFirst, sequenceLast: seqLast, createdAt: created, digest: digest,
+                                        signature: try optionalBlob(m[9], "signature", 64), signerKey: try optionalBlob(m[10], "signer_key", 32))
+            // The digest covers created_at as written; a differently formatted time would not hash the same.
+            guard ISO8601.format(created, fractional: true) == createdText else {
+                throw DiffFormatError.invalidMetadata(file: file, field: "created_at", reason: "not in the canonical form YYYY-MM-DDTHH:MM:SS.sssZ")
+            }
+
+            // 5. Table definitions, checked against the carried tables actually present.
+            var tablesHash = CanonicalHasher()
+            var defs: [TableDefinition] = []
+            var byID: [Int64: TableDefinition] = [:]
+            let tableRows = try db.rows("SELECT id, name, columns, constraints, schema_hash FROM rtsync_tables ORDER BY id")
+            if tableRows.count > limits.maxTables { throw DiffFormatError.limitExceeded(file: file, what: "number of tables (\(tableRows.count))", limit: Int64(limits.maxTables)) }
+            for r in tableRows {
+                guard let tid = r[0].int64, let name = r[1].string, let colsText = r[2].string, let consText = r[3].string, let hash = r[4].string else {
+                    throw DiffFormatError.invalidTableDefinition(file: file, table: r[1].string ?? "?", reason: "missing fields in rtsync_tables")
+                }
+                if let p = TableDefinition.problem(withName: name) { throw DiffFormatError.invalidName(file: file, name: name, reason: p) }
+                if TableDefinition.isReservedName(name) { throw DiffFormatError.reservedTableName(file: file, table: name) }
+                guard let columns = JSON.decode([ColumnDefinition].self, colsText) else {
+                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "columns is not valid JSON")
+                }
+                if columns.count > limits.maxColumns { throw DiffFormatError.limitExceeded(file: file, what: "columns of '\(name)' (\(columns.count))", limit: Int64(limits.maxColumns)) }
+                guard let cons = JSON.decode(TableConstraints.self, consText) else {
+                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "constraints is not valid JSON")
+                }
+                let def = TableDefinition(name: name, columns: columns, uniqueConstraints: cons.unique, foreignKeys: cons.foreignKeys, withoutRowID: cons.withoutRowID)
+                if let p = def.validationProblem() { throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: p) }
+                guard hash == def.schemaHash else { throw DiffFormatError.schemaHashMismatch(file: file, table: name) }
+                guard fileTables.contains(name) else { throw DiffFormatError.missingTable(file: file, table: name) }
+                if byID[tid] != nil || defs.contains(where: { $0.name.lowercased() == name.lowercased() }) {
+                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "declared twice")
+                }
+                let present = try db.rows("SELECT name FROM pragma_table_info(?)", [.text(name)]).compactMap { $0[0].string }
+                guard present == def.columnNames else {
+                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "carried table columns \(present) differ from its definition \(def.columnNames)")
+                }
+                guard DiffFile.rowidAlias(for: present) != nil else {
+                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "no rowid alias left to address rows")
+                }
+                tablesHash.add([.integer(tid), .text(name), .text(colsText), .text(consText), .text(hash)])
+                defs.append(def)
+                byID[tid] = def
+            }
+            for t in fileTables where !DiffFile.structureTables.contains(t) && !defs.contains(where: { $0.name == t }) {
+                throw DiffFormatError.invalidTableDefinition(file: file, table: t, reason: "table is present but not declared in rtsync_tables")
+            }
+
+            // 6. Every row: well formed, and hashed for the digest.
+            var rowsHash = CanonicalHasher()
+            var counts: [String: OperationCounts] = [:]
+            var total: Int64 = 0
+            var seenRows: [Int64: Set<Int64>] = [:]
+            let carried = try CarriedTables(db: db, tables: byID)
+            let rows = try db.prepare("SELECT rowid, tid, rid, op, born, born_site, hlc, site, changed FROM rtsync_rows ORDER BY rowid")
+            while try rows.step() {
+                total += 1
+                if total > limits.maxRows { throw DiffFormatError.limitExceeded(file: file, what: "number of rows", limit: limits.maxRows) }
+                let r = rows.row()
+                let (def, values, _) = try carried.resolve(r, file: file)
+                guard seenRows[r[1].int64 ?? 0, default: []].insert(r[2].int64 ?? 0).inserted else {
+                    throw DiffFormatError.invalidRow(file: file, table: def.name, row: r[0].int64 ?? 0, reason: "carried row \(r[2]) is referenced twice")
+                }
+                rowsHash.add(Array(r[1...]))
+                rowsHash.add(values)
+                if r[3].string == RowOperation.delete.rawValue { counts[def.name, default: .init()].deletes += 1 } else { counts[def.name, default: .init()].upserts += 1 }
+            }
+            for def in defs {
+                let n = try db.scalar("SELECT count(*) FROM " + quoteIdentifier(def.name))?.int64 ?? 0
+                let c = counts[def.name] ?? .init()
+                if n != Int64(c.upserts + c.deletes) {
+                    throw DiffFormatError.invalidRow(file: file, table: def.name, row: 0, reason: "\(n) carried rows but \(c.upserts + c.deletes) referenced by rtsync_rows")
+                }
+            }
+            var cellsHash = CanonicalHasher()
+            var hasCells = false
+            if fileTables.contains(DiffFile.cellsTable) {
+                let cells = try db.prepare("SELECT tid, rid, col, hlc, site FROM rtsync_cells ORDER BY rowid")
+                while try cells.step() {
+                    let c = cells.row()
+                    guard let tid = c[0].int64, let def = byID[tid], c[1].int64 != nil, let col = c[2].string, def.columnIndex(col) != nil,
+                          c[3].int64 != nil, c[4].isNull || c[4].string != nil else {
+                        throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: c[1].int64 ?? 0, reason: "malformed cell clock")
+                    }
+                    cellsHash.add(c)
+                    hasCells = true
+                }
+            }
+
+            // 7. The digest must match the content.
+            let actual = CanonicalHasher.digest(meta: metadata.digestedValues, tables: tablesHash, rows: rowsHash, cells: cellsHash)
+            guard actual == digest else { throw DiffFormatError.digestMismatch(file: file, expected: digest, actual: actual) }
+
+            self.metadata = metadata
+            self.tables = defs
+            self.tableIDs = byID
+            self.counts = counts
+            self.hasCellClocks = hasCells
+        } catch { throw corrupt(error) }
+    }
+
+    /// A read-only, immutable URI for `path` (no locks, no journal or WAL files are opened or created).
+    static func immutableURI(for path: String) -> String {
+        var escaped = ""
+        for ch in path.unicodeScalars {
+            switch ch {
+            case "%": escaped += "%25"
+            case "?": escaped += "%3f"
+            case "#": escaped += "%23"
+            default: escaped.unicodeScalars.append(ch)
+            }
+        }
+        return "file:" + escaped + "?mode=ro&immutable=1"
+    }
+
+    /// Whether the diff is signed by one of `trustedKeys` (raw 32-byte Ed25519 public keys).
+    public func isSigned(byOneOf trustedKeys: [[UInt8]]) -> Bool {
+        guard let signature = metadata.signature, let signer = metadata.signerKey,
+              trustedKeys.contains(signer), let key = try? Curve25519.Signing.PublicKey(rawRepresentation: signer),
+              let digest = [UInt8](hexString: metadata.digest) else { return false }
+        return key.isValidSignature(signature, for: digest)
+    }
+
+    /// Calls `body` with each row change in file order (the order the author made them).
+    public func forEachChange(_ body: (RowChange) throws -> Void) throws {
+        let carried = try CarriedTables(db: db, tables: tableIDs)
+        var cellClocks: [Int64: [Int64: [String: Clock]]] = [:]
+        if hasCellClocks {
+            for c in try db.rows("SELECT tid, rid, col, hlc, site FROM rtsync_cells ORDER BY rowid") {
+                let clock = Clock(hlc: HLC(rawValue: c[3].int64 ?? 0), site: c[4].string ?? metadata.authorSite)
+                cellClocks[c[0].int64 ?? 0, default: [:]][c[1].int64 ?? 0, default: [:]][c[2].string ?? ""] = clock
+            }
+        }
+        let rows = try db.prepare("SELECT rowid, tid, rid, op, born, born_site, hlc, site, changed FROM rtsync_rows ORDER BY rowid")
+        let author = metadata.authorSite
+        while try rows.step() {
+            let r = rows.row()
+            let (def, values, changed) = try carried.resolve(r, file: url.path)
+            let op = RowOperation(rawValue: r[3].string ?? "") ?? .upsert
+            let born = Clock(hlc: HLC(rawValue: r[4].int64 ?? 0), site: r[5].string ?? author)
+            let clock = Clock(hlc: HLC(rawValue: r[6].int64 ?? 0), site: r[7].string ?? author)
+            let overrides = cellClocks[r[1].int64 ?? 0]?[r[2].int64 ?? 0] ?? [:]
+            try body(RowChange(table: def.name, operation: op, values: values, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
+        }
+    }
+
+    /// All row changes in file order.
+    public func changes() throws -> [RowChange] {
+        var out: [RowChange] = []
+        try forEachChange { out.append($0) }
+        return out
+    }
+}
+
+/// Looks up carried rows by the (tid, rid) references of `rtsync_rows`, checking each reference.
+private struct CarriedTables {
+    let tables: [Int64: TableDefinition]
+    let lookups: [Int64: Statement]
+
+    init(db: Connection, tables: [Int64: TableDefinition]) throws {
+        self.tables = tables
+        var lookups: [Int64: Statement] = [:]
+        for (tid, def) in tables {
+            let alias = DiffFile.rowidAlias(for: def.columnNames)!
+            lookups[tid] = try db.prepare("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " WHERE " + alias + " = ?")
+        }
+        self.lookups = lookups
+    }
+
+    /// Validates one `rtsync_rows` row (rowid, tid, rid, op, born, born_site, hlc, site, changed) and returns its table and values.
+    func resolve(_ r: [SQLValue], file: String) throws -> (TableDefinition, [SQLValue], [String]?) {
+        let rowNumber = r[0].int64 ?? 0
+        guard let tid = r[1].int64, let def = tables[tid], let lookup = lookups[tid] else {
+            throw DiffFormatError.invalidRow(file: file, table: DiffFile.rowsTable, row: rowNumber, reason: "unknown table id \(r[1])")
+        }
+        func bad(_ why: String) -> DiffFormatError { .invalidRow(file: file, table: def.name, row: rowNumber, reason: why) }
+        guard let rid = r[2].int64 else { throw bad("rid is not an integer") }
+        guard let op = r[3].string.flatMap(RowOperation.init(rawValue:)) else { throw bad("op must be 'upsert' or 'delete'") }
+        guard r[4].int64 != nil, r[6].int64 != nil else { throw bad("clocks must be integers") }
+        guard r[5].isNull || r[5].string != nil, r[7].isNull || r[7].string != nil else { throw bad("sites must be text or NULL") }
+        var changed: [String]?
+        switch r[8] {
+        case .null: changed = nil
+        case .text(let t):
+            guard op == .upsert, let names = JSON.decode([String].self, t), names.allSatisfy({ def.columnIndex($0) != nil }) else {
+                throw bad("changed must be a JSON array of the table's column names")
+            }
+            changed = names
+        default: throw bad("changed must be NULL or JSON text")
+        }
+        try lookup.bind([.integer(rid)])
+        guard try lookup.step() else { throw bad("references carried row \(rid), which does not exist") }
+        let values = lookup.row()
+        lookup.reset()
+        for i in def.primaryKeyIndexes where values[i].isNull { throw bad("primary key column '\(def.columns[i].name)' is NULL") }
+        return (def, values, changed)
+    }
+}

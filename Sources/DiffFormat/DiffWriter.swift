@@ -1,0 +1,216 @@
+import Crypto
+import Foundation
+import RTSQLite
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Builds one diff file: add table definitions, append row changes, then `finish()` writes
+/// `<KSUID>.sqlite` durably (fsync, then rename into place).
+public final class DiffWriter {
+    /// The diff's metadata (digest and signature are filled in by `finish`).
+    public private(set) var metadata: DiffMetadata
+    /// Rows appended so far.
+    public private(set) var rowCount = 0
+    /// Where the finished file will be.
+    public let destination: URL
+
+    private var db: Connection?
+    private let temporary: URL
+    private var tables: [String: (id: Int64, definition: TableDefinition, insert: Statement)] = [:]
+    private var tablesHash = CanonicalHasher()
+    private var rowsHash = CanonicalHasher()
+    private var cellsHash = CanonicalHasher()
+    private let insertRow: Statement
+    private let insertCell: Statement
+    private var finished = false
+
+    /// Starts a diff in `directory`.
+    /// - Parameter expectedRows: a hint: small diffs use 512-byte pages so a one-row diff stays a few KB.
+    /// - Throws: `DiffFormatError.writeFailed` when the folder is not writable.
+    public init(directory: URL, id: KSUID = .generate(), kind: DiffKind, authorUser: String, authorSite: String,
+                sequence: ClosedRange<Int64>? = nil, createdAt: Date = Date(), expectedRows: Int = 0) throws {
+        metadata = DiffMetadata(formatVersion: DiffFile.formatVersion, id: id, kind: kind, authorUser: authorUser,
+                                authorSite: authorSite, sequenceFirst: sequence?.lowerBound, sequenceLast: sequence?.upperBound,
+                                createdAt: createdAt, digest: "", signature: nil, signerKey: nil)
+        destination = directory.appendingPathComponent(DiffFile.fileName(for: id))
+        temporary = directory.appendingPathComponent("." + DiffFile.fileName(for: id) + ".tmp")
+        do {
+            try? FileManager.default.removeItem(at: temporary)
+            let db = try Connection(path: temporary.path)
+            let pageSize = expectedRows <= 64 ? 512 : 4096
+            // The temp file is renamed into place only after an explicit fsync, so SQLite's journal adds nothing.
+            try db.execute("PRAGMA page_size = \(pageSize); PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE; PRAGMA auto_vacuum = NONE")
+            try db.execute("BEGIN")
+            try db.execute(DiffFile.structureDDL)
+            insertRow = try db.prepare("INSERT INTO rtsync_rows(tid, rid, op, born, born_site, hlc, site, changed) VALUES (?,?,?,?,?,?,?,?)")
+            insertCell = try db.prepare("INSERT INTO rtsync_cells(tid, rid, col, hlc, site) VALUES (?,?,?,?,?)")
+            self.db = db
+        } catch {
+            throw DiffFormatError.writeFailed(file: destination.path, reason: "\(error)")
+        }
+    }
+
+    deinit { if !finished { cancel() } }
+
+    /// Declares a carried table; must precede its rows.
+    /// - Throws: `DiffFormatError.invalidTableDefinition` for reserved names or unsound definitions.
+    public func addTable(_ definition: TableDefinition) throws {
+        guard let db else { throw DiffFormatError.writeFailed(file: destination.path, reason: "writer already finished") }
+        if tables[definition.name] != nil { return }
+        if let p = definition.validationProblem() {
+            throw DiffFormatError.invalidTableDefinition(file: destination.path, table: definition.name, reason: p)
+        }
+        guard DiffFile.rowidAlias(for: definition.columnNames) != nil else {
+            throw DiffFormatError.invalidTableDefinition(file: destination.path, table: definition.name, reason: "columns named rowid, _rowid_ and oid leave no way to address rows")
+        }
+        let id = Int64(tables.count + 1)
+        let columnsJSON = JSON.encode(definition.columns)
+        let constraintsJSON = JSON.encode(TableConstraints(unique: definition.uniqueConstraints, foreignKeys: definition.foreignKeys, withoutRowID: definition.withoutRowID))
+        let hash = definition.schemaHash
+        do {
+            try db.execute("INSERT INTO rtsync_tables(id, name, columns, constraints, schema_hash) VALUES (?,?,?,?,?)",
+                           [.integer(id), .text(definition.name), .text(columnsJSON), .text(constraintsJSON), .text(hash)])
+            // Carried values keep their storage class exactly: the columns have no declared type (BLOB affinity).
+            try db.execute("CREATE TABLE " + quoteIdentifier(definition.name) + " (" + definition.columnNames.map(quoteIdentifier).joined(separator: ", ") + ")")
+            let insert = try db.prepare("INSERT INTO " + quoteIdentifier(definition.name) + " VALUES (" + Array(repeating: "?", count: definition.columns.count).joined(separator: ",") + ")")
+            tables[definition.name] = (id, definition, insert)
+        } catch {
+            throw DiffFormatError.writeFailed(file: destination.path, reason: "\(error)")
+        }
+        tablesHash.add([.integer(id), .text(definition.name), .text(columnsJSON), .text(constraintsJSON), .text(hash)])
+    }
+
+    /// Appends one row change of a declared table.
+    public func append(_ change: RowChange) throws {
+        guard db != nil else { throw DiffFormatError.writeFailed(file: destination.path, reason: "writer already finished") }
+        guard let table = tables[change.table] else {
+            throw DiffFormatError.writeFailed(file: destination.path, reason: "table '\(change.table)' was not added before its rows")
+        }
+        let def = table.definition
+        guard change.values.count == def.columns.count else {
+            throw DiffFormatError.writeFailed(file: destination.path, reason: "row of '\(def.name)' has \(change.values.count) values, table has \(def.columns.count) columns")
+        }
+        var values = change.values
+        if change.operation == .delete {
+            let keys = Set(def.primaryKeyIndexes)
+            for i in values.indices where !keys.contains(i) { values[i] = .null }
+        }
+        var changed: SQLValue = .null
+        if let cols = change.changedColumns, change.operation == .upsert {
+            for c in cols where def.columnIndex(c) == nil {
+                throw DiffFormatError.writeFailed(file: destination.path, reason: "changed column '\(c)' is not a column of '\(def.name)'")
+            }
+            changed = .text(JSON.encode(cols))
+        }
+        let site = metadata.authorSite
+        func siteValue(_ s: String) -> SQLValue { s == site ? .null : .text(s) }
+        do {
+            try table.insert.run(values)
+            let rid = db!.lastInsertRowID
+            let rowValues: [SQLValue] = [.integer(table.id), .integer(rid), .text(change.operation.rawValue),
+                                         .integer(change.born.hlc.rawValue), siteValue(change.born.site),
+                                         .integer(change.clock.hlc.rawValue), siteValue(change.clock.site), changed]
+            try insertRow.run(rowValues)
+            rowsHash.add(rowValues)
+            rowsHash.add(values)
+            for (col, clock) in change.columnClocks.sorted(by: { $0.key < $1.key }) where clock != change.clock {
+                guard def.columnIndex(col) != nil else { continue }
+                let cell: [SQLValue] = [.integer(table.id), .integer(rid), .text(col), .integer(clock.hlc.rawValue), siteValue(clock.site)]
+                try insertCell.run(cell)
+                cellsHash.add(cell)
+            }
+        } catch {
+            throw DiffFormatError.writeFailed(file: destination.path, reason: "\(error)")
+        }
+        rowCount += 1
+    }
+
+    /// Appends every row of `table` in `source` matching `filter` (an SQL expression over the table's
+    /// columns, from the local user, never from a file) as upserts stamped with `clock`.
+    /// - Returns: the number of rows appended.
+    @discardableResult
+    public func appendRows(from source: Connection, table: TableDefinition, filter: String? = nil,
+                           arguments: [SQLValue] = [], clock: Clock, born: Clock = .zero) throws -> Int {
+        try addTable(table)
+        var sql = "SELECT " + table.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(table.name)
+        if let filter, !filter.isEmpty { sql += " WHERE " + filter }
+        let statement = try source.prepare(sql)
+        try statement.bind(arguments)
+        var n = 0
+        while try statement.step() {
+            try append(RowChange(table: table.name, operation: .upsert, values: statement.row(), clock: clock, born: born))
+            n += 1
+        }
+        return n
+    }
+
+    /// Writes the metadata and digest, signs when a key is given, syncs the file to disk and renames it
+    /// to `<KSUID>.sqlite`.
+    /// - Returns: the finished file.
+    public func finish(signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> URL {
+        guard let db else { throw DiffFormatError.writeFailed(file: destination.path, reason: "writer already finished") }
+        let digest = CanonicalHasher.digest(meta: metadata.digestedValues, tables: tablesHash, rows: rowsHash, cells: cellsHash)
+        metadata.digest = digest
+        if let key = signingKey {
+            metadata.signature = Array(try key.signature(for: [UInt8](hexString: digest)!))
+            metadata.signerKey = Array(key.publicKey.rawRepresentation)
+        }
+        do {
+            var values: [SQLValue] = [.integer(metadata.formatVersion)]
+            values += metadata.digestedValues
+            values += [.text(digest), metadata.signature.map { .blob($0) } ?? .null, metadata.signerKey.map { .blob($0) } ?? .null]
+            try db.execute("INSERT INTO rtsync_meta(format_version, diff_id, kind, author_user, author_site, seq_first, seq_last, created_at, digest, signature, signer_key) VALUES (?,?,?,?,?,?,?,?,?,?,?)", values)
+            try db.execute("COMMIT")
+            // Switch back to the default journal so the file opens like any database in the sqlite3 shell.
+            try db.execute("PRAGMA locking_mode = NORMAL; PRAGMA journal_mode = DELETE")
+        } catch {
+            cancel()
+            throw DiffFormatError.writeFailed(file: destination.path, reason: "\(error)")
+        }
+        tables.removeAll()
+        self.db = nil
+        finished = true
+        do {
+            try Durable.sync(file: temporary)
+            try Durable.rename(temporary, to: destination)
+        } catch {
+            try? FileManager.default.removeItem(at: temporary)
+            throw DiffFormatError.writeFailed(file: destination.path, reason: "\(error)")
+        }
+        return destination
+    }
+
+    /// Abandons the diff and removes its temporary file.
+    public func cancel() {
+        tables.removeAll()
+        db = nil
+        finished = true
+        try? FileManager.default.removeItem(at: temporary)
+    }
+}
+
+/// fsync and atomic rename, so a crash leaves either the old state or the complete new file.
+public enum Durable {
+    /// Flushes a file's data to stable storage.
+    public static func sync(file: URL) throws {
+        let fd = open(file.path, O_RDONLY)
+        guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+    }
+
+    /// Renames `source` over `destination` atomically, then syncs the folder so the rename survives a crash.
+    public static func rename(_ source: URL, to destination: URL) throws {
+        #if canImport(Glibc)
+        let rc = Glibc.rename(source.path, destination.path)
+        #else
+        let rc = Darwin.rename(source.path, destination.path)
+        #endif
+        guard rc == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        let dir = open(destination.deletingLastPathComponent().path, O_RDONLY)
+        if dir >= 0 { _ = fsync(dir); close(dir) }
+    }
+}

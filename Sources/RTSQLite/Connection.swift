@@ -1,0 +1,140 @@
+import CSQLite
+import Foundation
+
+/// A connection to one SQLite database file; the only owner of a `sqlite3*` handle.
+///
+/// Not thread-safe: use one connection per thread or serialize access.
+public final class Connection {
+    /// How to open a database.
+    public enum Mode: Sendable {
+        /// Read and write; create the file if missing.
+        case readWriteCreate
+        /// Read and write an existing file.
+        case readWrite
+        /// Read only.
+        case readOnly
+    }
+
+    let handle: OpaquePointer
+    /// The path this connection was opened with.
+    public let path: String
+
+    /// Opens (or creates) a database.
+    /// - Throws: `SQLiteError` when the file cannot be opened.
+    public init(path: String, mode: Mode = .readWriteCreate, uri: Bool = false) throws {
+        var flags: Int32
+        switch mode {
+        case .readWriteCreate: flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        case .readWrite: flags = SQLITE_OPEN_READWRITE
+        case .readOnly: flags = SQLITE_OPEN_READONLY
+        }
+        flags |= SQLITE_OPEN_NOMUTEX
+        if uri { flags |= SQLITE_OPEN_URI }
+        var db: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            // sqlite3_open_v2 may hand back a handle even on failure; it must still be closed.
+            if let db { sqlite3_close_v2(db) }
+            throw SQLiteError(code: rc, message: message + " (\(path))")
+        }
+        self.handle = db
+        self.path = path
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    // MARK: - Executing
+
+    /// Runs one or more SQL statements that return no rows needed by the caller.
+    public func execute(_ sql: String) throws {
+        var err: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &err)
+        if rc != SQLITE_OK {
+            let message = err.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(err)
+            throw SQLiteError(code: sqlite3_extended_errcode(handle), message: message, sql: sql)
+        }
+    }
+
+    /// Runs one statement with bound arguments.
+    public func execute(_ sql: String, _ arguments: [SQLValue]) throws {
+        let statement = try prepare(sql)
+        try statement.bind(arguments)
+        while try statement.step() {}
+    }
+
+    /// Compiles one statement.
+    public func prepare(_ sql: String) throws -> Statement {
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v2(handle, sql, -1, &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else {
+            throw SQLiteError(code: sqlite3_extended_errcode(handle), message: lastErrorMessage, sql: sql)
+        }
+        return Statement(connection: self, handle: stmt, sql: sql)
+    }
+
+    /// All rows of a query.
+    public func rows(_ sql: String, _ arguments: [SQLValue] = []) throws -> [[SQLValue]] {
+        let statement = try prepare(sql)
+        try statement.bind(arguments)
+        var out: [[SQLValue]] = []
+        while try statement.step() { out.append(statement.row()) }
+        return out
+    }
+
+    /// The first column of the first row, or nil when there is no row.
+    public func scalar(_ sql: String, _ arguments: [SQLValue] = []) throws -> SQLValue? {
+        let statement = try prepare(sql)
+        try statement.bind(arguments)
+        return try statement.step() ? statement.column(0) : nil
+    }
+
+    /// Runs `body` inside a transaction, committing on return and rolling back on throw.
+    public func transaction<T>(immediate: Bool = true, _ body: () throws -> T) throws -> T {
+        try execute(immediate ? "BEGIN IMMEDIATE" : "BEGIN")
+        do {
+            let value = try body()
+            try execute("COMMIT")
+            return value
+        } catch {
+            if !isAutocommit { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    // MARK: - State
+
+    /// The rowid of the last inserted row.
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    /// Rows changed by the last statement.
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+    /// False while a transaction is open.
+    public var isAutocommit: Bool { sqlite3_get_autocommit(handle) != 0 }
+    var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+    /// Waits up to `milliseconds` for locks held by other connections.
+    public func setBusyTimeout(milliseconds: Int32) { sqlite3_busy_timeout(handle, milliseconds) }
+
+    // MARK: - Hardening for untrusted files
+
+    /// Locks the connection down for reading a file from outside: defensive mode, untrusted schema,
+    /// no triggers, no views, no extension loading (https://sqlite.org/security.html).
+    public func hardenForUntrustedInput() throws {
+        let settings: [(Int32, Int32)] = [
+            (SQLITE_DBCONFIG_DEFENSIVE, 1),
+            (SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0),
+            (SQLITE_DBCONFIG_ENABLE_TRIGGER, 0),
+            (SQLITE_DBCONFIG_ENABLE_VIEW, 0),
+            (SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0),
+        ]
+        for (op, value) in settings {
+            let rc = rtsync_db_config_int(handle, op, value)
+            if rc != SQLITE_OK { throw SQLiteError(code: rc, message: "sqlite3_db_config(\(op)) failed") }
+        }
+        // Limits keep a hostile file from making us build huge statements or recurse deeply.
+        sqlite3_limit(handle, SQLITE_LIMIT_ATTACHED, 0)
+        try execute("PRAGMA trusted_schema = OFF; PRAGMA cell_size_check = ON; PRAGMA mmap_size = 0")
+    }
+}

@@ -1,0 +1,98 @@
+import CSQLite
+
+/// A compiled SQL statement; finalized when released.
+public final class Statement {
+    let handle: OpaquePointer
+    /// The connection that compiled it (kept alive while the statement lives).
+    public let connection: Connection
+    /// The statement's SQL text.
+    public let sql: String
+
+    init(connection: Connection, handle: OpaquePointer, sql: String) {
+        self.connection = connection
+        self.handle = handle
+        self.sql = sql
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    /// Number of result columns.
+    public var columnCount: Int { Int(sqlite3_column_count(handle)) }
+
+    /// Name of result column `index`.
+    public func columnName(_ index: Int) -> String {
+        sqlite3_column_name(handle, Int32(index)).map { String(cString: $0) } ?? ""
+    }
+
+    /// Binds values to parameters 1...n, resetting the statement first.
+    public func bind(_ values: [SQLValue]) throws {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+        for (i, value) in values.enumerated() { try bind(value, at: i + 1) }
+    }
+
+    /// Binds one value to the 1-based parameter `index`.
+    public func bind(_ value: SQLValue, at index: Int) throws {
+        let i = Int32(index)
+        let rc: Int32
+        switch value {
+        case .null: rc = sqlite3_bind_null(handle, i)
+        case .integer(let v): rc = sqlite3_bind_int64(handle, i, v)
+        case .real(let v): rc = sqlite3_bind_double(handle, i, v)
+        case .text(let s): rc = sqlite3_bind_text(handle, i, s, -1, rtsync_transient())
+        case .blob(let b):
+            rc = b.withUnsafeBytes { raw in
+                // An empty array has no base address; SQLite needs a non-NULL pointer for an empty BLOB (not NULL).
+                sqlite3_bind_blob(handle, i, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count), rtsync_transient())
+            }
+        }
+        if rc != SQLITE_OK {
+            throw SQLiteError(code: rc, message: connection.lastErrorMessage, sql: sql)
+        }
+    }
+
+    /// Advances to the next row; false when done.
+    @discardableResult
+    public func step() throws -> Bool {
+        let rc = sqlite3_step(handle)
+        switch rc {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            let code = sqlite3_extended_errcode(connection.handle)
+            let message = connection.lastErrorMessage
+            sqlite3_reset(handle)
+            throw SQLiteError(code: code, message: message, sql: sql)
+        }
+    }
+
+    /// Resets the statement so it can run again with new bindings.
+    public func reset() { sqlite3_reset(handle) }
+
+    /// Value of result column `index` in the current row.
+    public func column(_ index: Int) -> SQLValue {
+        let i = Int32(index)
+        switch sqlite3_column_type(handle, i) {
+        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, i))
+        case SQLITE_FLOAT: return .real(sqlite3_column_double(handle, i))
+        case SQLITE_TEXT:
+            guard let p = sqlite3_column_text(handle, i) else { return .text("") }
+            let n = Int(sqlite3_column_bytes(handle, i))
+            return .text(String(decoding: UnsafeBufferPointer(start: p, count: n), as: UTF8.self))
+        case SQLITE_BLOB:
+            let n = Int(sqlite3_column_bytes(handle, i))
+            guard n > 0, let p = sqlite3_column_blob(handle, i) else { return .blob([]) }
+            return .blob([UInt8](UnsafeRawBufferPointer(start: p, count: n)))
+        default: return .null
+        }
+    }
+
+    /// All columns of the current row.
+    public func row() -> [SQLValue] { (0..<columnCount).map { column($0) } }
+
+    /// Runs the statement with `values` and steps it to completion.
+    public func run(_ values: [SQLValue]) throws {
+        try bind(values)
+        while try step() {}
+    }
+}
