@@ -19,7 +19,7 @@ public enum DiffFile {
     static let structureDDL = """
     CREATE TABLE rtsync_meta(format_version INTEGER NOT NULL, diff_id TEXT NOT NULL, kind TEXT NOT NULL,
       author_user TEXT NOT NULL, author_site TEXT NOT NULL, seq_first INTEGER, seq_last INTEGER,
-      created_at TEXT NOT NULL, digest TEXT NOT NULL, signature BLOB, signer_key BLOB);
+      created_at TEXT NOT NULL, seen TEXT NOT NULL, digest TEXT NOT NULL, signature BLOB, signer_key BLOB);
     CREATE TABLE rtsync_tables(id INTEGER PRIMARY KEY, name TEXT NOT NULL, columns TEXT NOT NULL,
       constraints TEXT NOT NULL, schema_hash TEXT NOT NULL);
     CREATE TABLE rtsync_rows(tid INTEGER NOT NULL, rid INTEGER NOT NULL, op TEXT NOT NULL,
@@ -38,7 +38,7 @@ public enum DiffFile {
     }
 
     /// Which of `rowid`, `_rowid_`, `oid` still names the rowid given these column names.
-    static func rowidAlias(for columns: [String]) -> String? {
+    package static func rowidAlias(for columns: [String]) -> String? {
         let names = Set(columns.map { $0.lowercased() })
         return ["rowid", "_rowid_", "oid"].first { !names.contains($0) }
     }
@@ -82,6 +82,9 @@ public struct DiffMetadata: Sendable, Hashable, Codable {
     public var sequenceLast: Int64?
     /// When the diff was written.
     public var createdAt: Date
+    /// The largest clock (raw HLC) the author had applied from each other site when it wrote the diff:
+    /// a local value with a clock at or below this was seen by the author, so overwriting it is no conflict.
+    public var seen: [String: Int64] = [:]
     /// SHA-256 (hex) over the content, see docs/diff-format.md.
     public var digest: String
     /// Ed25519 signature over the 32 digest bytes, if signed.
@@ -191,7 +194,7 @@ extension DiffMetadata {
     var digestedValues: [SQLValue] {
         [.text(id.string), .text(kind.rawValue), .text(authorUser), .text(authorSite),
          sequenceFirst.map { .integer($0) } ?? .null, sequenceLast.map { .integer($0) } ?? .null,
-         .text(ISO8601.format(createdAt, fractional: true))]
+         .text(ISO8601.format(createdAt, fractional: true)), .text(JSON.encode(seen))]
     }
 }
 

@@ -87,7 +87,7 @@ public final class DiffReader {
             // 4. Metadata.
             let metaRows: [[SQLValue]]
             do {
-                metaRows = try db.rows("SELECT format_version, diff_id, kind, author_user, author_site, seq_first, seq_last, created_at, digest, signature, signer_key FROM rtsync_meta LIMIT 2")
+                metaRows = try db.rows("SELECT format_version, diff_id, kind, author_user, author_site, seq_first, seq_last, created_at, seen, digest, signature, signer_key FROM rtsync_meta LIMIT 2")
             } catch { throw DiffFormatError.invalidMetadata(file: file, field: "rtsync_meta", reason: "missing columns (\((error as? SQLiteError)?.message ?? "\(error)"))") }
             guard metaRows.count == 1, let m = metaRows.first else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "rtsync_meta", reason: "expected exactly one row, found \(metaRows.count)")
@@ -118,7 +118,10 @@ public final class DiffReader {
             guard let createdText = m[7].string, let created = ISO8601.parse(createdText) else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "created_at", reason: "not an ISO-8601 time")
             }
-            guard let digest = m[8].string, digest.count == 64, [UInt8](hexString: digest) != nil else {
+            guard let seenText = m[8].string, let seen = JSON.decode([String: Int64].self, seenText), JSON.encode(seen) == seenText else {
+                throw DiffFormatError.invalidMetadata(file: file, field: "seen", reason: "must be a canonical JSON object of site id to integer clock")
+            }
+            guard let digest = m[9].string, digest.count == 64, [UInt8](hexString: digest) != nil else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "digest", reason: "not a SHA-256 hex string")
             }
             func optionalBlob(_ v: SQLValue, _ field: String, _ size: Int) throws -> [UInt8]? {
@@ -129,8 +132,8 @@ public final class DiffReader {
                 }
             }
             let metadata = DiffMetadata(formatVersion: version, id: id, kind: kind, authorUser: user, authorSite: site,
-                                        sequenceFirst: seqFirst, sequenceLast: seqLast, createdAt: created, digest: digest,
-                                        signature: try optionalBlob(m[9], "signature", 64), signerKey: try optionalBlob(m[10], "signer_key", 32))
+                                        sequenceFirst: seqFirst, sequenceLast: seqLast, createdAt: created, seen: seen, digest: digest,
+                                        signature: try optionalBlob(m[10], "signature", 64), signerKey: try optionalBlob(m[11], "signer_key", 32))
             // The digest covers created_at as written; a differently formatted time would not hash the same.
             guard ISO8601.format(created, fractional: true) == createdText else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "created_at", reason: "not in the canonical form YYYY-MM-DDTHH:MM:SS.sssZ")

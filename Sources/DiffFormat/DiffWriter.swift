@@ -31,10 +31,10 @@ public final class DiffWriter {
     /// - Parameter expectedRows: a hint: small diffs use 512-byte pages so a one-row diff stays a few KB.
     /// - Throws: `DiffFormatError.writeFailed` when the folder is not writable.
     public init(directory: URL, id: KSUID = .generate(), kind: DiffKind, authorUser: String, authorSite: String,
-                sequence: ClosedRange<Int64>? = nil, createdAt: Date = Date(), expectedRows: Int = 0) throws {
+                sequence: ClosedRange<Int64>? = nil, createdAt: Date = Date(), seen: [String: Int64] = [:], expectedRows: Int = 0) throws {
         metadata = DiffMetadata(formatVersion: DiffFile.formatVersion, id: id, kind: kind, authorUser: authorUser,
                                 authorSite: authorSite, sequenceFirst: sequence?.lowerBound, sequenceLast: sequence?.upperBound,
-                                createdAt: createdAt, digest: "", signature: nil, signerKey: nil)
+                                createdAt: createdAt, seen: seen, digest: "", signature: nil, signerKey: nil)
         destination = directory.appendingPathComponent(DiffFile.fileName(for: id))
         temporary = directory.appendingPathComponent("." + DiffFile.fileName(for: id) + ".tmp")
         do {
@@ -162,7 +162,7 @@ public final class DiffWriter {
             var values: [SQLValue] = [.integer(metadata.formatVersion)]
             values += metadata.digestedValues
             values += [.text(digest), metadata.signature.map { .blob($0) } ?? .null, metadata.signerKey.map { .blob($0) } ?? .null]
-            try db.execute("INSERT INTO rtsync_meta(format_version, diff_id, kind, author_user, author_site, seq_first, seq_last, created_at, digest, signature, signer_key) VALUES (?,?,?,?,?,?,?,?,?,?,?)", values)
+            try db.execute("INSERT INTO rtsync_meta(format_version, diff_id, kind, author_user, author_site, seq_first, seq_last, created_at, seen, digest, signature, signer_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", values)
             try db.execute("COMMIT")
             // Switch back to the default journal so the file opens like any database in the sqlite3 shell.
             try db.execute("PRAGMA locking_mode = NORMAL; PRAGMA journal_mode = DELETE")

@@ -7,7 +7,7 @@ extension RTSync {
     struct Diff: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create, apply and inspect diff files.",
-            subcommands: [Inspect.self]
+            subcommands: [Create.self, Apply.self, Inspect.self]
         )
 
         struct Inspect: ParsableCommand {

@@ -1,0 +1,43 @@
+/// What happened to one diff in `apply`.
+public enum ApplyStatus: String, Sendable, Codable {
+    /// Applied in one transaction.
+    case applied
+    /// Already applied before, or this device's own diff: nothing changed.
+    case skipped
+    /// Refused; the database is unchanged and the file was quarantined.
+    case rejected
+}
+
+/// The outcome of applying one diff.
+public struct ApplyReport: Sendable, Codable, Equatable {
+    /// The diff file.
+    public var file: String
+    /// Diff id (nil when the file could not be read).
+    public var diffID: String?
+    /// Applied, skipped or rejected.
+    public var status: ApplyStatus
+    /// Why it was skipped or rejected.
+    public var reason: String?
+    /// Rows inserted.
+    public var inserted = 0
+    /// Rows updated.
+    public var updated = 0
+    /// Rows deleted.
+    public var deleted = 0
+    /// Conflict log entries written.
+    public var conflicts = 0
+    /// Tables created from the diff's definitions.
+    public var tablesCreated: [String] = []
+    /// Columns added from the diff's definitions (`table.column`).
+    public var columnsAdded: [String] = []
+    /// Where a rejected file was moved.
+    public var quarantinedTo: String?
+
+    /// Makes a report.
+    public init(file: String, diffID: String?, status: ApplyStatus, reason: String? = nil) {
+        self.file = file
+        self.diffID = diffID
+        self.status = status
+        self.reason = reason
+    }
+}

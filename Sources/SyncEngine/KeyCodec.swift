@@ -1,0 +1,45 @@
+import RTSQLite
+
+/// Row keys in the bookkeeping tables are SQLite `quote()` texts joined by commas, e.g. `'abc',3`:
+/// computed by the triggers in plain SQL, decoded here to look rows up by their key columns.
+enum KeyCodec {
+    /// Decodes a key text into its values; nil when malformed.
+    static func decode(_ text: String) -> [SQLValue]? {
+        let c = Array(text.utf8)
+        var i = 0
+        var out: [SQLValue] = []
+        while i < c.count {
+            if c[i] == UInt8(ascii: "'") {
+                var bytes: [UInt8] = []
+                i += 1
+                while true {
+                    guard i < c.count else { return nil }
+                    if c[i] == UInt8(ascii: "'") {
+                        if i + 1 < c.count && c[i + 1] == UInt8(ascii: "'") { bytes.append(c[i]); i += 2; continue }
+                        i += 1; break
+                    }
+                    bytes.append(c[i]); i += 1
+                }
+                out.append(.text(String(decoding: bytes, as: UTF8.self)))
+            } else if (c[i] == UInt8(ascii: "X") || c[i] == UInt8(ascii: "x")) && i + 1 < c.count && c[i + 1] == UInt8(ascii: "'") {
+                guard let end = c[(i + 2)...].firstIndex(of: UInt8(ascii: "'")),
+                      let bytes = [UInt8](hexString: String(decoding: c[(i + 2)..<end], as: UTF8.self)) else { return nil }
+                out.append(.blob(bytes))
+                i = end + 1
+            } else {
+                let end = c[i...].firstIndex(of: UInt8(ascii: ",")) ?? c.count
+                let token = String(decoding: c[i..<end], as: UTF8.self)
+                if token == "NULL" { out.append(.null) }
+                else if let v = Int64(token) { out.append(.integer(v)) }
+                else if let v = Double(token) { out.append(.real(v)) }
+                else { return nil }
+                i = end
+            }
+            if i < c.count {
+                guard c[i] == UInt8(ascii: ",") else { return nil }
+                i += 1
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,116 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+/// How remote changes to one table are merged with local ones.
+public enum MergePolicy: String, Sendable, Codable, CaseIterable {
+    /// Last writer wins per column, by hybrid logical clock then site id (the default).
+    case lwwColumn = "lww-column"
+    /// Last writer wins per row: the row version with the latest change wins whole.
+    case lwwRow = "lww-row"
+    /// Remote changes never overwrite columns this device has changed.
+    case localWins = "local-wins"
+    /// Remote changes always overwrite local values.
+    case remoteWins = "remote-wins"
+    /// Remote inserts of new rows are accepted; remote updates and deletes are refused.
+    case appendOnly = "append-only"
+    /// Changes to a row are accepted only from the user named in its owner column.
+    case ownerOnly = "owner-only"
+}
+
+/// What wins when one device updates a row another device deleted.
+public enum DeleteConflictPolicy: String, Sendable, Codable {
+    /// The delete wins; the row comes back only through a later insert (the default).
+    case deleteWins = "delete-wins"
+    /// The later of the two by clock wins.
+    case lastWriterWins = "last-writer-wins"
+}
+
+/// The merge settings of one table.
+public struct TablePolicy: Sendable, Hashable, Codable {
+    /// The merge policy.
+    public var policy: MergePolicy
+    /// Owner column for `owner-only` (default `owner_id`).
+    public var ownerColumn: String?
+    /// Update-versus-delete rule.
+    public var onDeleteConflict: DeleteConflictPolicy
+
+    /// Makes a table policy.
+    public init(_ policy: MergePolicy = .lwwColumn, ownerColumn: String? = nil, onDeleteConflict: DeleteConflictPolicy = .deleteWins) {
+        self.policy = policy
+        self.ownerColumn = ownerColumn
+        self.onDeleteConflict = onDeleteConflict
+    }
+
+    /// The default: column-level last writer wins, delete wins over concurrent updates.
+    public static let `default` = TablePolicy()
+}
+
+/// Per-table policies read from a JSON config file:
+/// `{"tables": {"logs": {"policy": "append-only"}, "routines": {"policy": "owner-only", "ownerColumn": "owner_id"}}}`.
+public struct PolicyConfig: Sendable, Codable {
+    /// One table's entry.
+    public struct Entry: Sendable, Codable {
+        /// Policy name.
+        public var policy: String?
+        /// Owner column for owner-only.
+        public var ownerColumn: String?
+        /// `delete-wins` or `last-writer-wins`.
+        public var onDeleteConflict: String?
+    }
+
+    /// Entries by table name.
+    public var tables: [String: Entry]
+
+    /// Reads and checks a config file.
+    /// - Throws: `SyncEngineError.invalidConfig` naming the file and the problem.
+    public static func load(from url: URL) throws -> [String: TablePolicy] {
+        let data: Data
+        do { data = try Data(contentsOf: url) } catch { throw SyncEngineError.invalidConfig(file: url.path, reason: "cannot read file") }
+        let config: PolicyConfig
+        do { config = try JSONDecoder().decode(PolicyConfig.self, from: data) } catch {
+            throw SyncEngineError.invalidConfig(file: url.path, reason: "not valid JSON of the form {\"tables\": {NAME: {\"policy\": ...}}}")
+        }
+        var out: [String: TablePolicy] = [:]
+        for (table, entry) in config.tables {
+            guard let policy = MergePolicy(rawValue: entry.policy ?? MergePolicy.lwwColumn.rawValue) else {
+                throw SyncEngineError.invalidConfig(file: url.path, reason: "table \(table): unknown policy '\(entry.policy ?? "")'")
+            }
+            guard let onDelete = DeleteConflictPolicy(rawValue: entry.onDeleteConflict ?? DeleteConflictPolicy.deleteWins.rawValue) else {
+                throw SyncEngineError.invalidConfig(file: url.path, reason: "table \(table): onDeleteConflict must be delete-wins or last-writer-wins")
+            }
+            out[table] = TablePolicy(policy, ownerColumn: entry.ownerColumn, onDeleteConflict: onDelete)
+        }
+        return out
+    }
+}
+
+/// A conflict handed to a custom resolver: both values of one column and their clocks.
+public struct ConflictContext: Sendable {
+    /// Table name.
+    public var table: String
+    /// Row key as SQL literals, e.g. `'abc',3`.
+    public var key: String
+    /// Column name.
+    public var column: String
+    /// The local value.
+    public var localValue: SQLValue
+    /// The incoming value.
+    public var remoteValue: SQLValue
+    /// Local clock (nil for a change not yet exported).
+    public var localClock: Clock?
+    /// Remote clock.
+    public var remoteClock: Clock
+}
+
+/// A custom resolver's decision.
+public enum ConflictResolution: Sendable {
+    /// Keep the local value; the remote one goes to the conflict log.
+    case keepLocal
+    /// Take the remote value; the local one goes to the conflict log.
+    case acceptRemote
+}
+
+/// A Swift hook deciding column conflicts of one table. It must decide the same way on every device
+/// (use only the context), or replicas diverge.
+public typealias ConflictResolver = @Sendable (ConflictContext) -> ConflictResolution

@@ -1,0 +1,346 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+// MARK: - The merge rules, one row change at a time
+
+extension Merger {
+    mutating func merge(_ change: RowChange) throws {
+        let file = reader.url.path
+        guard let info = tracked[change.table] ?? tracked.values.first(where: { $0.table.name.lowercased() == change.table.lowercased() }),
+              let remoteDef = reader.tables.first(where: { $0.name == change.table }) else {
+            throw SyncEngineError.diffRejected(file: file, reason: "table '\(change.table)' is neither in this database nor defined by the diff")
+        }
+        var remote: [String: SQLValue] = [:]
+        for (i, c) in remoteDef.columns.enumerated() { remote[c.name.lowercased()] = change.values[i] }
+        let def = info.definition
+        let keyValues = def.primaryKeyColumns.map { remote[$0.lowercased()] ?? .null }
+        for clock in [change.clock, change.born] + change.columnClocks.values where clock.site == meta.authorSite {
+            maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue)
+        }
+        let local = try localRow(info, keyValues: keyValues)
+        let ctx = RowContext(info: info, remote: remote, remoteColumns: remoteDef.columnNames, change: change, keyValues: keyValues)
+        if change.operation == .delete {
+            try mergeDelete(ctx, local)
+        } else {
+            try mergeUpsert(ctx, local)
+        }
+    }
+
+    /// What one incoming row change is about.
+    struct RowContext {
+        var info: TrackedInfo
+        var remote: [String: SQLValue]          // lower-cased column name -> incoming value
+        var remoteColumns: [String]
+        var change: RowChange
+        var keyValues: [SQLValue]
+        var def: TableDefinition { info.definition }
+        var table: String { info.table.name }
+        /// Changed columns named as in the local table.
+        var changedColumns: [String] {
+            (change.changedColumns ?? remoteColumns).compactMap { c in def.columnIndex(c).map { def.columns[$0].name } }
+        }
+        /// Every incoming column named as in the local table.
+        var allColumns: [String] { remoteColumns.compactMap { c in def.columnIndex(c).map { def.columns[$0].name } } }
+        func value(_ column: String) -> SQLValue { remote[column.lowercased()] ?? .null }
+        func clock(_ column: String) -> Clock {
+            change.columnClocks.first(where: { $0.key.lowercased() == column.lowercased() })?.value ?? change.clock
+        }
+    }
+
+    // MARK: Upserts
+
+    mutating func mergeUpsert(_ r: RowContext, _ local: LocalRow) throws {
+        let policy = r.info.table.policy
+        let exists = local.values != nil
+        switch policy.policy {
+        case .appendOnly:
+            if exists || local.deleted != nil {
+                return try refuse(r, local, columns: r.changedColumns, reason: "append-only table: remote \(exists ? "update" : "change to a deleted row") refused")
+            }
+            return try insertWhole(r, local)
+        case .ownerOnly:
+            let ownerColumn = policy.ownerColumn ?? "owner_id"
+            let owner = local.values.flatMap { v in r.def.columnIndex(ownerColumn).map { v[$0] } } ?? r.value(ownerColumn)
+            if owner != .text(meta.authorUser) {
+                return try refuse(r, local, columns: r.changedColumns, reason: "owner-only table: user '\(meta.authorUser)' is not the row's owner (\(owner))")
+            }
+        case .remoteWins:
+            if !exists { return try insertWhole(r, local) }
+            return try take(r, local, columns: r.born(local) ? r.allColumns : r.changedColumns, reason: "remote-wins policy", logAll: true)
+        case .localWins:
+            if !exists {
+                if local.deleted != nil { return try refuse(r, local, columns: r.changedColumns, reason: "local-wins policy: row deleted here") }
+                return try insertWhole(r, local)
+            }
+            let mine = r.changedColumns.filter { editedHere(local, $0) }
+            try take(r, local, columns: r.changedColumns.filter { !mine.contains($0) }, reason: "", logAll: false)
+            if !mine.isEmpty { try refuse(r, local, columns: mine, reason: "local-wins policy: column changed on this device") }
+            return
+        case .lwwColumn, .lwwRow:
+            break
+        }
+
+        // Last writer wins, with row incarnations: two inserts of one key are told apart by their born clocks.
+        guard exists else {
+            if let deleted = local.deleted {
+                if r.change.born > local.born { return try insertWhole(r, local) }
+                if r.change.born == local.born {
+                    if policy.onDeleteConflict == .lastWriterWins && r.change.clock > deleted { return try insertWhole(r, local) }
+                    return try refuse(r, local, columns: r.changedColumns, reason: "row was deleted; the delete wins over a concurrent update")
+                }
+                return try refuse(r, local, columns: r.changedColumns, reason: "change to an older version of a row deleted here")
+            }
+            return try insertWhole(r, local)
+        }
+        if r.change.born > local.born {
+            return try replaceWhole(r, local, reason: "the same key was inserted on two devices: the later insert wins the whole row")
+        }
+        if r.change.born < local.born {
+            return try refuse(r, local, columns: r.changedColumns, reason: "the same key was inserted on two devices: the later insert (this one) wins the whole row")
+        }
+        if policy.policy == .lwwRow {
+            let localMax = r.def.columnNames.map { localClock(local, $0) }.max() ?? local.born
+            let remoteMax = ([r.change.clock] + Array(r.change.columnClocks.values)).max()!
+            if remoteMax > localMax {
+                return try take(r, local, columns: r.allColumns, reason: "row-level last writer wins: remote row is later", logAll: false)
+            }
+            return try refuse(r, local, columns: r.changedColumns, reason: "row-level last writer wins: local row is later")
+        }
+        var taken: [String] = []
+        var refused: [String] = []
+        for c in r.changedColumns {
+            guard let li = r.def.columnIndex(c) else { continue }
+            let lv = local.values![li], rv = r.value(c)
+            let lc = localClock(local, c), rc = r.clock(c)
+            var remoteWins = rc > lc
+            if lv != rv, isConcurrent(lc), let resolver = resolvers[r.table] {
+                remoteWins = resolver(ConflictContext(table: r.table, key: local.key, column: c, localValue: lv, remoteValue: rv,
+                                                      localClock: lc == Merger.unexported ? nil : lc, remoteClock: rc)) == .acceptRemote
+            }
+            if remoteWins { taken.append(c) } else if rc != lc { refused.append(c) }
+        }
+        try take(r, local, columns: taken, reason: "concurrent edit: the remote change is later", logAll: false)
+        if !refused.isEmpty { try refuse(r, local, columns: refused, reason: "concurrent edit: the local change is later") }
+    }
+
+    /// Whether this device changed a column itself (for local-wins).
+    func editedHere(_ local: LocalRow, _ column: String) -> Bool {
+        let c = localClock(local, column)
+        return c == Merger.unexported || c.site == ownSite
+    }
+
+    // MARK: Deletes
+
+    mutating func mergeDelete(_ r: RowContext, _ local: LocalRow) throws {
+        let change = r.change
+        guard let values = local.values else {
+            // Keep a tombstone so late updates to this version of the row are recognised.
+            if change.born >= local.born || local.deleted == nil {
+                let born = max(change.born, local.born == Merger.unexported ? change.born : local.born)
+                let del = max(change.clock, local.deleted.flatMap { $0 == Merger.unexported ? nil : $0 } ?? change.clock)
+                try setRowMeta(r, local.key, born: born, deleted: del)
+            }
+            return
+        }
+        let policy = r.info.table.policy
+        switch policy.policy {
+        case .appendOnly:
+            return try refuseDelete(r, local, reason: "append-only table: remote delete refused")
+        case .ownerOnly:
+            let ownerColumn = policy.ownerColumn ?? "owner_id"
+            let owner = r.def.columnIndex(ownerColumn).map { values[$0] } ?? .null
+            if owner != .text(meta.authorUser) {
+                return try refuseDelete(r, local, reason: "owner-only table: user '\(meta.authorUser)' is not the row's owner (\(owner))")
+            }
+        case .localWins:
+            if r.def.columnNames.contains(where: { editedHere(local, $0) }) {
+                return try refuseDelete(r, local, reason: "local-wins policy: row changed on this device")
+            }
+        case .remoteWins:
+            return try deleteRow(r, local, logConcurrent: true)
+        case .lwwColumn, .lwwRow:
+            break
+        }
+        if change.born < local.born {
+            return try refuseDelete(r, local, reason: "delete of an older version of this row (the key was re-inserted)")
+        }
+        if change.born == local.born && policy.onDeleteConflict == .lastWriterWins,
+           r.def.columnNames.contains(where: { localClock(local, $0) > change.clock }) {
+            return try refuseDelete(r, local, reason: "the row was changed after it was deleted (last writer wins)")
+        }
+        try deleteRow(r, local, logConcurrent: true)
+    }
+
+    // MARK: Writes
+
+    mutating func insertWhole(_ r: RowContext, _ local: LocalRow) throws {
+        let cols = r.allColumns
+        let sql = "INSERT INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+            + Array(repeating: "?", count: cols.count).joined(separator: ", ") + ")"
+        let newRow = Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a })
+        guard try writeResolvingUnique(r, local, newRow: newRow, { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
+        try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
+        try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
+        try purgePending(r, local)
+        report.inserted += 1
+    }
+
+    mutating func replaceWhole(_ r: RowContext, _ local: LocalRow, reason: String) throws {
+        let cols = r.allColumns
+        for c in cols {
+            guard let li = r.def.columnIndex(c) else { continue }
+            if local.values![li] != r.value(c) {
+                try log(r, local, column: c, localValue: local.values![li], remoteValue: r.value(c), localClock: localClock(local, c), winner: "remote", reason: reason)
+            }
+        }
+        guard try update(r, local, columns: cols) else { return }
+        try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
+        try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
+        try purgePending(r, local)
+        report.updated += 1
+    }
+
+    /// Takes the remote values of `columns`; logs overwritten values that the author had not seen (or all, when `logAll`).
+    mutating func take(_ r: RowContext, _ local: LocalRow, columns: [String], reason: String, logAll: Bool) throws {
+        guard !columns.isEmpty, let values = local.values else { return }
+        var changedAny = false
+        for c in columns {
+            guard let li = r.def.columnIndex(c) else { continue }
+            let lc = localClock(local, c)
+            if values[li] != r.value(c) {
+                changedAny = true
+                if logAll || isConcurrent(lc) {
+                    try log(r, local, column: c, localValue: values[li], remoteValue: r.value(c), localClock: lc, winner: "remote",
+                            reason: reason.isEmpty ? "remote change is later" : reason)
+                }
+            }
+        }
+        if changedAny { guard try update(r, local, columns: columns) else { return } }
+        try setColumnClocks(r, local.key, columns: columns, clearFirst: false)
+        if changedAny { report.updated += 1 }
+    }
+
+    mutating func refuse(_ r: RowContext, _ local: LocalRow, columns: [String], reason: String) throws {
+        for c in columns {
+            let lv = local.values.flatMap { v in r.def.columnIndex(c).map { v[$0] } } ?? .null
+            if local.values != nil && lv == r.value(c) { continue }
+            try log(r, local, column: c, localValue: lv, remoteValue: r.value(c), localClock: localClock(local, c), winner: "local", reason: reason)
+        }
+    }
+
+    mutating func refuseDelete(_ r: RowContext, _ local: LocalRow, reason: String) throws {
+        try log(r, local, column: "", localValue: .null, remoteValue: .null, localClock: local.born, winner: "local", reason: reason)
+    }
+
+    mutating func deleteRow(_ r: RowContext, _ local: LocalRow, logConcurrent: Bool) throws {
+        if logConcurrent, let values = local.values {
+            for (i, c) in r.def.columnNames.enumerated() where isConcurrent(localClock(local, c)) && !r.def.primaryKeyColumns.contains(c) {
+                try log(r, local, column: c, localValue: values[i], remoteValue: .null, localClock: localClock(local, c), winner: "remote",
+                        reason: "row deleted on another device while changed here")
+            }
+        }
+        let sql = "DELETE FROM " + quoteIdentifier(r.table) + " WHERE " + r.def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
+        try cached(sql).run(r.keyValues)
+        try setRowMeta(r, local.key, born: max(r.change.born, local.born == Merger.unexported ? r.change.born : local.born), deleted: r.change.clock)
+        try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
+        try purgePending(r, local)
+        report.deleted += 1
+    }
+
+    /// Updates `columns` of the row to the incoming values; false when a UNIQUE collision made the remote row lose.
+    mutating func update(_ r: RowContext, _ local: LocalRow, columns: [String]) throws -> Bool {
+        let sql = "UPDATE " + quoteIdentifier(r.table) + " SET " + columns.map { quoteIdentifier($0) + " = ?" }.joined(separator: ", ")
+            + " WHERE " + r.def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
+        var newRow: [String: SQLValue] = [:]
+        for (i, c) in r.def.columnNames.enumerated() { newRow[c.lowercased()] = local.values?[i] ?? .null }
+        for c in columns { newRow[c.lowercased()] = r.value(c) }
+        return try writeResolvingUnique(r, local, newRow: newRow) { m in try m.cached(sql).run(columns.map { r.value($0) } + r.keyValues) }
+    }
+
+    /// Runs a write; on a UNIQUE collision with another row, the row born first keeps the value (the key text
+    /// breaks ties), the same on every device. Returns false when the incoming row lost.
+    mutating func writeResolvingUnique(_ r: RowContext, _ local: LocalRow, newRow: [String: SQLValue], _ write: (inout Merger) throws -> Void) throws -> Bool {
+        for _ in 0..<8 {
+            do {
+                try write(&self)
+                return true
+            } catch let e as SQLiteError where e.isUniqueViolation {
+                guard let (other, constraint) = try collidingRow(r, newRow: newRow) else { throw e }
+                let otherRow = try localRow(r.info, keyValues: other)
+                let remoteFirst = r.change.born < otherRow.born || (r.change.born == otherRow.born && local.key < otherRow.key)
+                let reason = "UNIQUE (\(constraint.joined(separator: ", "))) collision between two rows: the row created first keeps the value"
+                if !remoteFirst {
+                    try refuse(r, local, columns: r.changedColumns, reason: reason)
+                    return false
+                }
+                let otherContext = RowContext(info: r.info, remote: [:], remoteColumns: [], change: r.change, keyValues: other)
+                for (i, c) in r.def.columnNames.enumerated() {
+                    try log(otherContext, otherRow, column: c, localValue: otherRow.values?[i] ?? .null, remoteValue: .null,
+                            localClock: localClock(otherRow, c), winner: "remote", reason: reason)
+                }
+                try deleteRow(otherContext, otherRow, logConcurrent: false)
+            }
+        }
+        throw SyncEngineError.diffRejected(file: reader.url.path, reason: "could not resolve UNIQUE collisions for a row of '\(r.table)'")
+    }
+
+    /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint.
+    mutating func collidingRow(_ r: RowContext, newRow: [String: SQLValue]) throws -> ([SQLValue], [String])? {
+        let keys = r.def.primaryKeyColumns
+        for u in r.def.uniqueConstraints {
+            let vals = u.map { newRow[$0.lowercased()] ?? .null }
+            if vals.contains(.null) { continue }
+            let sql = "SELECT " + keys.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(r.table)
+                + " WHERE " + u.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
+                + " AND NOT (" + keys.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ") + ") LIMIT 1"
+            let rows = try db.rows(sql, vals + r.keyValues)
+            if let first = rows.first { return (first, u) }
+        }
+        return nil
+    }
+
+    // MARK: Bookkeeping
+
+    mutating func setRowMeta(_ r: RowContext, _ key: String, born: Clock, deleted: Clock?) throws {
+        try cached("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?,?,?,?,?,?) ON CONFLICT(tid, pk) DO UPDATE SET born_hlc = excluded.born_hlc, born_site = excluded.born_site, del_hlc = excluded.del_hlc, del_site = excluded.del_site")
+            .run([.integer(r.info.table.id), .text(key), .integer(born.hlc.rawValue), .text(born.site),
+                  deleted.map { .integer($0.hlc.rawValue) } ?? .null, deleted.map { .text($0.site) } ?? .null])
+    }
+
+    /// Records the incoming clocks of `columns` (a column without a clock row takes the row's born clock).
+    mutating func setColumnClocks(_ r: RowContext, _ key: String, columns: [String], clearFirst: Bool) throws {
+        let tid = Int64(r.info.table.id)
+        if clearFirst { try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(tid), .text(key)]) }
+        let set = try cached("INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site) VALUES (?,?,?,?,?)")
+        for c in columns {
+            let clock = r.clock(c)
+            if clearFirst && clock == r.change.born { continue }
+            try set.run([.integer(tid), .text(key), .text(c), .integer(clock.hlc.rawValue), .text(clock.site)])
+        }
+    }
+
+    /// Drops unexported local changes to a row that was replaced or deleted by the merge.
+    mutating func purgePending(_ r: RowContext, _ local: LocalRow) throws {
+        guard local.pending != nil else { return }
+        try cached("DELETE FROM rtsync_changes WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
+        pending["\(r.info.table.id)|" + local.key] = nil
+    }
+
+    mutating func log(_ r: RowContext, _ local: LocalRow, column: String, localValue: SQLValue, remoteValue: SQLValue,
+                      localClock: Clock, winner: String, reason: String) throws {
+        let unexported = localClock == Merger.unexported
+        try cached("""
+            INSERT INTO rtsync_conflicts(at, diff_id, tbl, pk, col, local_value, remote_value, local_hlc, local_site, remote_hlc, remote_site, winner, reason)
+            VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
+            """).run([.text(now), .text(meta.id.string), .text(r.table), .text(local.key), .text(column), localValue, remoteValue,
+                      unexported ? .null : .integer(localClock.hlc.rawValue), .text(unexported ? ownSite : localClock.site),
+                      .integer(r.clock(column).hlc.rawValue), .text(r.clock(column).site), .text(winner), .text(reason)])
+        report.conflicts += 1
+    }
+}
+
+extension Merger.RowContext {
+    /// Whether the incoming row is a different incarnation from the local one.
+    func born(_ local: Merger.LocalRow) -> Bool { change.born != local.born }
+}

@@ -1,0 +1,285 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+extension SyncDatabase {
+    /// Applies diff files in KSUID order; each diff is one transaction and is applied at most once.
+    ///
+    /// A rejected diff leaves the database unchanged and is moved to `quarantine` (when given).
+    public func apply(diffs urls: [URL], quarantine: URL? = nil, limits: DiffLimits = .default) -> [ApplyReport] {
+        let ordered = urls.enumerated().sorted { a, b in
+            let ka = DiffFile.diffID(fromFileName: a.element.lastPathComponent), kb = DiffFile.diffID(fromFileName: b.element.lastPathComponent)
+            switch (ka, kb) {
+            case let (x?, y?): return x < y
+            case (nil, _?): return false
+            case (_?, nil): return true
+            default: return a.offset < b.offset
+            }
+        }.map(\.element)
+        return ordered.map { apply(diff: $0, quarantine: quarantine, limits: limits) }
+    }
+
+    /// Applies one diff file (see `apply(diffs:quarantine:limits:)`).
+    public func apply(diff url: URL, quarantine: URL? = nil, limits: DiffLimits = .default) -> ApplyReport {
+        locked {
+            var report = ApplyReport(file: url.path, diffID: nil, status: .rejected)
+            func reject(_ reason: String) -> ApplyReport {
+                report.status = .rejected
+                report.reason = reason
+                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0
+                report.tablesCreated = []; report.columnsAdded = []
+                if let quarantine { report.quarantinedTo = Self.moveToQuarantine(url, folder: quarantine, reason: reason) }
+                return report
+            }
+            let reader: DiffReader
+            do { reader = try DiffReader(url: url, limits: limits) } catch let e as DiffFormatError {
+                return reject(e.reason)
+            } catch { return reject("\(error)") }
+            let meta = reader.metadata
+            report.diffID = meta.id.string
+            do {
+                try db.transaction { try installBookkeeping() }
+                if try db.scalar("SELECT 1 FROM rtsync_applied WHERE diff_id = ?", [.text(meta.id.string)]) != nil {
+                    report.status = .skipped
+                    report.reason = "already applied"
+                    return report
+                }
+                let ownSite = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
+                if meta.authorSite == ownSite {
+                    try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?,?,?,?,?,?,?)",
+                                   [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
+                                    meta.sequenceFirst.map { .integer($0) } ?? .null, meta.sequenceLast.map { .integer($0) } ?? .null, .text(ISO8601.format(Date(), fractional: true))])
+                    report.status = .skipped
+                    report.reason = "this device's own diff"
+                    return report
+                }
+                try db.transaction {
+                    var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
+                    try merger.run()
+                    report = merger.report
+                }
+                report.status = .applied
+                return report
+            } catch let e as SyncEngineError {
+                if case .diffRejected(_, let reason) = e { return reject(reason) }
+                return reject(e.description)
+            } catch let e as SQLiteError {
+                return reject(e.isConstraintViolation ? "constraint failed: \(e.message)" : e.description)
+            } catch {
+                return reject("\(error)")
+            }
+        }
+    }
+
+    /// Moves a rejected diff into the quarantine folder beside a `.reason.txt`; returns its new path.
+    static func moveToQuarantine(_ url: URL, folder: URL, reason: String) -> String? {
+        let fm = FileManager.default
+        do {
+            try fm.createDirectory(at: folder, withIntermediateDirectories: true)
+            var target = folder.appendingPathComponent(url.lastPathComponent)
+            if fm.fileExists(atPath: target.path) {
+                target = folder.appendingPathComponent(KSUID.generate().string + "-" + url.lastPathComponent)
+            }
+            try fm.moveItem(at: url, to: target)
+            try? Data((reason + "\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
+            return target.path
+        } catch { return nil }
+    }
+}
+
+/// Merges one validated diff into the primary database inside the caller's transaction.
+struct Merger {
+    let db: Connection
+    let reader: DiffReader
+    let meta: DiffMetadata
+    let ownSite: String
+    let resolvers: [String: ConflictResolver]
+    var report: ApplyReport
+    var tracked: [String: TrackedInfo] = [:]
+    /// Pending (not yet exported) local changes by "tid|pk".
+    var pending: [String: PendingLocal] = [:]
+    var statements: [String: Statement] = [:]
+    var maxRemoteHLC: Int64 = 0
+    let now = ISO8601.format(Date(), fractional: true)
+
+    /// A clock that beats every real one: a local change not yet exported will be stamped later than anything seen.
+    static let unexported = Clock(hlc: HLC(rawValue: Int64.max), site: "")
+
+    struct PendingLocal {
+        var sawInsert = false
+        var lastOp: Int64 = 0
+        var mask = Set<Int>()
+    }
+
+    init(db: Connection, reader: DiffReader, ownSite: String, resolvers: [String: ConflictResolver], report: ApplyReport) throws {
+        self.db = db
+        self.reader = reader
+        self.meta = reader.metadata
+        self.ownSite = ownSite
+        self.resolvers = resolvers
+        self.report = report
+    }
+
+    mutating func run() throws {
+        // Row order inside a diff must not matter: foreign keys are checked at commit.
+        try db.execute("PRAGMA defer_foreign_keys = ON")
+        try adjustSchema()
+        tracked = try SyncDatabaseInternals.loadTracked(db)
+        // Writes made while applying are not captured (no echo): the capture triggers are dropped for the
+        // length of this transaction and re-created before it commits (a rollback restores them too).
+        for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
+        try loadPending()
+        try reader.forEachChange { change in try self.merge(change) }
+        for info in try SyncDatabaseInternals.loadTracked(db).values {
+            try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
+        }
+        try db.execute("INSERT INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at, inserted, updated, deleted, conflicts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
+                        meta.sequenceFirst.map { .integer($0) } ?? .null, meta.sequenceLast.map { .integer($0) } ?? .null, .text(now),
+                        .integer(Int64(report.inserted)), .integer(Int64(report.updated)), .integer(Int64(report.deleted)), .integer(Int64(report.conflicts))])
+        // Move the local clock past everything seen, so later local edits win over what was just applied.
+        // A clock more than a day ahead of our wall time is not followed (a badly skewed or hostile device).
+        let limit = (HLC.wallMilliseconds() + 86_400_000) << 16
+        if maxRemoteHLC > 0 && maxRemoteHLC < limit {
+            try db.execute("UPDATE rtsync_site SET hlc = max(hlc, ?)", [.integer(maxRemoteHLC)])
+            try db.execute("INSERT INTO rtsync_seen(site, hlc) VALUES (?, ?) ON CONFLICT(site) DO UPDATE SET hlc = max(hlc, excluded.hlc)",
+                           [.text(meta.authorSite), .integer(maxRemoteHLC)])
+        }
+    }
+
+    // MARK: - Schema adjustment
+
+    /// Creates missing tables and adds missing columns from the diff's structured definitions;
+    /// never runs SQL text from the file. A different primary key rejects the diff.
+    mutating func adjustSchema() throws {
+        let file = reader.url.path
+        for def in reader.tables {
+            if let local = try TableDefinition.read(table: def.name, from: db) {
+                let lp = local.primaryKeyColumns.map { $0.lowercased() }, rp = def.primaryKeyColumns.map { $0.lowercased() }
+                guard lp == rp else {
+                    throw SyncEngineError.diffRejected(file: file, reason: "incompatible schema for table '\(def.name)': primary key (\(rp.joined(separator: ", "))) in the diff, (\(lp.joined(separator: ", "))) here")
+                }
+                for column in def.columns where local.columnIndex(column.name) == nil {
+                    do { try db.execute(def.addColumnSQL(column)) } catch {
+                        throw SyncEngineError.diffRejected(file: file, reason: "cannot add column '\(column.name)' to '\(def.name)': \(error)")
+                    }
+                    report.columnsAdded.append(def.name + "." + column.name)
+                }
+                let isTracked = try db.scalar("SELECT 1 FROM rtsync_tracked WHERE name = ?", [.text(def.name)]) != nil
+                if !isTracked || report.columnsAdded.contains(where: { $0.hasPrefix(def.name + ".") }) {
+                    _ = try SyncDatabaseInternals.trackTable(db, def.name)
+                }
+            } else {
+                let sql: String
+                do { sql = try def.createTableSQL(file: file) } catch let e as DiffFormatError {
+                    throw SyncEngineError.diffRejected(file: file, reason: e.reason)
+                }
+                try db.execute(sql)
+                _ = try SyncDatabaseInternals.trackTable(db, def.name)
+                report.tablesCreated.append(def.name)
+            }
+        }
+    }
+
+    mutating func loadPending() throws {
+        let s = try db.prepare("SELECT tid, pk, op, cols FROM rtsync_changes ORDER BY seq")
+        while try s.step() {
+            guard let tid = s.column(0).int64, let pk = s.column(1).string, let op = s.column(2).int64 else { continue }
+            let key = "\(tid)|" + pk
+            var p = pending[key] ?? PendingLocal()
+            p.lastOp = op
+            if op == 1 { p.sawInsert = true }
+            if op == 2, case .text(let m) = s.column(3) {
+                for (i, ch) in m.utf8.enumerated() where ch == UInt8(ascii: "1") { p.mask.insert(i) }
+            }
+            pending[key] = p
+        }
+    }
+
+    // MARK: - Local state of one row
+
+    struct LocalRow {
+        var key: String
+        var values: [SQLValue]?          // local columns in local order, nil when no row
+        var born: Clock                  // incarnation (unexported insert: beats everything)
+        var deleted: Clock?              // tombstone clock when deleted
+        var clocks: [String: Clock]      // per-column clocks (lower-cased names)
+        var pending: PendingLocal?
+        var pendingColumns: Set<String>  // lower-cased names changed locally and not yet exported
+    }
+
+    /// Statements are cached by text; SQLite re-prepares them itself if the schema changes.
+    mutating func cached(_ sql: String) throws -> Statement {
+        if let s = statements[sql] { s.reset(); return s }
+        let s = try db.prepare(sql)
+        statements[sql] = s
+        return s
+    }
+
+    mutating func keyText(_ values: [SQLValue]) throws -> String {
+        let s = try cached("SELECT " + (1...values.count).map { "quote(?\($0))" }.joined(separator: " || ',' || "))
+        try s.bind(values)
+        _ = try s.step()
+        return s.column(0).string ?? ""
+    }
+
+    mutating func localRow(_ info: TrackedInfo, keyValues: [SQLValue]) throws -> LocalRow {
+        let def = info.definition
+        let key = try keyText(keyValues)
+        let tid = info.table.id
+        let select = try cached("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name)
+                                + " WHERE " + def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND "))
+        try select.bind(keyValues)
+        let values = try select.step() ? select.row() : nil
+        select.reset()
+        let metaStmt = try cached("SELECT born_hlc, born_site, del_hlc, del_site FROM rtsync_rows WHERE tid = ? AND pk = ?")
+        try metaStmt.bind([.integer(tid), .text(key)])
+        var born = Clock.zero
+        var deleted: Clock?
+        if try metaStmt.step() {
+            born = Clock(hlc: HLC(rawValue: metaStmt.column(0).int64 ?? 0), site: metaStmt.column(1).string ?? "")
+            if let d = metaStmt.column(2).int64 { deleted = Clock(hlc: HLC(rawValue: d), site: metaStmt.column(3).string ?? "") }
+        }
+        metaStmt.reset()
+        var clocks: [String: Clock] = [:]
+        let clockStmt = try cached("SELECT col, hlc, site FROM rtsync_clocks WHERE tid = ? AND pk = ?")
+        try clockStmt.bind([.integer(tid), .text(key)])
+        while try clockStmt.step() {
+            clocks[(clockStmt.column(0).string ?? "").lowercased()] = Clock(hlc: HLC(rawValue: clockStmt.column(1).int64 ?? 0), site: clockStmt.column(2).string ?? "")
+        }
+        let p = pending["\(tid)|" + key]
+        var pendingColumns = Set<String>()
+        if let p {
+            if p.sawInsert && values != nil { born = Merger.unexported }
+            if p.sawInsert { pendingColumns = Set(def.columnNames.map { $0.lowercased() }) }
+            for i in p.mask where i < info.table.columns.count { pendingColumns.insert(info.table.columns[i].lowercased()) }
+        }
+        return LocalRow(key: key, values: values, born: born, deleted: values == nil ? (deleted ?? (p?.lastOp == 3 ? Merger.unexported : nil)) : nil,
+                        clocks: clocks, pending: p, pendingColumns: pendingColumns)
+    }
+
+    /// The clock of a local column value (an unexported change beats every clock).
+    func localClock(_ row: LocalRow, _ column: String) -> Clock {
+        let c = column.lowercased()
+        if row.pendingColumns.contains(c) { return Merger.unexported }
+        return row.clocks[c] ?? row.born
+    }
+
+    /// Whether the author of the diff had not seen the local value when it wrote its change: only then is
+    /// overwriting it (or refusing the remote value) a conflict worth logging.
+    func isConcurrent(_ local: Clock) -> Bool {
+        if local == Merger.unexported { return true }
+        if local == .zero || local.site == meta.authorSite { return false }
+        return (meta.seen[local.site] ?? 0) < local.hlc.rawValue
+    }
+}
+
+/// Internal entry points shared by SyncDatabase and the merger (both run on the locked connection).
+enum SyncDatabaseInternals {
+    static func loadTracked(_ db: Connection) throws -> [String: TrackedInfo] { try SyncDatabase.loadTracked(db) }
+    static func dropTriggers(_ db: Connection, tid: Int64) throws { try SyncDatabase.dropTriggers(db, tid: tid) }
+    static func installTriggers(_ db: Connection, tid: Int64, definition: TableDefinition) throws {
+        try SyncDatabase.installTriggers(db, tid: tid, definition: definition)
+    }
+    static func trackTable(_ db: Connection, _ name: String) throws -> TrackedTable { try SyncDatabase.trackTable(db, name, policy: nil) }
+}

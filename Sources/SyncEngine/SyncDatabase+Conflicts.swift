@@ -1,0 +1,103 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+/// One entry of the conflict log: a value overwritten by merge or a change refused by policy.
+public struct ConflictRecord: Sendable, Codable, Equatable {
+    /// Log id.
+    public var id: Int64
+    /// When it was logged (UTC, ISO-8601).
+    public var at: String
+    /// The diff being applied.
+    public var diffID: String?
+    /// Table name.
+    public var table: String
+    /// Row key as SQL literals.
+    public var key: String
+    /// Column ("" for a refused delete).
+    public var column: String
+    /// The local value at merge time.
+    public var localValue: SQLValue
+    /// The incoming value.
+    public var remoteValue: SQLValue
+    /// Local clock (nil for a change not yet exported).
+    public var localClock: Clock?
+    /// Remote clock.
+    public var remoteClock: Clock?
+    /// "local" or "remote".
+    public var winner: String
+    /// Why.
+    public var reason: String
+    /// Whether the losing value was restored.
+    public var restored: Bool
+
+    /// The value that lost.
+    public var losingValue: SQLValue { winner == "remote" ? localValue : remoteValue }
+}
+
+extension SyncDatabase {
+    static let conflictColumns = "id, at, diff_id, tbl, pk, col, local_value, remote_value, local_hlc, local_site, remote_hlc, remote_site, winner, reason, restored"
+
+    static func conflict(from r: [SQLValue]) -> ConflictRecord {
+        ConflictRecord(id: r[0].int64 ?? 0, at: r[1].string ?? "", diffID: r[2].string, table: r[3].string ?? "", key: r[4].string ?? "",
+                       column: r[5].string ?? "", localValue: r[6], remoteValue: r[7],
+                       localClock: r[8].int64.map { Clock(hlc: HLC(rawValue: $0), site: r[9].string ?? "") },
+                       remoteClock: r[10].int64.map { Clock(hlc: HLC(rawValue: $0), site: r[11].string ?? "") },
+                       winner: r[12].string ?? "", reason: r[13].string ?? "", restored: r[14].int64 == 1)
+    }
+
+    /// Entries of the conflict log, oldest first.
+    public func conflicts(includeRestored: Bool = true, table: String? = nil) throws -> [ConflictRecord] {
+        try locked {
+            try requireTracked()
+            var sql = "SELECT \(Self.conflictColumns) FROM rtsync_conflicts WHERE 1"
+            var args: [SQLValue] = []
+            if !includeRestored { sql += " AND restored = 0" }
+            if let table { sql += " AND tbl = ?"; args.append(.text(table)) }
+            return try db.rows(sql + " ORDER BY id", args).map(Self.conflict(from:))
+        }
+    }
+
+    /// One conflict log entry.
+    /// - Throws: `SyncEngineError.conflictNotFound`.
+    public func conflict(id: Int64) throws -> ConflictRecord {
+        try locked {
+            try requireTracked()
+            guard let r = try db.rows("SELECT \(Self.conflictColumns) FROM rtsync_conflicts WHERE id = ?", [.integer(id)]).first else {
+                throw SyncEngineError.conflictNotFound(id: id)
+            }
+            return Self.conflict(from: r)
+        }
+    }
+
+    /// Re-applies the losing value of a conflict as a new local change (captured and exported like any edit,
+    /// so it wins everywhere after the next sync). A refused delete is restored by deleting the row.
+    /// - Throws: `SyncEngineError.cannotRestore` when the row no longer exists.
+    public func restoreConflict(id: Int64) throws {
+        let record = try conflict(id: id)
+        try locked {
+            guard let def = try TableDefinition.read(table: record.table, from: db) else {
+                throw SyncEngineError.cannotRestore(id: id, reason: "table '\(record.table)' no longer exists")
+            }
+            guard let keys = KeyCodec.decode(record.key), keys.count == def.primaryKeyColumns.count else {
+                throw SyncEngineError.cannotRestore(id: id, reason: "malformed row key \(record.key)")
+            }
+            let whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
+            try db.transaction {
+                if record.column.isEmpty {
+                    try db.execute("DELETE FROM " + quoteIdentifier(def.name) + " WHERE " + whereKey, keys)
+                } else {
+                    guard def.columnIndex(record.column) != nil else {
+                        throw SyncEngineError.cannotRestore(id: id, reason: "column '\(record.column)' no longer exists")
+                    }
+                    try db.execute("UPDATE " + quoteIdentifier(def.name) + " SET " + quoteIdentifier(record.column) + " = ? WHERE " + whereKey,
+                                   [record.losingValue] + keys)
+                    if db.changes == 0 {
+                        throw SyncEngineError.cannotRestore(id: id, reason: "row \(record.key) of '\(def.name)' no longer exists")
+                    }
+                }
+                try db.execute("UPDATE rtsync_conflicts SET restored = 1 WHERE id = ?", [.integer(id)])
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+/// A device's primary SQLite database with rtsync's change tracking, export, apply and conflict log.
+///
+/// All work goes through one connection guarded by a lock, so an instance can be shared between tasks.
+public final class SyncDatabase: @unchecked Sendable {
+    /// Path of the database file.
+    public let path: String
+    let db: Connection
+    private let lock = NSLock()
+    var resolvers: [String: ConflictResolver] = [:]
+
+    /// Opens an existing database (never creates one: a typo must not make an empty database).
+    /// - Throws: `SyncEngineError.databaseNotFound`, or `SQLiteError` when it cannot be opened.
+    public init(path: String) throws {
+        guard FileManager.default.fileExists(atPath: path) else { throw SyncEngineError.databaseNotFound(path: path) }
+        self.path = path
+        db = try Connection(path: path, mode: .readWrite)
+        db.setBusyTimeout(milliseconds: 5_000)
+        // Foreign keys: local ON DELETE SET NULL / CASCADE must behave as the schema says while diffs are applied.
+        // Recursive triggers: INSERT OR REPLACE then fires the delete trigger, so a replaced row is captured.
+        try db.execute("PRAGMA foreign_keys = ON; PRAGMA recursive_triggers = ON")
+    }
+
+    /// Runs `body` with exclusive use of the connection.
+    func locked<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock(); defer { lock.unlock() }
+        return try body()
+    }
+
+    /// Runs arbitrary SQL on the connection (for tools and tests; app code uses its own connection).
+    public func execute(_ sql: String, _ arguments: [SQLValue] = []) throws {
+        try locked { arguments.isEmpty ? try db.execute(sql) : try db.execute(sql, arguments) }
+    }
+
+    /// Runs a query and returns all rows (for tools and tests).
+    public func query(_ sql: String, _ arguments: [SQLValue] = []) throws -> [[SQLValue]] {
+        try locked { try db.rows(sql, arguments) }
+    }
+
+    /// Installs a custom resolver for column conflicts of `table` (used with the default policy).
+    public func setResolver(for table: String, _ resolver: ConflictResolver?) {
+        locked { resolvers[table] = resolver }
+    }
+
+    // MARK: - Bookkeeping
+
+    static let bookkeepingDDL = """
+    CREATE TABLE IF NOT EXISTS rtsync_site(
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      site_id TEXT NOT NULL,
+      user_id TEXT NOT NULL DEFAULT '',
+      hlc INTEGER NOT NULL DEFAULT 0,
+      diff_seq INTEGER NOT NULL DEFAULT 0,
+      last_export TEXT);
+    CREATE TABLE IF NOT EXISTS rtsync_tracked(
+      tid INTEGER PRIMARY KEY,
+      name TEXT NOT NULL UNIQUE,
+      columns TEXT NOT NULL,
+      policy TEXT NOT NULL DEFAULT 'lww-column',
+      owner_column TEXT,
+      on_delete_conflict TEXT NOT NULL DEFAULT 'delete-wins');
+    CREATE TABLE IF NOT EXISTS rtsync_changes(
+      seq INTEGER PRIMARY KEY,
+      tid INTEGER NOT NULL,
+      pk TEXT NOT NULL,
+      op INTEGER NOT NULL,
+      cols TEXT);
+    CREATE TABLE IF NOT EXISTS rtsync_clocks(
+      tid INTEGER NOT NULL, pk TEXT NOT NULL, col TEXT NOT NULL,
+      hlc INTEGER NOT NULL, site TEXT NOT NULL,
+      PRIMARY KEY (tid, pk, col)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS rtsync_rows(
+      tid INTEGER NOT NULL, pk TEXT NOT NULL,
+      born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL,
+      del_hlc INTEGER, del_site TEXT,
+      PRIMARY KEY (tid, pk)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS rtsync_applied(
+      diff_id TEXT PRIMARY KEY, kind TEXT NOT NULL, author_user TEXT NOT NULL, author_site TEXT NOT NULL,
+      seq_first INTEGER, seq_last INTEGER, applied_at TEXT NOT NULL,
+      inserted INTEGER NOT NULL DEFAULT 0, updated INTEGER NOT NULL DEFAULT 0,
+      deleted INTEGER NOT NULL DEFAULT 0, conflicts INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS rtsync_seen(
+      site TEXT PRIMARY KEY, hlc INTEGER NOT NULL) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS rtsync_conflicts(
+      id INTEGER PRIMARY KEY,
+      at TEXT NOT NULL, diff_id TEXT, tbl TEXT NOT NULL, pk TEXT NOT NULL, col TEXT NOT NULL,
+      local_value, remote_value,
+      local_hlc INTEGER, local_site TEXT, remote_hlc INTEGER, remote_site TEXT,
+      winner TEXT NOT NULL, reason TEXT NOT NULL, restored INTEGER NOT NULL DEFAULT 0);
+    """
+
+    /// Whether rtsync's bookkeeping tables exist in this database.
+    public var isTracked: Bool {
+        (try? locked { try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'rtsync_site'") }) != nil
+    }
+
+    /// Creates the bookkeeping tables and the site identity if missing (inside the caller's transaction).
+    func installBookkeeping() throws {
+        try db.execute(Self.bookkeepingDDL)
+        if try db.scalar("SELECT 1 FROM rtsync_site") == nil {
+            try db.execute("INSERT INTO rtsync_site(id, site_id) VALUES (1, ?)", [.text(KSUID.generate().string)])
+        }
+    }
+
+    /// This database's site id (stable from the first `track`).
+    public func siteID() throws -> String {
+        try locked { try requireTracked(); return try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? "" }
+    }
+
+    /// The user id recorded for this database ("" until set).
+    public func userID() throws -> String {
+        try locked { try requireTracked(); return try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? "" }
+    }
+
+    /// Records the user this database belongs to (stamped into exported diffs).
+    public func setUserID(_ user: String) throws {
+        try locked { try requireTracked(); try db.execute("UPDATE rtsync_site SET user_id = ?", [.text(user)]) }
+    }
+
+    /// Gives this copy of the database a new site id: a database that arrived by copy must not share
+    /// its site id with the original, or each would skip the other's diffs as its own.
+    @discardableResult
+    public func regenerateSiteID() throws -> String {
+        try locked {
+            try requireTracked()
+            let id = KSUID.generate().string
+            try db.execute("UPDATE rtsync_site SET site_id = ?, diff_seq = 0", [.text(id)])
+            return id
+        }
+    }
+
+    func requireTracked() throws {
+        if try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'rtsync_site'") == nil {
+            throw SyncEngineError.notTracked(path: path)
+        }
+    }
+
+    /// The local hybrid logical clock: the largest clock issued or seen.
+    func currentHLC() throws -> HLC { HLC(rawValue: try db.scalar("SELECT hlc FROM rtsync_site")?.int64 ?? 0) }
+}

@@ -1,2 +1,0 @@
-/// The primary database: change tracking, export, apply, merge.
-public enum SyncEngineModule {}

@@ -1,0 +1,83 @@
+import ArgumentParser
+import DiffFormat
+import Foundation
+import SyncEngine
+
+extension RTSync.Diff {
+    /// `rtsync diff create`.
+    struct Create: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Export every change not yet exported as one diff file.",
+            discussion: "Prints the path of the new <KSUID>.sqlite. With nothing to export it says so, writes no file and exits 0."
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Option(help: "Folder to write the diff into (created if missing).") var out: String
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() throws {
+            let db = try database.open()
+            do {
+                let result = try db.exportChanges(to: URL(fileURLWithPath: out))
+                if json {
+                    if let result { printJSON(result) } else { print(#"{"file": null, "rows": 0}"#) }
+                } else if let result {
+                    print(result.file)
+                } else {
+                    FileHandle.standardError.write(Data("nothing to export: no changes since the last diff\n".utf8))
+                }
+            } catch { throw report(error) }
+        }
+    }
+
+    /// `rtsync diff apply`.
+    struct Apply: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Apply diff files (or folders of them) in KSUID order.",
+            discussion: "Each diff is one transaction and is applied at most once (re-applying reports 'skipped'). A rejected diff changes nothing and is moved to the quarantine folder. Exit status 1 when any diff was rejected."
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "Diff files or folders containing <KSUID>.sqlite files.") var paths: [String]
+        @Option(help: "Where rejected diffs are moved (default: 'quarantine' beside the database).") var quarantine: String?
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() throws {
+            let db = try database.open()
+            var files: [URL] = []
+            let fm = FileManager.default
+            for p in paths {
+                var isDir: ObjCBool = false
+                guard fm.fileExists(atPath: p, isDirectory: &isDir) else { throw fail("no such file or folder (\(p))", hint: "pass diff files or folders that hold them") }
+                if isDir.boolValue {
+                    let names = (try? fm.contentsOfDirectory(atPath: p)) ?? []
+                    files += names.filter { DiffFile.diffID(fromFileName: $0) != nil }.map { URL(fileURLWithPath: p).appendingPathComponent($0) }
+                } else {
+                    files.append(URL(fileURLWithPath: p))
+                }
+            }
+            let q = URL(fileURLWithPath: quarantine ?? URL(fileURLWithPath: database.db).deletingLastPathComponent().appendingPathComponent("quarantine").path)
+            let reports = db.apply(diffs: files, quarantine: q)
+            if json {
+                printJSON(reports)
+            } else {
+                for r in reports {
+                    let name = URL(fileURLWithPath: r.file).lastPathComponent
+                    switch r.status {
+                    case .applied:
+                        var line = "applied  \(name): \(r.inserted) inserted, \(r.updated) updated, \(r.deleted) deleted, \(r.conflicts) conflicts"
+                        if !r.tablesCreated.isEmpty { line += "; created \(r.tablesCreated.joined(separator: ", "))" }
+                        if !r.columnsAdded.isEmpty { line += "; added \(r.columnsAdded.joined(separator: ", "))" }
+                        print(line)
+                    case .skipped:
+                        print("skipped  \(name): \(r.reason ?? "")")
+                    case .rejected:
+                        print("rejected \(name): \(r.reason ?? "")")
+                        _ = fail("diff rejected: \(r.reason ?? "") (\(r.file))", hint: "nothing was changed; the file was moved to \(r.quarantinedTo ?? "(could not move it)")")
+                    }
+                }
+                let c = Dictionary(grouping: reports, by: \.status).mapValues(\.count)
+                print("\(reports.count) diff(s): \(c[.applied] ?? 0) applied, \(c[.skipped] ?? 0) skipped, \(c[.rejected] ?? 0) rejected")
+            }
+            if reports.contains(where: { $0.status == .rejected }) { throw ExitCode(1) }
+        }
+    }
+}

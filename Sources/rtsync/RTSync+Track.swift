@@ -1,0 +1,84 @@
+import ArgumentParser
+import DiffFormat
+import Foundation
+import SyncEngine
+
+/// Options naming the primary database.
+struct DatabaseOptions: ParsableArguments {
+    @Option(name: .long, help: "Path of the primary SQLite database.") var db: String
+
+    /// Opens the database as a SyncDatabase, printing a clear error when it cannot.
+    func open() throws -> SyncDatabase {
+        do { return try SyncDatabase(path: db) } catch let e as SyncEngineError {
+            throw fail(e.description, hint: e.hint)
+        } catch { throw fail("cannot open database: \(error) (\(db))") }
+    }
+}
+
+/// Turns a library error into the CLI's `error:` / `hint:` output.
+func report(_ error: Error) -> ExitCode {
+    switch error {
+    case let e as ExitCode: return e
+    case let e as SyncEngineError: return fail(e.description, hint: e.hint)
+    case let e as DiffFormatError: return fail(e.description, hint: e.hint)
+    default: return fail("\(error)")
+    }
+}
+
+extension RTSync {
+    /// `rtsync track`.
+    struct Track: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Start capturing changes to tables of the primary database.",
+            discussion: """
+            Installs rtsync's bookkeeping tables (rtsync_*) and plain-SQL triggers, so writes from any \
+            connection, including the sqlite3 shell, are captured. Re-running is harmless. The database \
+            gets a stable site id on first track. Tables without a primary key are refused with the reason.
+            """
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Flag(help: "Track every user table.") var all = false
+        @Argument(help: "Tables to track.") var tables: [String] = []
+        @Option(help: "Merge policy for these tables: \(MergePolicy.allCases.map(\.rawValue).joined(separator: ", ")).") var policy: String?
+        @Option(help: "Owner column for the owner-only policy.") var ownerColumn: String?
+        @Option(help: "JSON file with per-table policies ({\"tables\": {NAME: {\"policy\": ...}}}).") var config: String?
+        @Flag(help: "Print JSON.") var json = false
+
+        func validate() throws {
+            if all == !tables.isEmpty { throw ValidationError("give either --all or one or more table names") }
+            if let policy, MergePolicy(rawValue: policy) == nil { throw ValidationError(SyncEngineError.unknownPolicy(policy).description) }
+        }
+
+        func run() throws {
+            let db = try database.open()
+            do {
+                let p = policy.flatMap(MergePolicy.init(rawValue:)).map { TablePolicy($0, ownerColumn: ownerColumn) }
+                let tracked = try db.track(tables: all ? nil : tables, policy: p)
+                if let config { try db.applyPolicies(try PolicyConfig.load(from: URL(fileURLWithPath: config))) }
+                let site = try db.siteID()
+                let final = try db.trackedTables().filter { t in tracked.contains { $0.name == t.name } }
+                if json {
+                    struct Out: Encodable { let site: String; let tables: [TrackedTable] }
+                    printJSON(Out(site: site, tables: final))
+                } else {
+                    print("site \(site): tracking \(final.count) table(s)")
+                    for t in final { print("  \(t.name) (\(t.columns.count) columns, \(t.policy.policy.rawValue))") }
+                }
+            } catch { throw report(error) }
+        }
+    }
+
+    /// `rtsync untrack`.
+    struct Untrack: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove rtsync's triggers and bookkeeping tables; app data is left untouched."
+        )
+        @OptionGroup var database: DatabaseOptions
+
+        func run() throws {
+            let db = try database.open()
+            do { try db.untrack() } catch { throw report(error) }
+            print("removed rtsync tracking from \(database.db)")
+        }
+    }
+}
