@@ -93,7 +93,8 @@ public final class DiffWriter {
         guard change.values.count == def.columns.count else {
             throw DiffFormatError.writeFailed(file: destination.path, reason: "row of '\(def.name)' has \(change.values.count) values, table has \(def.columns.count) columns")
         }
-        var values = change.values
+        // SQLite stores a NaN REAL as NULL; hash what will be stored, so the digest matches on reading.
+        var values = change.values.map { v -> SQLValue in if case .real(let d) = v, d.isNaN { return .null } else { return v } }
         if change.operation == .delete {
             let keys = Set(def.primaryKeyIndexes)
             for i in values.indices where !keys.contains(i) { values[i] = .null }

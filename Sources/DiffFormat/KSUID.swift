@@ -38,10 +38,15 @@ public struct KSUID: Sendable, Hashable, Comparable {
     /// Parses the 27-character text form.
     /// - Throws: `KSUIDError` for a wrong length, a character outside `0-9A-Za-z`, or a value above `KSUID.max`.
     public init(string: String) throws {
-        let chars = Array(string.utf8)
-        guard chars.count == Self.stringLength else {
-            throw KSUIDError.invalidLength(string, found: string.count)
+        let scalars = Array(string.unicodeScalars)
+        // A non-ASCII character is named as such (not counted as a wrong length when it fills the bytes).
+        if let bad = scalars.firstIndex(where: { !$0.isASCII }), scalars.count <= Self.stringLength {
+            throw KSUIDError.invalidCharacter(string, character: String(scalars[bad]), position: bad)
         }
+        guard scalars.count == Self.stringLength else {
+            throw KSUIDError.invalidLength(string, found: scalars.count)
+        }
+        let chars = Array(string.utf8)
         // Accumulate into a 192-bit number (6 x 32-bit words, big-endian) so overflow past 160 bits shows.
         var words = [UInt32](repeating: 0, count: 6)
         for (position, c) in chars.enumerated() {

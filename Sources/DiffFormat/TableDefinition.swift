@@ -150,22 +150,40 @@ extension TableDefinition {
         return nil
     }
 
-    /// True when a declared type is plain words with an optional size, e.g. `VARCHAR(255)`, `UNSIGNED BIG INT`.
+    /// Words that end a type name and start a constraint: a declared type containing one is refused,
+    /// because written into `CREATE TABLE` it would become a real CHECK, DEFAULT, REFERENCES... clause.
+    static let constraintKeywords: Set<String> = ["CONSTRAINT", "PRIMARY", "NOT", "NULL", "UNIQUE", "CHECK", "DEFAULT",
+                                                  "COLLATE", "REFERENCES", "GENERATED", "AS", "KEY", "ON", "FOREIGN"]
+
+    /// True when a declared type is plain words with an optional size, e.g. `VARCHAR(255)`,
+    /// `DECIMAL(10, 2)`, `UNSIGNED BIG INT`: name+ [ '(' signed [',' signed] ')' ].
     static func isSafeType(_ type: String) -> Bool {
         if type.isEmpty { return true }
         guard type.utf8.count <= 64 else { return false }
-        var depth = 0
-        for u in type.utf8 {
-            switch u {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "_"), UInt8(ascii: " "): if depth > 0 { return false }
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): continue
-            case UInt8(ascii: "("): depth += 1; if depth > 1 { return false }
-            case UInt8(ascii: ")"): depth -= 1; if depth < 0 { return false }
-            case UInt8(ascii: ","), UInt8(ascii: "+"), UInt8(ascii: "-"): if depth == 0 { return false }
-            default: return false
+        var namePart = Substring(type)
+        var sizePart: Substring?
+        if let open = type.firstIndex(of: "(") {
+            guard type.hasSuffix(")") else { return false }
+            namePart = type[..<open]
+            sizePart = type[type.index(after: open)..<type.index(before: type.endIndex)]
+        }
+        let words = namePart.split(separator: " ", omittingEmptySubsequences: true)
+        guard !words.isEmpty else { return false }
+        for word in words {
+            guard let first = word.unicodeScalars.first, first.isASCII, CharacterSet.letters.contains(first) || first == "_",
+                  word.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "_") }),
+                  !constraintKeywords.contains(word.uppercased()) else { return false }
+        }
+        if let sizePart {
+            let numbers = sizePart.split(separator: ",", omittingEmptySubsequences: false)
+            guard (1...2).contains(numbers.count) else { return false }
+            for n in numbers {
+                var digits = n.trimmingCharacters(in: .whitespaces)
+                if digits.hasPrefix("+") || digits.hasPrefix("-") { digits.removeFirst() }
+                guard !digits.isEmpty, digits.utf8.allSatisfy({ (48...57).contains($0) }) else { return false }
             }
         }
-        return depth == 0
+        return true
     }
 
     /// A default value is kept only when it is a plain literal; anything else (an expression) is dropped.

@@ -39,7 +39,15 @@ public final class Statement {
         case .null: rc = sqlite3_bind_null(handle, i)
         case .integer(let v): rc = sqlite3_bind_int64(handle, i, v)
         case .real(let v): rc = sqlite3_bind_double(handle, i, v)
-        case .text(let s): rc = sqlite3_bind_text(handle, i, s, -1, rtsync_transient())
+        case .text(let s):
+            // Bind with an explicit byte length: text may contain NUL bytes, which -1 would cut at.
+            let bytes = Array(s.utf8)
+            rc = bytes.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { chars in
+                    // An empty string still needs a non-NULL pointer, or SQLite binds NULL instead of ''.
+                    sqlite3_bind_text(handle, i, chars.baseAddress ?? UnsafePointer(bitPattern: 1), Int32(chars.count), rtsync_transient())
+                }
+            }
         case .blob(let b):
             rc = b.withUnsafeBytes { raw in
                 // An empty array has no base address; SQLite needs a non-NULL pointer for an empty BLOB (not NULL).
