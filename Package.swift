@@ -23,13 +23,24 @@ let package = Package(
         ),
         // The one place that calls the sqlite3_* C API: connection, statement, backup.
         .target(name: "RTSQLite", dependencies: ["CSQLite"]),
+        // Copy-on-write file clone (FICLONE ioctl / clonefile), which Swift cannot call directly.
+        .target(name: "CClone"),
+        // The bundled demo database, shipped as a SwiftPM resource straight from Fixtures/databases.
+        .target(
+            name: "DemoAsset",
+            path: "Fixtures/databases",
+            exclude: ["build.sh", "record-thing-demo.sql", "routines-logs.sql", "routine-records.sql",
+                      "routines-logs.sqlite", "routine-records.sqlite"],
+            sources: ["DemoAsset.swift"],
+            resources: [.copy("record-thing-demo.sqlite")]
+        ),
         .target(
             name: "DiffFormat",
             dependencies: ["RTSQLite", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
             name: "SyncEngine",
-            dependencies: ["DiffFormat", "RTSQLite", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["DiffFormat", "RTSQLite", "CClone", "DemoAsset", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
             name: "BucketClient",
@@ -45,6 +56,6 @@ let package = Package(
         .testTarget(name: "DiffFormatTests", dependencies: ["DiffFormat", "RTSQLite"]),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "DiffFormat", "RTSQLite"]),
         .testTarget(name: "BucketClientTests", dependencies: ["BucketClient"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient"]),
     ]
 )

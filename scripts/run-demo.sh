@@ -8,5 +8,6 @@ bucket="$home/bucket/demo"
 mkdir -p "$bucket"
 swift build --product rtsync
 bin="$(swift build --show-bin-path)/rtsync"
-file="$("$bin" snapshot --db Fixtures/databases/record-thing-demo.sqlite --out "$bucket" --user demo)"
+cp Fixtures/databases/record-thing-demo.sqlite "$home/demo-copy.sqlite"
+file="$("$bin" snapshot --db "$home/demo-copy.sqlite" --out "$bucket" --user demo)"
 "$bin" diff inspect "$file"
