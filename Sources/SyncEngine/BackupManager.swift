@@ -1,0 +1,246 @@
+import CClone
+import DiffFormat
+import Foundation
+import RTSQLite
+
+/// One database backup.
+public struct BackupInfo: Sendable, Codable, Equatable {
+    /// Backup id (a KSUID; also the file name).
+    public var id: String
+    /// File name inside the backup folder.
+    public var file: String
+    /// Size in bytes.
+    public var bytes: Int64
+    /// "clone" (copy-on-write) or "online-backup" (SQLite backup API).
+    public var method: String
+    /// Whether it passed `quick_check` when last verified.
+    public var verified: Bool
+    /// When it was made (UTC, ISO-8601).
+    public var createdAt: String
+}
+
+/// Makes, lists, verifies, rotates and restores copies of the primary database.
+///
+/// A backup is a copy that is consistent even while other processes write (WAL included): a
+/// copy-on-write clone where the filesystem has one (FICLONE on btrfs/XFS, clonefile on APFS), else
+/// SQLite's online backup API (https://sqlite.org/backup.html). Each is verified with `quick_check`;
+/// the newest verified one is the "last known good".
+public struct BackupManager: Sendable {
+    /// The database backed up.
+    public let database: URL
+    /// The folder holding backups and `backups.json`.
+    public let folder: URL
+    /// How many backups rotation keeps.
+    public var keep: Int
+    /// Whether to try a copy-on-write clone first.
+    public var preferClone: Bool
+
+    /// Makes a manager.
+    public init(database: URL, folder: URL, keep: Int = 5, preferClone: Bool = true) {
+        self.database = database
+        self.folder = folder
+        self.keep = max(1, keep)
+        self.preferClone = preferClone
+    }
+
+    struct Manifest: Codable {
+        var backups: [BackupInfo] = []
+        var lastKnownGood: String?
+    }
+
+    var manifestURL: URL { folder.appendingPathComponent("backups.json") }
+
+    func loadManifest() -> Manifest {
+        guard let data = try? Data(contentsOf: manifestURL), let m = try? JSONDecoder().decode(Manifest.self, from: data) else { return Manifest() }
+        return m
+    }
+
+    func saveManifest(_ m: Manifest) throws {
+        let e = JSONEncoder()
+        e.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try e.encode(m).write(to: manifestURL, options: .atomic)
+    }
+
+    /// Backups, newest first.
+    public func list() -> [BackupInfo] { loadManifest().backups.sorted { $0.id > $1.id } }
+
+    /// The newest verified backup.
+    public func lastKnownGood() -> BackupInfo? {
+        let m = loadManifest()
+        return m.backups.first { $0.id == m.lastKnownGood && $0.verified }
+    }
+
+    // MARK: - Create
+
+    /// Makes a verified backup, rotates old ones and marks it last-known-good.
+    /// - Throws: `LifecycleError.backupFailed` (folder missing or full, database unreadable); existing backups are untouched.
+    @discardableResult
+    public func create() throws -> BackupInfo {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: folder.path, isDirectory: &isDir), isDir.boolValue else {
+            throw LifecycleError.backupFailed(path: folder.path, reason: "backup folder does not exist")
+        }
+        guard FileManager.default.fileExists(atPath: database.path) else {
+            throw LifecycleError.backupFailed(path: database.path, reason: "database does not exist")
+        }
+        let id = KSUID.generate().string
+        let temp = folder.appendingPathComponent(".\(id).sqlite.tmp")
+        let final = folder.appendingPathComponent("\(id).sqlite")
+        func cleanup() { for s in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: temp.path + s) } }
+        cleanup()
+        var method = "online-backup"
+        do {
+            if preferClone, try Self.cloneConsistently(database: database, to: temp) {
+                method = "clone"
+            } else {
+                cleanup()
+                try Self.onlineBackup(database: database, to: temp)
+            }
+            try Durable.sync(file: temp)
+            if let problem = Self.verificationProblem(temp) { throw LifecycleError.backupFailed(path: temp.path, reason: "copy failed verification: \(problem)") }
+            try Durable.rename(temp, to: final)
+        } catch let e as LifecycleError {
+            cleanup(); throw e
+        } catch {
+            cleanup()
+            throw LifecycleError.backupFailed(path: final.path, reason: "\(error)")
+        }
+        let size = ((try? FileManager.default.attributesOfItem(atPath: final.path)[.size]) as? NSNumber)?.int64Value ?? 0
+        let info = BackupInfo(id: id, file: final.lastPathComponent, bytes: size, method: method, verified: true,
+                              createdAt: ISO8601.format(Date(), fractional: true))
+        var m = loadManifest()
+        m.backups.append(info)
+        m.lastKnownGood = id
+        // Rotation: keep the newest `keep` backups; the last-known-good is the newest, so it always stays.
+        let sorted = m.backups.sorted { $0.id > $1.id }
+        for old in sorted.dropFirst(keep) where old.id != m.lastKnownGood {
+            try? FileManager.default.removeItem(at: folder.appendingPathComponent(old.file))
+        }
+        m.backups = Array(sorted.prefix(keep))
+        do { try saveManifest(m) } catch {
+            throw LifecycleError.backupFailed(path: manifestURL.path, reason: "backup \(id) was written but the list could not be saved: \(error)")
+        }
+        return info
+    }
+
+    /// Clones the database (and its WAL) while holding the write lock, so the copy is one consistent state.
+    /// Returns false when the filesystem cannot clone.
+    static func cloneConsistently(database: URL, to temp: URL) throws -> Bool {
+        let db = try Connection(path: database.path, mode: .readWrite)
+        db.setBusyTimeout(milliseconds: 10_000)
+        let wal = try db.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
+        if wal { _ = try? db.rows("PRAGMA wal_checkpoint(PASSIVE)") }
+        // BEGIN IMMEDIATE blocks other writers (not readers) until the clone is done: a few milliseconds.
+        try db.execute("BEGIN IMMEDIATE")
+        defer { try? db.execute("ROLLBACK") }
+        let rc = rtsync_clone_file(database.path, temp.path)
+        if rc != 0 {
+            if [EOPNOTSUPP, EXDEV, EINVAL, ENOTTY, ENOSYS].contains(rc) || rc == ENOTSUP { return false }
+            throw LifecycleError.backupFailed(path: temp.path, reason: String(cString: strerror(rc)))
+        }
+        let walPath = database.path + "-wal"
+        if wal, let size = (try? FileManager.default.attributesOfItem(atPath: walPath)[.size]) as? NSNumber, size.int64Value > 0 {
+            let rc2 = rtsync_clone_file(walPath, temp.path + "-wal")
+            if rc2 != 0 { try FileManager.default.copyItem(atPath: walPath, toPath: temp.path + "-wal") }
+        }
+        try db.execute("ROLLBACK")
+        if wal {
+            // Fold the copied WAL into the copy so the backup is one self-contained file.
+            let copy = try Connection(path: temp.path, mode: .readWrite)
+            _ = try copy.rows("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        for s in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: temp.path + s) }
+        return true
+    }
+
+    /// Copies the database with SQLite's online backup API (consistent: one read snapshot).
+    static func onlineBackup(database: URL, to temp: URL) throws {
+        let source = try Connection(path: database.path, mode: .readOnly)
+        source.setBusyTimeout(milliseconds: 10_000)
+        let dest = try Connection(path: temp.path)
+        let backup = try Backup(from: source, to: dest)
+        var spins = 0
+        while try !backup.step(pages: -1) {
+            spins += 1
+            if spins > 200 { throw LifecycleError.backupFailed(path: database.path, reason: "database stayed locked") }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        _ = try? dest.rows("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
+    /// Why a database file is not usable, or nil when `quick_check` passes and it has tables.
+    public static func verificationProblem(_ file: URL, expectedTables: [String] = []) -> String? {
+        do {
+            let db = try Connection(path: file.path, mode: .readOnly)
+            let check = try db.rows("PRAGMA quick_check(5)").compactMap { $0.first?.string }
+            if check != ["ok"] { return check.joined(separator: "; ") }
+            let tables = Set(try db.rows("SELECT lower(name) FROM sqlite_schema WHERE type = 'table'").compactMap { $0[0].string })
+            if tables.isEmpty { return "database has no tables" }
+            let missing = expectedTables.filter { !tables.contains($0.lowercased()) }
+            if !missing.isEmpty { return "missing expected tables: \(missing.joined(separator: ", "))" }
+            return nil
+        } catch {
+            return "\((error as? SQLiteError)?.message ?? "\(error)")"
+        }
+    }
+
+    // MARK: - Verify and restore
+
+    /// Re-checks a backup and records the result.
+    public func verify(id: String) throws -> BackupInfo {
+        var m = loadManifest()
+        guard let i = m.backups.firstIndex(where: { $0.id == id }) else { throw LifecycleError.backupNotFound(id: id) }
+        let problem = Self.verificationProblem(folder.appendingPathComponent(m.backups[i].file))
+        m.backups[i].verified = problem == nil
+        if problem != nil, m.lastKnownGood == id {
+            m.lastKnownGood = m.backups.filter { $0.verified && $0.id != id }.max { $0.id < $1.id }?.id
+        }
+        try saveManifest(m)
+        return m.backups[i]
+    }
+
+    /// Restores a backup (default: last-known-good) over the database. The replaced database is kept
+    /// beside it as `<name>.replaced-<KSUID>`; the new file is written aside and renamed into place.
+    /// - Returns: the backup restored and where the replaced database went.
+    /// - Throws: `LifecycleError.backupCorrupt` naming the next good backup when the chosen one is damaged.
+    @discardableResult
+    public func restore(id: String? = nil) throws -> (backup: BackupInfo, replacedAt: URL?) {
+        let m = loadManifest()
+        guard let chosenID = id ?? m.lastKnownGood else { throw LifecycleError.noGoodBackup }
+        guard m.backups.contains(where: { $0.id == chosenID }) else { throw LifecycleError.backupNotFound(id: chosenID) }
+        let checked = try verify(id: chosenID)
+        guard checked.verified else {
+            let next = loadManifest().backups.filter { $0.verified && $0.id != chosenID }.max { $0.id < $1.id }
+            throw LifecycleError.backupCorrupt(id: chosenID, reason: Self.verificationProblem(folder.appendingPathComponent(checked.file)) ?? "failed quick_check", nextGood: next?.id)
+        }
+        let replaced = try Self.install(folder.appendingPathComponent(checked.file), as: database)
+        return (checked, replaced)
+    }
+
+    /// Copies `source` next to `target`, syncs it, moves any existing target (and its WAL files) aside,
+    /// and renames the copy into place. Returns where the old target went.
+    static func install(_ source: URL, as target: URL) throws -> URL? {
+        let fm = FileManager.default
+        try fm.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let temp = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).incoming")
+        try? fm.removeItem(at: temp)
+        if rtsync_clone_file(source.path, temp.path) != 0 {
+            try? fm.removeItem(at: temp)
+            try fm.copyItem(at: source, to: temp)
+        }
+        try Durable.sync(file: temp)
+        var aside: URL?
+        if fm.fileExists(atPath: target.path) {
+            let dest = target.deletingLastPathComponent().appendingPathComponent(target.lastPathComponent + ".replaced-" + KSUID.generate().string)
+            try fm.moveItem(at: target, to: dest)
+            aside = dest
+        }
+        for s in ["-wal", "-shm", "-journal"] {
+            if fm.fileExists(atPath: target.path + s) {
+                if let aside { try? fm.moveItem(atPath: target.path + s, toPath: aside.path + s) } else { try? fm.removeItem(atPath: target.path + s) }
+            }
+        }
+        try Durable.rename(temp, to: target)
+        return aside
+    }
+}

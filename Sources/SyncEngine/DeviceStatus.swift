@@ -1,0 +1,89 @@
+import DiffFormat
+import Foundation
+
+/// Everything `rtsync status` reports (JSON keys are documented in the README).
+public struct DeviceStatus: Sendable, Codable {
+    /// Primary database path.
+    public var database: String
+    /// Whether the database exists.
+    public var exists: Bool
+    /// Database size in bytes.
+    public var bytes: Int64
+    /// User id.
+    public var userId: String
+    /// Site id of the database.
+    public var siteId: String?
+    /// Tier.
+    public var tier: Tier
+    /// Demo mode flag.
+    public var demo: Bool
+    /// Configured bucket.
+    public var bucket: String?
+    /// Tracked tables.
+    public var trackedTables: [String]
+    /// Captured changes not yet exported.
+    public var pendingChanges: Int
+    /// Diffs waiting in the outbox for upload.
+    public var outbox: Int
+    /// Time of the last export.
+    public var lastExport: String?
+    /// Time of the newest backup.
+    public var lastBackup: String?
+    /// Id of the last-known-good backup.
+    public var lastKnownGood: String?
+    /// Rejected diffs in quarantine.
+    public var quarantined: Int
+    /// Conflict log entries not restored.
+    public var unresolvedConflicts: Int
+    /// Diffs known to be missing: site id -> missing sequence numbers.
+    public var gaps: [String: [Int64]]
+
+    /// Gathers the status of a home folder.
+    public static func gather(home: RTSyncHome) throws -> DeviceStatus {
+        let settings = try home.loadSettings()
+        let fm = FileManager.default
+        let dbPath = home.database.path
+        let exists = fm.fileExists(atPath: dbPath)
+        let backups = BackupManager(database: home.database, folder: home.backups, keep: settings.keepBackups)
+        func count(_ dir: URL) -> Int { ((try? fm.contentsOfDirectory(atPath: dir.path)) ?? []).filter { $0.hasSuffix(".sqlite") }.count }
+        var status = DeviceStatus(
+            database: dbPath, exists: exists,
+            bytes: ((try? fm.attributesOfItem(atPath: dbPath)[.size]) as? NSNumber)?.int64Value ?? 0,
+            userId: settings.userID, siteId: nil, tier: settings.tier, demo: settings.demo, bucket: settings.bucket,
+            trackedTables: [], pendingChanges: 0, outbox: count(home.outbox), lastExport: nil,
+            lastBackup: backups.list().first?.createdAt, lastKnownGood: backups.lastKnownGood()?.id,
+            quarantined: count(home.quarantine), unresolvedConflicts: 0, gaps: [:])
+        if exists {
+            let db = try SyncDatabase(path: dbPath)
+            if db.isTracked {
+                status.siteId = try db.siteID()
+                status.trackedTables = try db.trackedTables().map(\.name)
+                status.pendingChanges = try db.pendingChangeCount()
+                status.lastExport = try db.query("SELECT last_export FROM rtsync_site").first?.first?.string
+                status.unresolvedConflicts = try db.conflicts(includeRestored: false).count
+                status.gaps = try db.sequenceGaps()
+            }
+        }
+        return status
+    }
+}
+
+extension SyncDatabase {
+    /// Diffs known to be missing, per author site: sequence numbers below the highest applied one that were never applied.
+    public func sequenceGaps() throws -> [String: [Int64]] {
+        var seen: [String: Set<Int64>] = [:]
+        for r in try query("SELECT author_site, seq_first, seq_last FROM rtsync_applied WHERE seq_first IS NOT NULL AND kind = 'changes'") {
+            guard let site = r[0].string, let a = r[1].int64, let b = r[2].int64, a <= b, b - a < 1_000_000 else { continue }
+            for n in a...b { seen[site, default: []].insert(n) }
+        }
+        var gaps: [String: [Int64]] = [:]
+        for (site, numbers) in seen {
+            guard let maxN = numbers.max() else { continue }
+            // Numbering starts at 1; a snapshot may have covered the early ones, so look only above the lowest seen.
+            let low = numbers.min() ?? 1
+            let missing = (low...maxN).filter { !numbers.contains($0) }
+            if !missing.isEmpty { gaps[site] = missing }
+        }
+        return gaps
+    }
+}

@@ -1,0 +1,92 @@
+import Foundation
+
+/// One object in a remote store listing.
+public struct RemoteObject: Sendable, Hashable {
+    /// Full key.
+    public var key: String
+    /// Size in bytes.
+    public var size: Int64
+    /// Entity tag, if the store has one.
+    public var etag: String?
+
+    /// Makes a listing entry.
+    public init(key: String, size: Int64, etag: String? = nil) {
+        self.key = key
+        self.size = size
+        self.etag = etag
+    }
+}
+
+/// Failures a remote store reports in terms SyncEngine acts on.
+public enum RemoteStoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The key does not exist.
+    case notFound(key: String)
+    /// A conditional put found the key already there (so a retried upload is not duplicated).
+    case alreadyExists(key: String)
+    /// Anything else (network, permissions), with the store's own text.
+    case failed(key: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .notFound(let k): return "no such object (\(k))"
+        case .alreadyExists(let k): return "object already exists (\(k))"
+        case .failed(let k, let r): return "\(r) (\(k))"
+        }
+    }
+}
+
+/// The storage SyncEngine needs from a bucket: list, download, upload, delete. BucketClient's stores are
+/// adapted to it by the caller, so SyncEngine does not depend on a particular backend.
+public protocol RemoteStore: Sendable {
+    /// Every object whose key starts with `prefix`, in key order.
+    func list(prefix: String) async throws -> [RemoteObject]
+    /// Downloads an object into a local file (replacing it only when the download completed).
+    func download(key: String, to file: URL) async throws
+    /// Uploads a local file; with `ifAbsent`, fails with `RemoteStoreError.alreadyExists` when the key exists.
+    func upload(file: URL, key: String, ifAbsent: Bool) async throws
+    /// Deletes an object (no error when it is already gone).
+    func delete(key: String) async throws
+    /// Whether the store is a local folder (local storage counts as local in every tier).
+    var isLocal: Bool { get }
+    /// Requests issued so far (for reports; idle sync must cost one LIST).
+    var requestsMade: Int { get }
+}
+
+/// Exponential backoff with full jitter and a bound on total time, for network steps.
+public struct RetryPolicy: Sendable {
+    /// Attempts at most.
+    public var maxAttempts: Int
+    /// First delay.
+    public var baseDelay: Duration
+    /// Largest single delay.
+    public var maxDelay: Duration
+    /// Give up once this much time has passed.
+    public var totalTimeout: Duration
+
+    /// Makes a policy.
+    public init(maxAttempts: Int = 4, baseDelay: Duration = .milliseconds(200), maxDelay: Duration = .seconds(2), totalTimeout: Duration = .seconds(10)) {
+        self.maxAttempts = maxAttempts
+        self.baseDelay = baseDelay
+        self.maxDelay = maxDelay
+        self.totalTimeout = totalTimeout
+    }
+
+    /// Runs `body`, retrying failures other than `notFound` until attempts or time run out.
+    public func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        let clock = ContinuousClock()
+        let start = clock.now
+        var attempt = 0
+        while true {
+            attempt += 1
+            do { return try await body() } catch {
+                if case RemoteStoreError.notFound = error { throw error }
+                let elapsed = clock.now - start
+                if attempt >= maxAttempts || elapsed >= totalTimeout { throw error }
+                let cap = min(maxDelay, baseDelay * (1 << min(attempt - 1, 16)))
+                let jitter = Double.random(in: 0...1)
+                let delay = min(cap * jitter, totalTimeout - elapsed)
+                try await Task.sleep(for: delay)
+            }
+        }
+    }
+}

@@ -1,0 +1,249 @@
+import Crypto
+import DiffFormat
+import Foundation
+import RTSQLite
+
+/// What one phase of a sync did.
+public struct SyncPhase: Sendable, Codable {
+    /// Phase name: export, upload, download, apply, media, backup.
+    public var name: String
+    /// Whether it completed.
+    public var ok: Bool
+    /// One line saying what happened.
+    public var summary: String
+    /// The error, when it failed (everything it did not finish stays queued for the next run).
+    public var error: String?
+}
+
+/// The report of `Syncer.sync`.
+public struct SyncReport: Sendable, Codable {
+    /// Phases in order.
+    public var phases: [SyncPhase] = []
+    /// The diff exported this run, if any.
+    public var exported: ExportResult?
+    /// Keys uploaded.
+    public var uploaded: [String] = []
+    /// Keys downloaded.
+    public var downloaded: [String] = []
+    /// Apply results.
+    public var applied: [ApplyReport] = []
+    /// Backup made, if any.
+    public var backup: BackupInfo?
+    /// Requests made to the bucket.
+    public var requests = 0
+    /// Whether every phase completed.
+    public var ok: Bool { phases.allSatisfy(\.ok) }
+}
+
+/// Brings the primary database up to date with the bucket and publishes local changes: export to the
+/// outbox, upload the outbox to `<user>/inbound/`, download and apply diffs not yet applied, then media
+/// and a backup when due. Any phase that fails leaves its work queued for the next run.
+public struct Syncer: Sendable {
+    /// The folders.
+    public var home: RTSyncHome
+    /// The bucket.
+    public var remote: any RemoteStore
+    /// Retries of network steps.
+    public var retry: RetryPolicy
+    /// Signs exported diffs when set.
+    public var signingKey: Curve25519.Signing.PrivateKey?
+    /// Raw Ed25519 public keys accepted; with `requireSignatures`, unsigned or otherwise signed diffs are rejected.
+    public var trustedKeys: [[UInt8]]
+    /// Media phase, supplied by the caller (BucketClient's media sync); nil skips it.
+    public var media: (@Sendable () async throws -> String)?
+
+    /// Makes a syncer.
+    public init(home: RTSyncHome, remote: any RemoteStore, retry: RetryPolicy = RetryPolicy(), signingKey: Curve25519.Signing.PrivateKey? = nil,
+                trustedKeys: [[UInt8]] = [], media: (@Sendable () async throws -> String)? = nil) {
+        self.home = home
+        self.remote = remote
+        self.retry = retry
+        self.signingKey = signingKey
+        self.trustedKeys = trustedKeys
+        self.media = media
+    }
+
+    /// The inbound prefix of a user.
+    public static func inboundPrefix(user: String) -> String { user + "/inbound/" }
+
+    /// Checks that sync may run: not in demo mode, and the tier allows this bucket.
+    /// - Throws: `LifecycleError.demoMode` or `.tierRefused`.
+    public func checkAllowed(_ settings: RTSyncSettings) throws {
+        if settings.demo { throw LifecycleError.demoMode(action: "sync") }
+        try settings.tier.require(.syncDatabase(cloud: !remote.isLocal))
+    }
+
+    /// Runs one sync. With `dryRun`, only reports what would be uploaded and downloaded.
+    /// - Throws: only for refusals (demo mode, tier); network failures are reported in the phases.
+    public func sync(dryRun: Bool = false, progress: @Sendable (String) -> Void = { _ in }) async throws -> SyncReport {
+        let settings = try home.loadSettings()
+        try checkAllowed(settings)
+        try home.createFolders()
+        let db = try SyncDatabase(path: home.database.path)
+        if !db.isTracked { try db.trackAllTrackable() }
+        let user = settings.userID.isEmpty ? try db.userID() : settings.userID
+        let inbound = Self.inboundPrefix(user: user)
+        let fm = FileManager.default
+        var report = SyncReport()
+        let startRequests = remote.requestsMade
+
+        // 1. Export local changes into the outbox (kept there until an upload is confirmed).
+        if dryRun {
+            report.phases.append(SyncPhase(name: "export", ok: true, summary: "\(try db.pendingChangeCount()) change(s) would be exported"))
+        } else {
+            do {
+                if let result = try db.exportChanges(to: home.outbox, signingKey: signingKey) {
+                    report.exported = result
+                    try db.recordOwnDiff(id: result.diffID)
+                    report.phases.append(SyncPhase(name: "export", ok: true, summary: "exported \(result.rows) row(s) to \(URL(fileURLWithPath: result.file).lastPathComponent)"))
+                } else {
+                    report.phases.append(SyncPhase(name: "export", ok: true, summary: "nothing to export"))
+                }
+            } catch {
+                report.phases.append(SyncPhase(name: "export", ok: false, summary: "export failed", error: "\(error)"))
+            }
+        }
+
+        // 2. Upload the outbox; a conditional put makes a retried upload harmless.
+        let outbox = ((try? fm.contentsOfDirectory(atPath: home.outbox.path)) ?? []).filter { DiffFile.diffID(fromFileName: $0) != nil }.sorted()
+        if dryRun {
+            report.phases.append(SyncPhase(name: "upload", ok: true, summary: "\(outbox.count) diff(s) would be uploaded"))
+        } else {
+            var failure: String?
+            for name in outbox {
+                let file = home.outbox.appendingPathComponent(name)
+                let key = inbound + name
+                do {
+                    progress("uploading \(name)")
+                    do {
+                        try await retry.run { try await remote.upload(file: file, key: key, ifAbsent: true) }
+                    } catch RemoteStoreError.alreadyExists {
+                        // An earlier run uploaded it but stopped before clearing the outbox.
+                    }
+                    try fm.removeItem(at: file)
+                    report.uploaded.append(key)
+                } catch {
+                    failure = "\(key): \(error)"
+                    break
+                }
+            }
+            report.phases.append(SyncPhase(name: "upload", ok: failure == nil,
+                                           summary: "uploaded \(report.uploaded.count) of \(outbox.count) diff(s)", error: failure))
+        }
+
+        // 3. Download what this device has not applied (one LIST when idle), then apply in KSUID order.
+        var toApply: [URL] = []
+        do {
+            let listed = try await retry.run { try await remote.list(prefix: inbound) }
+            let applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
+            let wanted = listed.filter { obj in
+                let name = String(obj.key.dropFirst(inbound.count))
+                guard !name.contains("/"), let id = DiffFile.diffID(fromFileName: name) else { return false }
+                return !applied.contains(id.string)
+            }.sorted { $0.key < $1.key }
+            if dryRun {
+                report.phases.append(SyncPhase(name: "download", ok: true, summary: "\(wanted.count) diff(s) would be downloaded and applied"))
+            } else {
+                var failure: String?
+                for obj in wanted {
+                    let name = String(obj.key.dropFirst(inbound.count))
+                    let local = home.inbox.appendingPathComponent(name)
+                    if !fm.fileExists(atPath: local.path) {
+                        do {
+                            progress("downloading \(name)")
+                            try await retry.run { try await remote.download(key: obj.key, to: local) }
+                            report.downloaded.append(obj.key)
+                        } catch {
+                            failure = "\(obj.key): \(error)"
+                            continue
+                        }
+                    }
+                    toApply.append(local)
+                }
+                report.phases.append(SyncPhase(name: "download", ok: failure == nil,
+                                               summary: "downloaded \(report.downloaded.count) of \(wanted.count) new diff(s)", error: failure))
+            }
+        } catch {
+            report.phases.append(SyncPhase(name: "download", ok: false, summary: "could not list \(inbound)", error: "\(error)"))
+        }
+        if !dryRun {
+            // Also pick up diffs downloaded by an earlier run that stopped before applying them.
+            for name in ((try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? []) where DiffFile.diffID(fromFileName: name) != nil {
+                let url = home.inbox.appendingPathComponent(name)
+                if !toApply.contains(url) { toApply.append(url) }
+            }
+            var reports: [ApplyReport] = []
+            var accepted: [URL] = []
+            for url in toApply {
+                if let refusal = signatureRefusal(url, settings: settings) {
+                    var r = ApplyReport(file: url.path, diffID: DiffFile.diffID(fromFileName: url.lastPathComponent)?.string, status: .rejected, reason: refusal)
+                    r.quarantinedTo = SyncDatabase.moveToQuarantine(url, folder: home.quarantine, reason: refusal)
+                    reports.append(r)
+                } else {
+                    accepted.append(url)
+                }
+            }
+            reports += db.apply(diffs: accepted, quarantine: home.quarantine)
+            for r in reports where r.status != .rejected { try? fm.removeItem(atPath: r.file) }
+            report.applied = reports
+            let applied = reports.filter { $0.status == .applied }
+            let rejected = reports.filter { $0.status == .rejected }
+            let rows = applied.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }
+            report.phases.append(SyncPhase(name: "apply", ok: rejected.isEmpty,
+                                           summary: "applied \(applied.count) diff(s) (\(rows) row(s), \(applied.reduce(0) { $0 + $1.conflicts }) conflict(s)), skipped \(reports.count - applied.count - rejected.count), rejected \(rejected.count)",
+                                           error: rejected.isEmpty ? nil : rejected.map { "\(URL(fileURLWithPath: $0.file).lastPathComponent): \($0.reason ?? "")" }.joined(separator: "; ")))
+        }
+
+        // 4. Media.
+        if let media, !dryRun {
+            do { report.phases.append(SyncPhase(name: "media", ok: true, summary: try await media())) } catch {
+                report.phases.append(SyncPhase(name: "media", ok: false, summary: "media sync failed", error: "\(error)"))
+            }
+        }
+
+        // 5. A backup when one is due (premium also keeps it in the bucket).
+        if !dryRun {
+            let backups = BackupManager(database: home.database, folder: home.backups, keep: settings.keepBackups)
+            let last = backups.list().first.flatMap { ISO8601.parse($0.createdAt) }
+            let due = last.map { Date().timeIntervalSince($0) >= Double(settings.backupIntervalMinutes * 60) } ?? true
+            if due {
+                do {
+                    let b = try backups.create()
+                    report.backup = b
+                    var summary = "backup \(b.id) (\(b.method), \(b.bytes) bytes)"
+                    if (try? settings.tier.require(.uploadBackup(cloud: !remote.isLocal))) != nil {
+                        try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(b.file), key: user + "/backups/" + b.file, ifAbsent: false) }
+                        summary += ", uploaded"
+                    }
+                    report.phases.append(SyncPhase(name: "backup", ok: true, summary: summary))
+                } catch {
+                    report.phases.append(SyncPhase(name: "backup", ok: false, summary: "backup failed", error: "\(error)"))
+                }
+            } else {
+                report.phases.append(SyncPhase(name: "backup", ok: true, summary: "not due"))
+            }
+        }
+        report.requests = remote.requestsMade - startRequests
+        return report
+    }
+
+    /// Why a downloaded diff must be refused for its signature, or nil when it may be applied.
+    func signatureRefusal(_ url: URL, settings: RTSyncSettings) -> String? {
+        guard settings.requireSignatures else { return nil }
+        guard let reader = try? DiffReader(url: url) else { return nil }  // apply reports the format error itself
+        if reader.metadata.signature == nil { return "unsigned diff (signatures are required)" }
+        return reader.isSigned(byOneOf: trustedKeys) ? nil : "signature is not valid or not from a trusted key"
+    }
+}
+
+extension SyncDatabase {
+    /// Records a diff this device exported as applied, so sync never downloads its own diffs.
+    public func recordOwnDiff(id: String) throws {
+        try locked {
+            let site = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
+            let user = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
+            try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, applied_at) VALUES (?, 'changes', ?, ?, ?)",
+                           [.text(id), .text(user), .text(site), .text(ISO8601.format(Date(), fractional: true))])
+        }
+    }
+}
