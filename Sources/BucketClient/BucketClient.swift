@@ -1,2 +1,0 @@
-/// Object stores: S3 and local folder.
-public enum BucketClientModule {}

@@ -1,0 +1,103 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Size and modification time of a local file, read with one `stat` call.
+struct FileStat: Sendable, Hashable {
+    var size: Int64
+    /// Modification time in nanoseconds since 1970.
+    var mtimeNanoseconds: Int64
+    var isRegularFile: Bool
+    var isDirectory: Bool
+
+    var modificationDate: Date {
+        Date(timeIntervalSince1970: Double(mtimeNanoseconds) / 1_000_000_000)
+    }
+
+    /// Returns nil when the path does not exist (or cannot be stat'ed).
+    static func of(_ path: String) -> FileStat? {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        #if canImport(Darwin)
+        let ns = Int64(st.st_mtimespec.tv_sec) * 1_000_000_000 + Int64(st.st_mtimespec.tv_nsec)
+        #else
+        let ns = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        #endif
+        let type = st.st_mode & S_IFMT
+        return FileStat(size: Int64(st.st_size), mtimeNanoseconds: ns,
+                        isRegularFile: type == S_IFREG, isDirectory: type == S_IFDIR)
+    }
+}
+
+/// Small filesystem helpers shared by the local backend, downloads and media sync.
+enum LocalFiles {
+    static func errnoText() -> String { String(cString: strerror(errno)) }
+
+    /// Creates the parent folder of `url` when missing.
+    static func createParent(of url: URL) throws {
+        let parent = url.deletingLastPathComponent()
+        do {
+            try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
+        } catch {
+            throw BucketError.localIO(path: parent.path, description: error.localizedDescription)
+        }
+    }
+
+    /// A temporary file name beside `url`, hidden from listings.
+    static func temporaryURL(beside url: URL) -> URL {
+        url.deletingLastPathComponent().appendingPathComponent(".rtsync-tmp-\(UUID().uuidString)")
+    }
+
+    /// Writes `data` to a temporary file beside `url`, flushes it, and returns the temporary URL.
+    static func writeTemporary(_ data: Data, beside url: URL) throws -> URL {
+        try createParent(of: url)
+        let tmp = temporaryURL(beside: url)
+        do {
+            try data.write(to: tmp)
+        } catch {
+            throw BucketError.localIO(path: tmp.path, description: error.localizedDescription)
+        }
+        return tmp
+    }
+
+    /// Atomically replaces `destination` with `source` (same filesystem).
+    static func rename(_ source: URL, to destination: URL) throws {
+        if Foundation.rename(source.path, destination.path) != 0 {
+            let text = errnoText()
+            try? FileManager.default.removeItem(at: source)
+            throw BucketError.localIO(path: destination.path, description: text)
+        }
+    }
+
+    /// Atomically publishes `source` as `destination` only if `destination` does not exist.
+    /// Returns false when it exists.
+    static func linkIfAbsent(_ source: URL, to destination: URL) throws -> Bool {
+        defer { try? FileManager.default.removeItem(at: source) }
+        if link(source.path, destination.path) == 0 { return true }
+        if errno == EEXIST { return false }
+        throw BucketError.localIO(path: destination.path, description: errnoText())
+    }
+
+    /// Streams a file through SHA-256 and returns the lowercase hex digest.
+    static func sha256Hex(of url: URL) throws -> String {
+        guard let handle = FileHandle(forReadingAtPath: url.path) else {
+            throw BucketError.localIO(path: url.path, description: "cannot open for reading")
+        }
+        defer { try? handle.close() }
+        var hasher = Hashing.SHA256Stream()
+        while true {
+            let chunk: Data
+            do { chunk = try handle.read(upToCount: 1 << 20) ?? Data() } catch {
+                throw BucketError.localIO(path: url.path, description: error.localizedDescription)
+            }
+            if chunk.isEmpty { break }
+            hasher.update(chunk)
+        }
+        return hasher.finalizeHex()
+    }
+}

@@ -1,0 +1,194 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An ``ObjectStore`` over a local folder (`file:///path`): the embedded default and the test backend.
+///
+/// Keys map to files below the root; keys that could escape it are refused with
+/// ``BucketError/unsafeKey(key:reason:)``. Every write goes to a hidden temporary file in the
+/// destination folder and is renamed into place, so readers never see a partial object.
+/// ETags are derived from size and modification time (no hashing on listing).
+public struct LocalFolderStore: ObjectStore {
+    /// The folder that holds the objects.
+    public let root: URL
+    /// Counts operations by S3-style name (`ListObjectsV2`, `GetObject`, ...).
+    public let requestCounter = RequestCounter()
+
+    static let temporaryPrefix = ".rtsync-tmp-"
+
+    /// Creates a store over `root`, creating the folder when `create` is true.
+    public init(root: URL, create: Bool = true) throws {
+        self.root = root.standardizedFileURL
+        if create {
+            do {
+                try FileManager.default.createDirectory(at: self.root, withIntermediateDirectories: true)
+            } catch {
+                throw BucketError.localIO(path: root.path, description: error.localizedDescription)
+            }
+        } else if FileStat.of(self.root.path)?.isDirectory != true {
+            throw BucketError.bucketNotFound(bucket: root.path)
+        }
+    }
+
+    /// `file://` URL of the root.
+    public var displayName: String { root.absoluteString }
+
+    func info(key: String, stat: FileStat) -> ObjectInfo {
+        ObjectInfo(key: key, size: stat.size,
+                   etag: String(stat.size, radix: 16) + "-" + String(stat.mtimeNanoseconds, radix: 16),
+                   lastModified: stat.modificationDate)
+    }
+
+    func statObject(_ key: String) throws -> (URL, FileStat) {
+        let url = try SafeKey.fileURL(root: root, key: key)
+        guard let st = FileStat.of(url.path), st.isRegularFile else { throw BucketError.notFound(key: key) }
+        return (url, st)
+    }
+
+    // MARK: - Listing
+
+    /// Lists objects under `prefix` in UTF-8 byte order; the continuation token is the last key returned.
+    public func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        requestCounter.record("ListObjectsV2")
+        let limit = max(1, min(maxKeys ?? 1000, 1000))
+        let after = continuationToken ?? startAfter
+        // Walk only the deepest folder the prefix names.
+        let folderPart = prefix.range(of: "/", options: .backwards).map { String(prefix[..<$0.upperBound]) } ?? ""
+        var start = root
+        if !folderPart.isEmpty {
+            guard let segs = try? SafeKey.segments(of: String(folderPart.dropLast())) else {
+                return ObjectPage(objects: [], nextContinuationToken: nil)
+            }
+            for s in segs { start.appendPathComponent(s, isDirectory: true) }
+        }
+        var keys: [(String, FileStat)] = []
+        walk(start, keyPrefix: folderPart) { key, st in
+            if key.hasPrefix(prefix), after.map({ $0.utf8.lexicographicallyPrecedes(key.utf8) }) ?? true {
+                keys.append((key, st))
+            }
+        }
+        keys.sort { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+        let page = keys.prefix(limit).map { info(key: $0.0, stat: $0.1) }
+        let next = keys.count > limit ? page.last?.key : nil
+        return ObjectPage(objects: Array(page), nextContinuationToken: next)
+    }
+
+    private func walk(_ folder: URL, keyPrefix: String, _ visit: (String, FileStat) -> Void) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder.path) else { return }
+        for name in names where !name.hasPrefix(Self.temporaryPrefix) {
+            let url = folder.appendingPathComponent(name)
+            guard let st = FileStat.of(url.path) else { continue }
+            if st.isDirectory {
+                walk(url, keyPrefix: keyPrefix + name + "/", visit)
+            } else if st.isRegularFile {
+                visit(keyPrefix + name, st)
+            }
+        }
+    }
+
+    // MARK: - Reading
+
+    /// Reads an object or a byte range of it.
+    public func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data {
+        requestCounter.record("GetObject")
+        let (url, st) = try statObject(key)
+        if let ifMatch, ifMatch != info(key: key, stat: st).etag { throw BucketError.preconditionFailed(key: key) }
+        guard let handle = FileHandle(forReadingAtPath: url.path) else { throw BucketError.notFound(key: key) }
+        defer { try? handle.close() }
+        do {
+            guard let range else { return try handle.readToEnd() ?? Data() }
+            if range.start >= st.size { return Data() }
+            try handle.seek(toOffset: UInt64(range.start))
+            let end = min(range.end ?? (st.size - 1), st.size - 1)
+            return try handle.read(upToCount: Int(end - range.start + 1)) ?? Data()
+        } catch {
+            throw BucketError.localIO(path: url.path, description: error.localizedDescription)
+        }
+    }
+
+    /// Copies an object to `fileURL` through `fileURL.partial`, renamed only when complete.
+    @discardableResult
+    public func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
+        requestCounter.record("GetObject")
+        let (url, st) = try statObject(key)
+        let partial = URL(fileURLWithPath: fileURL.path + ".partial")
+        try LocalFiles.createParent(of: fileURL)
+        try? FileManager.default.removeItem(at: partial)
+        do {
+            try FileManager.default.copyItem(at: url, to: partial)
+        } catch {
+            try? FileManager.default.removeItem(at: partial)
+            throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
+        }
+        let copied = FileStat.of(partial.path)?.size ?? -1
+        guard copied == st.size else {
+            try? FileManager.default.removeItem(at: partial)
+            throw BucketError.truncated(key: key, expected: st.size, received: copied)
+        }
+        try LocalFiles.rename(partial, to: fileURL)
+        return info(key: key, stat: st)
+    }
+
+    /// Size, ETag and modification time of an object.
+    public func head(key: String) async throws -> ObjectInfo {
+        requestCounter.record("HeadObject")
+        let (_, st) = try statObject(key)
+        return info(key: key, stat: st)
+    }
+
+    // MARK: - Writing
+
+    /// Writes `data` atomically; with `ifNoneMatch` fails when the key exists (no overwrite race: uses `link`).
+    @discardableResult
+    public func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo {
+        requestCounter.record("PutObject")
+        let url = try SafeKey.fileURL(root: root, key: key)
+        if FileStat.of(url.path)?.isDirectory == true {
+            throw BucketError.unsafeKey(key: key, reason: "a folder of that name exists")
+        }
+        let tmp = try LocalFiles.writeTemporary(data, beside: url)
+        if ifNoneMatch {
+            guard try LocalFiles.linkIfAbsent(tmp, to: url) else { throw BucketError.preconditionFailed(key: key) }
+        } else {
+            try LocalFiles.rename(tmp, to: url)
+        }
+        let (_, st) = try statObject(key)
+        return info(key: key, stat: st)
+    }
+
+    /// Copies a local file in atomically.
+    @discardableResult
+    public func put(key: String, fileURL: URL) async throws -> ObjectInfo {
+        requestCounter.record("PutObject")
+        let url = try SafeKey.fileURL(root: root, key: key)
+        try LocalFiles.createParent(of: url)
+        let tmp = LocalFiles.temporaryURL(beside: url)
+        do {
+            try FileManager.default.copyItem(at: fileURL, to: tmp)
+        } catch {
+            try? FileManager.default.removeItem(at: tmp)
+            throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+        }
+        try LocalFiles.rename(tmp, to: url)
+        let (_, st) = try statObject(key)
+        return info(key: key, stat: st)
+    }
+
+    /// Removes an object and any folders it leaves empty; a missing key is not an error.
+    public func delete(key: String) async throws {
+        requestCounter.record("DeleteObject")
+        let url = try SafeKey.fileURL(root: root, key: key)
+        if unlink(url.path) != 0 && errno != ENOENT {
+            throw BucketError.localIO(path: url.path, description: LocalFiles.errnoText())
+        }
+        var folder = url.deletingLastPathComponent().standardizedFileURL
+        while folder.path.count > root.path.count, rmdir(folder.path) == 0 {
+            folder = folder.deletingLastPathComponent().standardizedFileURL
+        }
+    }
+}

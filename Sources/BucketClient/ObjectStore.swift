@@ -1,0 +1,130 @@
+import Foundation
+
+/// A small storage-only interface to a bucket: list, get (optionally ranged), head, put, delete.
+///
+/// Keys are relative to the store's root (the `prefix` of `s3://bucket/prefix`, or the folder of
+/// `file:///path`). Both backends report a missing object as ``BucketError/notFound(key:)``.
+public protocol ObjectStore: Sendable {
+    /// A short human description of where the store points, without secrets (e.g. `s3://bucket/prefix`).
+    var displayName: String { get }
+
+    /// Counts the requests (or filesystem operations) this store has issued, by operation name.
+    var requestCounter: RequestCounter { get }
+
+    /// Lists one page of objects whose keys start with `prefix`, in key order.
+    /// - Throws: ``BucketError`` on failure.
+    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage
+
+    /// Returns the bytes of an object, or of `range` of it; fails with `.preconditionFailed` when `ifMatch` does not match.
+    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data
+
+    /// Downloads an object into `fileURL` through a `.partial` file that is renamed when complete.
+    ///
+    /// An interrupted download resumes from the partial file when the object is unchanged.
+    /// A failed or truncated download never replaces an existing `fileURL`.
+    @discardableResult
+    func download(key: String, to fileURL: URL) async throws -> ObjectInfo
+
+    /// Returns size, ETag and modification date of an object.
+    func head(key: String) async throws -> ObjectInfo
+
+    /// Stores `data` under `key`; with `ifNoneMatch` the put fails with `.preconditionFailed` when the key exists.
+    @discardableResult
+    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo
+
+    /// Stores the contents of a local file under `key` (multipart and resumable for large files on S3).
+    @discardableResult
+    func put(key: String, fileURL: URL) async throws -> ObjectInfo
+
+    /// Deletes an object; deleting a missing key succeeds (as on S3).
+    func delete(key: String) async throws
+}
+
+extension ObjectStore {
+    /// Lists every object under `prefix`, following continuation tokens page by page.
+    public func listAll(prefix: String, startAfter: String? = nil) async throws -> [ObjectInfo] {
+        var result: [ObjectInfo] = []
+        var token: String? = nil
+        repeat {
+            let page = try await list(prefix: prefix, startAfter: token == nil ? startAfter : nil, maxKeys: nil, continuationToken: token)
+            result.append(contentsOf: page.objects)
+            token = page.nextContinuationToken
+        } while token != nil
+        return result
+    }
+
+    /// Returns the whole object.
+    public func get(key: String) async throws -> Data {
+        try await get(key: key, range: nil, ifMatch: nil)
+    }
+
+    /// Stores `data` under `key`, replacing any existing object.
+    @discardableResult
+    public func put(key: String, data: Data) async throws -> ObjectInfo {
+        try await put(key: key, data: data, ifNoneMatch: false)
+    }
+
+    /// Returns whether an object exists under `key`.
+    public func exists(key: String) async throws -> Bool {
+        do {
+            _ = try await head(key: key)
+            return true
+        } catch BucketError.notFound {
+            return false
+        }
+    }
+}
+
+/// Metadata of one stored object.
+public struct ObjectInfo: Sendable, Hashable, Codable {
+    /// The key, relative to the store's root.
+    public var key: String
+    /// Size in bytes.
+    public var size: Int64
+    /// The entity tag without quotes (S3: MD5 or multipart tag; local folder: size and mtime based).
+    public var etag: String
+    /// Last modification time, when known.
+    public var lastModified: Date?
+
+    /// Creates object metadata.
+    public init(key: String, size: Int64, etag: String, lastModified: Date?) {
+        self.key = key
+        self.size = size
+        self.etag = etag
+        self.lastModified = lastModified
+    }
+}
+
+/// One page of a listing.
+public struct ObjectPage: Sendable, Hashable {
+    /// Objects of this page, in key order.
+    public var objects: [ObjectInfo]
+    /// Token to pass to the next `list` call, or nil when this is the last page.
+    public var nextContinuationToken: String?
+
+    /// Creates a page.
+    public init(objects: [ObjectInfo], nextContinuationToken: String?) {
+        self.objects = objects
+        self.nextContinuationToken = nextContinuationToken
+    }
+}
+
+/// An inclusive byte range of an object, as in HTTP `Range: bytes=start-end`.
+public struct ByteRange: Sendable, Hashable {
+    /// First byte offset.
+    public var start: Int64
+    /// Last byte offset (inclusive), or nil for "to the end".
+    public var end: Int64?
+
+    /// Creates a range from `start` to `end` inclusive (nil: to the end).
+    public init(start: Int64, end: Int64? = nil) {
+        precondition(start >= 0 && (end ?? start) >= start, "invalid byte range")
+        self.start = start
+        self.end = end
+    }
+
+    /// The HTTP `Range` header value.
+    public var headerValue: String {
+        "bytes=\(start)-\(end.map(String.init) ?? "")"
+    }
+}

@@ -1,0 +1,296 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+// MARK: - Ranged, resumable download
+
+extension S3Store {
+    /// Downloads in ranged chunks into `fileURL.partial`, then renames it over `fileURL`.
+    ///
+    /// The ETag of the object is kept in `fileURL.partial.etag`; a later call resumes from the
+    /// partial file with `If-Match`, and starts over when the object changed.
+    @discardableResult
+    public func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
+        let partial = URL(fileURLWithPath: fileURL.path + ".partial")
+        let etagFile = URL(fileURLWithPath: fileURL.path + ".partial.etag")
+        try LocalFiles.createParent(of: fileURL)
+        var etag: String? = try? String(contentsOf: etagFile, encoding: .utf8)
+        var offset: Int64 = 0
+        if etag != nil, let st = FileStat.of(partial.path), st.isRegularFile {
+            offset = st.size
+        } else {
+            etag = nil
+            try? FileManager.default.removeItem(at: partial)
+        }
+        if FileStat.of(partial.path) == nil && !FileManager.default.createFile(atPath: partial.path, contents: nil) {
+            throw BucketError.localIO(path: partial.path, description: "cannot create file")
+        }
+        guard let handle = FileHandle(forWritingAtPath: partial.path) else {
+            throw BucketError.localIO(path: partial.path, description: "cannot open for writing")
+        }
+        defer { try? handle.close() }
+        var total: Int64? = nil
+        var lastModified: Date? = nil
+        let chunk = Int64(max(1 << 16, configuration.downloadChunkSize))
+        while total == nil || offset < total! {
+            var request = Request(method: "GET", key: key, operation: "GetObject")
+            request.headers["range"] = ByteRange(start: offset, end: offset + chunk - 1).headerValue
+            if let etag { request.headers["if-match"] = "\"\(etag)\"" }
+            let response: Response
+            do {
+                response = try await send(request, acceptStatuses: [416])
+            } catch BucketError.preconditionFailed where etag != nil && total == nil {
+                // The object changed since the partial download began: start over.
+                etag = nil
+                offset = 0
+                try? handle.truncate(atOffset: 0)
+                continue
+            }
+            if response.status == 416 {
+                // Empty object (a range of nothing), or a stale partial longer than the object.
+                if offset == 0 { total = 0; etag = Self.unquote(response.header("ETag")); break }
+                etag = nil
+                offset = 0
+                try? handle.truncate(atOffset: 0)
+                continue
+            }
+            let responseETag = Self.unquote(response.header("ETag"))
+            if etag == nil {
+                etag = responseETag
+                try? Data(responseETag.utf8).write(to: etagFile)
+            }
+            lastModified = Self.parseHTTPDate(response.header("Last-Modified"))
+            if response.status == 206 {
+                // Content-Range: bytes start-end/total
+                guard let range = response.header("Content-Range"), let slash = range.lastIndex(of: "/"),
+                      let size = Int64(range[range.index(after: slash)...]) else {
+                    throw BucketError.invalidResponse(request: describe(request), reason: "206 without a usable Content-Range")
+                }
+                let startText = range.drop(while: { !$0.isNumber }).prefix(while: { $0.isNumber })
+                guard Int64(startText) == offset else {
+                    throw BucketError.invalidResponse(request: describe(request), reason: "206 for another range (\(range))")
+                }
+                total = size
+            } else {
+                // A 200 carries the whole object: restart the file with it.
+                try? handle.truncate(atOffset: 0)
+                offset = 0
+                total = Int64(response.body.count)
+            }
+            if response.body.isEmpty && offset < total! {
+                throw BucketError.truncated(key: key, expected: total!, received: offset)
+            }
+            do {
+                try handle.seek(toOffset: UInt64(offset))
+                try handle.write(contentsOf: response.body)
+            } catch {
+                throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
+            }
+            offset += Int64(response.body.count)
+        }
+        try? handle.synchronize()
+        let written = FileStat.of(partial.path)?.size ?? -1
+        guard written == total else {
+            throw BucketError.truncated(key: key, expected: total ?? 0, received: written)
+        }
+        try LocalFiles.rename(partial, to: fileURL)
+        try? FileManager.default.removeItem(at: etagFile)
+        return ObjectInfo(key: key, size: total ?? 0, etag: etag ?? "", lastModified: lastModified)
+    }
+}
+
+// MARK: - Multipart upload with resume
+
+/// What is recorded about an interrupted multipart upload, so a later process can resume it.
+struct MultipartState: Codable, Sendable, Equatable {
+    var bucket: String
+    var key: String
+    var uploadId: String
+    var fileSize: Int64
+    var fileMtimeNanoseconds: Int64
+    var partSize: Int
+    /// Part number -> ETag of parts known to be uploaded.
+    var parts: [Int: String]
+}
+
+/// Serializes updates of the state file while parts finish concurrently.
+actor MultipartStateFile {
+    let url: URL
+    var state: MultipartState
+
+    init(url: URL, state: MultipartState) {
+        self.url = url
+        self.state = state
+    }
+
+    func record(part: Int, etag: String) {
+        state.parts[part] = etag
+        save()
+    }
+
+    func save() {
+        if let data = try? JSONEncoder().encode(state) {
+            try? data.write(to: url, options: .atomic)
+        }
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: url) }
+}
+
+extension S3Store {
+    /// Where the resume state of an upload of `fileURL` to `key` is kept.
+    func multipartStateURL(fileURL: URL, key: String) -> URL {
+        if let folder = configuration.stateDirectory {
+            let id = Hashing.sha256Hex(Data("\(configuration.bucket)/\(fullKey(key))\n\(fileURL.path)".utf8)).prefix(24)
+            return folder.appendingPathComponent("upload-\(id).json")
+        }
+        return fileURL.deletingLastPathComponent().appendingPathComponent(".\(fileURL.lastPathComponent).rtsync-upload.json")
+    }
+
+    /// PutObject for small files; a resumable multipart upload above ``S3Configuration/multipartThreshold``.
+    @discardableResult
+    public func put(key: String, fileURL: URL) async throws -> ObjectInfo {
+        guard let st = FileStat.of(fileURL.path), st.isRegularFile else {
+            throw BucketError.localIO(path: fileURL.path, description: "not a readable file")
+        }
+        if st.size <= Int64(configuration.multipartThreshold) {
+            let data: Data
+            do { data = try Data(contentsOf: fileURL) } catch {
+                throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+            }
+            return try await put(key: key, data: data, ifNoneMatch: false)
+        }
+        return try await multipartUpload(key: key, fileURL: fileURL, stat: st)
+    }
+
+    func multipartUpload(key: String, fileURL: URL, stat st: FileStat) async throws -> ObjectInfo {
+        let partSize = max(5 << 20, configuration.partSize)
+        let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
+        let stateURL = multipartStateURL(fileURL: fileURL, key: key)
+        var state: MultipartState? = nil
+        if let data = try? Data(contentsOf: stateURL), let saved = try? JSONDecoder().decode(MultipartState.self, from: data),
+           saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
+           saved.fileMtimeNanoseconds == st.mtimeNanoseconds, saved.partSize == partSize {
+            // Trust only what the server still has.
+            let uploaded: [Int: (etag: String, size: Int64)]?
+            do {
+                uploaded = try await listParts(key: key, uploadId: saved.uploadId)
+            } catch BucketError.notFound {
+                uploaded = nil  // The upload was completed or aborted meanwhile: start a new one.
+            }
+            if let uploaded {
+                var resumed = saved
+                resumed.parts = [:]
+                for (number, part) in uploaded where number <= partCount {
+                    let expected = number == partCount ? st.size - Int64(partSize) * Int64(partCount - 1) : Int64(partSize)
+                    if part.size == expected { resumed.parts[number] = part.etag }
+                }
+                state = resumed
+            }
+        }
+        if state == nil {
+            var request = Request(method: "POST", key: key, operation: "CreateMultipartUpload")
+            request.query = ["uploads": ""]
+            request.headers["content-type"] = "application/octet-stream"
+            let response = try await send(request)
+            let xml = try parseXML(response, expecting: "InitiateMultipartUploadResult", request: request)
+            guard let uploadId = xml.string("UploadId"), !uploadId.isEmpty else {
+                throw BucketError.invalidResponse(request: describe(request), reason: "no UploadId")
+            }
+            state = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: uploadId, fileSize: st.size,
+                                   fileMtimeNanoseconds: st.mtimeNanoseconds, partSize: partSize, parts: [:])
+        }
+        let stateFile = MultipartStateFile(url: stateURL, state: state!)
+        await stateFile.save()
+        let uploadId = state!.uploadId
+        let missing = (1...partCount).filter { state!.parts[$0] == nil }
+        let stopAfter = configuration.stopAfterPartsForTesting
+        let window = max(1, configuration.maxConcurrency)
+        try await withThrowingTaskGroup(of: (Int, String).self) { group in
+            var next = 0
+            var finished = 0
+            func addNext() {
+                let number = missing[next]
+                next += 1
+                group.addTask {
+                    let data = try Self.readPart(fileURL: fileURL, number: number, partSize: partSize)
+                    var request = Request(method: "PUT", key: key, operation: "UploadPart")
+                    request.query = ["partNumber": String(number), "uploadId": uploadId]
+                    request.body = data
+                    request.headers["content-md5"] = Hashing.md5Base64(data)
+                    let response = try await send(request)
+                    return (number, Self.unquote(response.header("ETag")))
+                }
+            }
+            while next < missing.count && next < window { addNext() }
+            while let (number, etag) = try await group.next() {
+                await stateFile.record(part: number, etag: etag)
+                finished += 1
+                if let stopAfter, finished >= stopAfter {
+                    group.cancelAll()
+                    throw BucketError.transport(request: "UploadPart (test interruption)", description: "stopped after \(finished) parts")
+                }
+                if next < missing.count { addNext() }
+            }
+        }
+        let parts = await stateFile.state.parts
+        var body = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        for number in 1...partCount {
+            guard let etag = parts[number] else {
+                throw BucketError.invalidResponse(request: "UploadPart", reason: "part \(number) missing after upload")
+            }
+            body += "<Part><PartNumber>\(number)</PartNumber><ETag>\"\(etag)\"</ETag></Part>"
+        }
+        body += "</CompleteMultipartUpload>"
+        var request = Request(method: "POST", key: key, operation: "CompleteMultipartUpload")
+        request.query = ["uploadId": uploadId]
+        request.body = Data(body.utf8)
+        request.headers["content-type"] = "application/xml"
+        let response = try await send(request)
+        // S3 may answer 200 with an <Error> body: parseXML turns that into an error.
+        let xml = try parseXML(response, expecting: ["CompleteMultipartUploadResult", "CompleteMultipartUploadResponse"], request: request)
+        await stateFile.remove()
+        return ObjectInfo(key: key, size: st.size, etag: Self.unquote(xml.string("ETag")), lastModified: Date())
+    }
+
+    static func readPart(fileURL: URL, number: Int, partSize: Int) throws -> Data {
+        guard let handle = FileHandle(forReadingAtPath: fileURL.path) else {
+            throw BucketError.localIO(path: fileURL.path, description: "cannot open for reading")
+        }
+        defer { try? handle.close() }
+        do {
+            try handle.seek(toOffset: UInt64(number - 1) * UInt64(partSize))
+            return try handle.read(upToCount: partSize) ?? Data()
+        } catch {
+            throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+        }
+    }
+
+    /// ListParts, all pages: part number -> (ETag, size).
+    func listParts(key: String, uploadId: String) async throws -> [Int: (etag: String, size: Int64)] {
+        var result: [Int: (etag: String, size: Int64)] = [:]
+        var marker: String? = nil
+        repeat {
+            var request = Request(method: "GET", key: key, operation: "ListParts")
+            request.query = ["uploadId": uploadId]
+            if let marker { request.query["part-number-marker"] = marker }
+            let response = try await send(request)
+            let xml = try parseXML(response, expecting: ["ListPartsResult", "ListPartsResponse"], request: request)
+            for part in xml.all("Part") {
+                guard let number = part.string("PartNumber").flatMap({ Int($0) }),
+                      let size = part.string("Size").flatMap({ Int64($0) }) else { continue }
+                result[number] = (Self.unquote(part.string("ETag")), size)
+            }
+            marker = xml.string("IsTruncated") == "true" ? xml.string("NextPartNumberMarker") : nil
+        } while marker != nil
+        return result
+    }
+
+    /// Aborts a multipart upload (used to clean up abandoned uploads).
+    public func abortMultipartUpload(key: String, uploadId: String) async throws {
+        var request = Request(method: "DELETE", key: key, operation: "AbortMultipartUpload")
+        request.query = ["uploadId": uploadId]
+        _ = try await send(request, acceptStatuses: [404])
+    }
+}

@@ -1,0 +1,303 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// An ``ObjectStore`` over an S3-compatible HTTP API, signed with ``SigV4Signer``.
+///
+/// Uses ListObjectsV2, GetObject (ranged), HeadObject, PutObject (with `x-amz-content-sha256`,
+/// `Content-MD5` and optional `If-None-Match: *`), multipart uploads with resume, and DeleteObject.
+/// Transient failures are retried with ``RetryPolicy``; 4xx answers never are.
+public struct S3Store: ObjectStore {
+    /// The configuration in use.
+    public let configuration: S3Configuration
+    /// Counts HTTP requests (including retries) by S3 operation name.
+    public let requestCounter = RequestCounter()
+    let session: URLSession
+
+    /// Creates a store; no request is made until the first operation.
+    public init(configuration: S3Configuration) {
+        self.configuration = configuration
+        let sessionConfiguration = URLSessionConfiguration.ephemeral
+        sessionConfiguration.timeoutIntervalForRequest = configuration.timeout
+        sessionConfiguration.httpMaximumConnectionsPerHost = max(8, configuration.maxConcurrency * 2)
+        sessionConfiguration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        sessionConfiguration.urlCache = nil
+        self.session = URLSession(configuration: sessionConfiguration)
+    }
+
+    /// `s3://bucket/prefix`.
+    public var displayName: String { "s3://\(configuration.bucket)/\(configuration.prefix)" }
+
+    // MARK: - Requests
+
+    struct Request {
+        var method: String
+        /// Key relative to the store's prefix; nil for bucket-level requests.
+        var key: String?
+        var query: [String: String] = [:]
+        var headers: [String: String] = [:]
+        var body: Data? = nil
+        var operation: String
+    }
+
+    struct Response {
+        var status: Int
+        var headers: HTTPURLResponse
+        var body: Data
+        func header(_ name: String) -> String? { headers.value(forHTTPHeaderField: name) }
+    }
+
+    func fullKey(_ key: String) -> String { configuration.prefix + key }
+
+    /// Where a request goes: host header, encoded path and base URL text.
+    func location(key: String?) -> (scheme: String, host: String, path: String) {
+        let endpoint = configuration.endpoint
+        let scheme = endpoint.scheme ?? "https"
+        var host = endpoint.host ?? ""
+        if let port = endpoint.port, !((scheme == "https" && port == 443) || (scheme == "http" && port == 80)) {
+            host += ":\(port)"
+        }
+        var basePath = endpoint.path
+        while basePath.hasSuffix("/") { basePath.removeLast() }
+        let encodedKey = key.map { SigV4Signer.encodePath(fullKey($0)) }
+        switch configuration.addressingStyle {
+        case .path:
+            let bucketPath = basePath + "/" + SigV4Signer.encode(configuration.bucket)
+            return (scheme, host, encodedKey.map { bucketPath + "/" + $0 } ?? bucketPath)
+        case .virtualHosted:
+            return (scheme, configuration.bucket + "." + host, basePath + "/" + (encodedKey ?? ""))
+        }
+    }
+
+    /// A short name of a request for messages: `GET s3://bucket/key`, never with credentials.
+    func describe(_ request: Request) -> String {
+        "\(request.operation) s3://\(configuration.bucket)/\(request.key.map(fullKey) ?? configuration.prefix)"
+    }
+
+    /// Sends a request with signing and retries; returns 2xx/3xx/404/412/416 answers, throws others mapped to ``BucketError``.
+    func send(_ request: Request, acceptStatuses: Set<Int> = []) async throws -> Response {
+        let (scheme, host, path) = location(key: request.key)
+        let query = SigV4Signer.canonicalQuery(request.query)
+        let urlText = "\(scheme)://\(host)\(path)\(query.isEmpty ? "" : "?" + query)"
+        guard let url = URL(string: urlText) else {
+            throw BucketError.unsafeKey(key: request.key ?? "", reason: "cannot form a request URL")
+        }
+        let body = request.body ?? Data()
+        let payloadHash = Hashing.sha256Hex(body)
+        var attempt = 0
+        while true {
+            var urlRequest = URLRequest(url: url)
+            urlRequest.httpMethod = request.method
+            urlRequest.timeoutInterval = configuration.timeout
+            var headers = request.headers
+            if let credentials = configuration.credentials {
+                let signer = SigV4Signer(credentials: credentials, region: configuration.region)
+                headers = signer.sign(method: request.method, host: host, encodedPath: path, query: request.query,
+                                      headers: request.headers, payloadHash: payloadHash, date: Date()).headers
+                headers["host"] = nil  // URLSession sets Host itself, from the same URL.
+            }
+            for (name, value) in headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
+            if request.method == "PUT" || request.method == "POST" { urlRequest.httpBody = body }
+            requestCounter.record(request.operation)
+            do {
+                let (data, response) = try await session.data(for: urlRequest)
+                guard let http = response as? HTTPURLResponse else {
+                    throw BucketError.invalidResponse(request: describe(request), reason: "not an HTTP response")
+                }
+                if RetryPolicy.isRetryable(status: http.statusCode), attempt + 1 < configuration.retry.maxAttempts {
+                    try await configuration.retry.wait(beforeRetry: attempt)
+                    attempt += 1
+                    continue
+                }
+                if request.method != "HEAD", (200..<300).contains(http.statusCode),
+                   http.value(forHTTPHeaderField: "Content-Encoding") == nil,
+                   let length = http.value(forHTTPHeaderField: "Content-Length").flatMap({ Int($0) }), length != data.count {
+                    // A body cut short must never pass for a complete one.
+                    if attempt + 1 < configuration.retry.maxAttempts {
+                        try await configuration.retry.wait(beforeRetry: attempt)
+                        attempt += 1
+                        continue
+                    }
+                    throw BucketError.truncated(key: request.key ?? describe(request), expected: Int64(length), received: Int64(data.count))
+                }
+                let result = Response(status: http.statusCode, headers: http, body: data)
+                if (200..<300).contains(http.statusCode) || acceptStatuses.contains(http.statusCode) { return result }
+                throw mapError(result, request: request)
+            } catch let error as BucketError {
+                throw error
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                if RetryPolicy.isRetryable(error), attempt + 1 < configuration.retry.maxAttempts {
+                    try await configuration.retry.wait(beforeRetry: attempt)
+                    attempt += 1
+                    continue
+                }
+                throw BucketError.transport(request: describe(request), description: error.localizedDescription)
+            }
+        }
+    }
+
+    func mapError(_ response: Response, request: Request) -> BucketError {
+        let xml = XMLElementNode.parse(response.body)
+        let code = xml?.string("Code")
+        let message = xml?.string("Message")
+        let key = request.key.map(fullKey) ?? configuration.prefix
+        switch response.status {
+        case 404:
+            if code == "NoSuchBucket" { return .bucketNotFound(bucket: configuration.bucket) }
+            return .notFound(key: request.key ?? key)
+        case 412:
+            return .preconditionFailed(key: request.key ?? key)
+        case 403:
+            let hint: String
+            if configuration.credentials == nil {
+                hint = "no credentials were set: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            } else if code == "SignatureDoesNotMatch" {
+                hint = "the secret access key does not match the access key id \(configuration.credentials!.accessKeyId), or the clock or region (\(configuration.region)) is wrong"
+            } else if code == "InvalidAccessKeyId" {
+                hint = "the access key id \(configuration.credentials!.accessKeyId) is unknown to this server (check AWS_ENDPOINT_URL)"
+            } else if code == "ExpiredToken" || code == "InvalidToken" {
+                hint = "the session token expired; refresh AWS_SESSION_TOKEN"
+            } else {
+                hint = "the credentials lack permission for this request\(code.map { " (\($0))" } ?? "")"
+            }
+            return .accessDenied(request: describe(request), hint: hint)
+        default:
+            if response.status == 409, code == "ConditionalRequestConflict" { return .preconditionFailed(key: request.key ?? key) }
+            return .httpError(request: describe(request), status: response.status, code: code, message: message)
+        }
+    }
+
+    func parseXML(_ response: Response, expecting root: String, request: Request) throws -> XMLElementNode {
+        try parseXML(response, expecting: [root], request: request)
+    }
+
+    /// Parses an XML body whose root must be one of `roots` (moto names some roots differently from AWS).
+    func parseXML(_ response: Response, expecting roots: [String], request: Request) throws -> XMLElementNode {
+        let root = roots[0]
+        guard let xml = XMLElementNode.parse(response.body) else {
+            throw BucketError.invalidResponse(request: describe(request), reason: "body is not well-formed XML")
+        }
+        if xml.name == "Error" {
+            throw BucketError.httpError(request: describe(request), status: response.status,
+                                        code: xml.string("Code"), message: xml.string("Message"))
+        }
+        guard roots.contains(xml.name) else {
+            throw BucketError.invalidResponse(request: describe(request), reason: "expected <\(root)>, got <\(xml.name)>")
+        }
+        return xml
+    }
+
+    static func unquote(_ etag: String?) -> String {
+        guard var e = etag else { return "" }
+        if e.hasPrefix("W/") { e.removeFirst(2) }
+        return e.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+    }
+
+    static func parseISODate(_ text: String) -> Date? {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let d = f.date(from: text) { return d }
+        f.formatOptions = [.withInternetDateTime]
+        return f.date(from: text)
+    }
+
+    static func parseHTTPDate(_ text: String?) -> Date? {
+        guard let text else { return nil }
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "GMT")
+        f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return f.date(from: text)
+    }
+
+    // MARK: - ObjectStore
+
+    /// ListObjectsV2, one page (at most 1000 keys).
+    public func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        var request = Request(method: "GET", key: nil, operation: "ListObjectsV2")
+        request.query = ["list-type": "2", "prefix": fullKey(prefix)]
+        if let maxKeys { request.query["max-keys"] = String(maxKeys) }
+        if let startAfter { request.query["start-after"] = fullKey(startAfter) }
+        if let continuationToken { request.query["continuation-token"] = continuationToken }
+        let response = try await send(request)
+        let xml = try parseXML(response, expecting: "ListBucketResult", request: request)
+        var objects: [ObjectInfo] = []
+        for item in xml.all("Contents") {
+            guard let key = item.string("Key"), let sizeText = item.string("Size"), let size = Int64(sizeText) else {
+                throw BucketError.invalidResponse(request: describe(request), reason: "a <Contents> entry lacks Key or Size")
+            }
+            guard key.hasPrefix(configuration.prefix) else { continue }
+            objects.append(ObjectInfo(key: String(key.dropFirst(configuration.prefix.count)), size: size,
+                                      etag: Self.unquote(item.string("ETag")),
+                                      lastModified: item.string("LastModified").flatMap(Self.parseISODate)))
+        }
+        let truncated = xml.string("IsTruncated") == "true"
+        let token = xml.string("NextContinuationToken")
+        if truncated && (token ?? "").isEmpty {
+            throw BucketError.invalidResponse(request: describe(request), reason: "truncated listing without NextContinuationToken")
+        }
+        return ObjectPage(objects: objects, nextContinuationToken: truncated ? token : nil)
+    }
+
+    /// GetObject, optionally ranged and conditional on the ETag.
+    public func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data {
+        var request = Request(method: "GET", key: key, operation: "GetObject")
+        if let range { request.headers["range"] = range.headerValue }
+        if let ifMatch { request.headers["if-match"] = "\"\(ifMatch)\"" }
+        let response = try await send(request, acceptStatuses: [416])
+        if response.status == 416 { return Data() }
+        if let range, response.status == 200 {
+            // The server ignored the range: cut it here.
+            let start = Int(min(range.start, Int64(response.body.count)))
+            let end = range.end.map { Int(min($0 + 1, Int64(response.body.count))) } ?? response.body.count
+            return response.body.subdata(in: start..<max(start, end))
+        }
+        return response.body
+    }
+
+    /// HeadObject.
+    public func head(key: String) async throws -> ObjectInfo {
+        let request = Request(method: "HEAD", key: key, operation: "HeadObject")
+        let response = try await send(request)
+        guard let length = response.header("Content-Length").flatMap({ Int64($0) }) else {
+            throw BucketError.invalidResponse(request: describe(request), reason: "no Content-Length")
+        }
+        return ObjectInfo(key: key, size: length, etag: Self.unquote(response.header("ETag")),
+                          lastModified: Self.parseHTTPDate(response.header("Last-Modified")))
+    }
+
+    /// PutObject with SHA-256 and MD5 integrity headers.
+    @discardableResult
+    public func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo {
+        var request = Request(method: "PUT", key: key, operation: "PutObject")
+        request.body = data
+        request.headers["content-md5"] = Hashing.md5Base64(data)
+        request.headers["content-type"] = "application/octet-stream"
+        if ifNoneMatch { request.headers["if-none-match"] = "*" }
+        let response = try await send(request)
+        return ObjectInfo(key: key, size: Int64(data.count), etag: Self.unquote(response.header("ETag")),
+                          lastModified: Self.parseHTTPDate(response.header("Last-Modified")) ?? Date())
+    }
+
+    /// DeleteObject; a missing key is not an error.
+    public func delete(key: String) async throws {
+        let request = Request(method: "DELETE", key: key, operation: "DeleteObject")
+        _ = try await send(request, acceptStatuses: [404])
+    }
+
+    // MARK: - Presigning
+
+    /// A presigned URL for `method` on `key`, valid for `expires` seconds (1 s to 7 days).
+    /// - Throws: ``BucketError/missingCredentials(variable:)`` when no credentials are configured.
+    public func presignedURL(key: String, method: String = "GET", expires: Int = 3600, date: Date = Date()) throws -> URL {
+        guard let credentials = configuration.credentials else {
+            throw BucketError.missingCredentials(variable: "AWS_ACCESS_KEY_ID")
+        }
+        let (scheme, host, path) = location(key: key)
+        return SigV4Signer(credentials: credentials, region: configuration.region)
+            .presignedURL(method: method, scheme: scheme, host: host, encodedPath: path, expires: expires, date: date)
+    }
+}

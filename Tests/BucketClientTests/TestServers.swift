@@ -1,0 +1,290 @@
+import Foundation
+import Testing
+@testable import BucketClient
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A loopback S3 server (moto) started once per test process and stopped when the process ends.
+struct MotoServer: Sendable {
+    let endpoint: URL
+    let credentials: AWSCredentials?
+    let bucket: String
+
+    static let bucketName = "rtsync-test"
+
+    /// With SigV4 checking on: the first 4 requests (IAM setup) pass unauthenticated, then every request is checked.
+    static let authenticated = Task<MotoServer, Error> { try await start(auth: true) }
+    /// Without authentication, for keys whose signatures moto itself checks wrongly (`@`, `+`, `%`, non-ASCII).
+    static let anonymous = Task<MotoServer, Error> { try await start(auth: false) }
+
+    /// True when the environment asks to skip S3 tests (`RTSYNC_SKIP_S3=1`).
+    static var skipRequested: Bool { ProcessInfo.processInfo.environment["RTSYNC_SKIP_S3"] == "1" }
+
+    /// A store on a fresh random prefix of this server's bucket.
+    ///
+    /// moto's signature checker (like botocore against it) rejects a `/` inside a query value, so on the
+    /// authenticated server the store prefix is `t-XXXX-` and listing prefixes in tests avoid `/`;
+    /// the anonymous server uses `t-XXXX/` so slashes in list prefixes are exercised there.
+    func store(prefix: String? = nil, tweak: (inout S3Configuration) -> Void = { _ in }) -> S3Store {
+        var configuration = S3Configuration(bucket: bucket, region: "us-east-1", endpoint: endpoint,
+                                            addressingStyle: .path,
+                                            credentials: credentials ?? AWSCredentials(accessKeyId: "anon", secretAccessKey: "anon"))
+        configuration.prefix = prefix ?? "t-\(UUID().uuidString.prefix(8))\(credentials == nil ? "/" : "-")"
+        configuration.retry = RetryPolicy(maxAttempts: 3, baseDelay: 0.05, maxDelay: 0.2)
+        configuration.timeout = 30
+        tweak(&configuration)
+        return S3Store(configuration: configuration)
+    }
+
+    static func start(auth: Bool) async throws -> MotoServer {
+        guard let moto = findExecutable("moto_server") else {
+            throw TestSetupError("moto_server not found on PATH: install it with `pip install 'moto[server]'` (or set RTSYNC_SKIP_S3=1 to skip S3 tests)")
+        }
+        guard let python = findExecutable("python3") else { throw TestSetupError("python3 not found on PATH") }
+        let port = try freeLoopbackPort()
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-moto-\(port).log")
+        // A watchdog shell keeps moto only as long as this test process lives.
+        let script = """
+        "$0" -H 127.0.0.1 -p \(port) >"\(log.path)" 2>&1 &
+        M=$!
+        trap 'kill $M 2>/dev/null; exit 0' TERM INT EXIT
+        while kill -0 \(getpid()) 2>/dev/null && kill -0 $M 2>/dev/null; do sleep 0.5; done
+        """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", script, moto]
+        var environment = ProcessInfo.processInfo.environment
+        environment["INITIAL_NO_AUTH_ACTION_COUNT"] = auth ? "4" : nil
+        process.environment = environment
+        try process.run()
+        ChildProcesses.register(process)
+        try await waitForPort(port, seconds: 30, log: log)
+        let endpoint = URL(string: "http://127.0.0.1:\(port)")!
+        let output = try runProcess(python, ["-c", motoSetupScript, endpoint.absoluteString, auth ? "auth" : "anon", bucketName])
+        var credentials: AWSCredentials? = nil
+        if auth {
+            guard let json = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: String],
+                  let id = json["accessKeyId"], let secret = json["secretAccessKey"] else {
+                throw TestSetupError("moto setup printed no access key: \(output)")
+            }
+            credentials = AWSCredentials(accessKeyId: id, secretAccessKey: secret)
+        }
+        return MotoServer(endpoint: endpoint, credentials: credentials, bucket: bucketName)
+    }
+
+    static let motoSetupScript = """
+    import boto3, json, sys
+    ep, mode, bucket = sys.argv[1], sys.argv[2], sys.argv[3]
+    kw = dict(endpoint_url=ep, region_name="us-east-1")
+    if mode == "auth":
+        iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
+        iam.create_user(UserName="rtsync")
+        pol = iam.create_policy(PolicyName="allow-all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        iam.attach_user_policy(UserName="rtsync", PolicyArn=pol["Policy"]["Arn"])
+        k = iam.create_access_key(UserName="rtsync")["AccessKey"]
+        s3 = boto3.client("s3", aws_access_key_id=k["AccessKeyId"], aws_secret_access_key=k["SecretAccessKey"], **kw)
+        s3.create_bucket(Bucket=bucket)
+        print(json.dumps({"accessKeyId": k["AccessKeyId"], "secretAccessKey": k["SecretAccessKey"]}))
+    else:
+        boto3.client("s3", aws_access_key_id="anon", aws_secret_access_key="anon", **kw).create_bucket(Bucket=bucket)
+        print("{}")
+    """
+}
+
+/// A loopback HTTP server that misbehaves on purpose: garbage XML, truncated bodies, plus cacheable files.
+struct HostileServer: Sendable {
+    let port: Int
+    var endpoint: URL { URL(string: "http://127.0.0.1:\(port)")! }
+
+    static let shared = Task<HostileServer, Error> { try await start() }
+
+    static func start() async throws -> HostileServer {
+        guard let python = findExecutable("python3") else { throw TestSetupError("python3 not found on PATH") }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: python)
+        process.arguments = ["-c", script, String(getpid())]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        ChildProcesses.register(process)
+        let line = String(decoding: pipe.fileHandleForReading.availableData, as: UTF8.self)
+        guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            throw TestSetupError("hostile server did not start: \(line)")
+        }
+        return HostileServer(port: port)
+    }
+
+    /// Paths: /junk/... truncated XML (200), /notxml/... plain text, /wrongroot/... valid XML with the wrong root,
+    /// /trunc/... a body that stops halfway, /files/<name> a cacheable resource honoring If-None-Match.
+    static let script = #"""
+    import http.server, os, sys, threading, time
+    parent = int(sys.argv[1])
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        def log_message(self, *a): pass
+        def send_body(self, status, body, headers=()):
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in headers: self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD": self.wfile.write(body)
+        def do_HEAD(self): self.do_GET()
+        def do_GET(self):
+            p = self.path
+            if p.startswith("/junk"):
+                self.send_body(200, b"<ListBucketResult><Contents><Key>a</Key><Size>1</Size>")
+            elif p.startswith("/notxml"):
+                self.send_body(200, b"Service Unavailable; this is not XML at all")
+            elif p.startswith("/wrongroot"):
+                self.send_body(200, b"<?xml version='1.0'?><Something><Else/></Something>")
+            elif p.startswith("/trunc"):
+                self.send_response(200)
+                self.send_header("Content-Length", "100000")
+                self.send_header("ETag", '"abc"')
+                self.end_headers()
+                self.wfile.write(b"x" * 50000)
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+            elif p.startswith("/files/"):
+                name = p[len("/files/"):].split("?")[0]
+                body = (name * 1000).encode()[:4000]
+                etag = '"' + name + '-v1"'
+                if self.headers.get("If-None-Match") == etag:
+                    self.send_response(304); self.send_header("ETag", etag); self.send_header("Content-Length", "0"); self.end_headers()
+                else:
+                    self.send_body(200, body, [("ETag", etag), ("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT")])
+            else:
+                self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>")
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    print(srv.server_address[1], flush=True)
+    def watchdog():
+        while True:
+            try: os.kill(parent, 0)
+            except OSError: os._exit(0)
+            time.sleep(0.5)
+    threading.Thread(target=watchdog, daemon=True).start()
+    srv.serve_forever()
+    """#
+}
+
+struct TestSetupError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Child processes to terminate when the test process exits normally (the watchdogs cover crashes).
+enum ChildProcesses {
+    nonisolated(unsafe) static var pids: [pid_t] = []
+    nonisolated(unsafe) static var installed = false
+    static let lock = NSLock()
+
+    static func register(_ process: Process) {
+        lock.lock()
+        defer { lock.unlock() }
+        pids.append(process.processIdentifier)
+        if !installed {
+            installed = true
+            atexit {
+                for pid in ChildProcesses.pids { kill(pid, SIGTERM) }
+            }
+        }
+    }
+}
+
+func findExecutable(_ name: String) -> String? {
+    let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+    for dir in path.split(separator: ":") {
+        let candidate = "\(dir)/\(name)"
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+    }
+    return nil
+}
+
+@discardableResult
+func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    if let environment { process.environment = environment }
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    // Read stderr on another thread so a chatty child cannot block on a full pipe.
+    nonisolated(unsafe) var errData = Data()
+    let errThread = Thread { errData = err.fileHandleForReading.readDataToEndOfFile() }
+    errThread.start()
+    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    while !errThread.isFinished { usleep(1000) }
+    guard process.terminationStatus == 0 else {
+        throw TestSetupError("\(executable) \(arguments.prefix(1)) failed (\(process.terminationStatus)): \(String(decoding: errData, as: UTF8.self))")
+    }
+    return String(decoding: outData, as: UTF8.self)
+}
+
+func freeLoopbackPort() throws -> Int {
+    #if canImport(Glibc)
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    #else
+    let fd = socket(AF_INET, SOCK_STREAM, 0)
+    #endif
+    guard fd >= 0 else { throw TestSetupError("socket() failed") }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = 0
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
+    }
+    guard bound == 0 else { throw TestSetupError("bind() failed") }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+    }
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+func waitForPort(_ port: Int, seconds: Double, log: URL) async throws {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = UInt16(port).bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        close(fd)
+        if connected == 0 { return }
+        try await Task.sleep(nanoseconds: 100_000_000)
+    }
+    let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+    throw TestSetupError("moto_server did not listen on port \(port) within \(Int(seconds)) s: \(text.suffix(500))")
+}
+
+/// A fresh temporary folder.
+func makeTemporaryFolder() throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-test-\(UUID().uuidString)", isDirectory: true)
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    return url
+}
+
+func randomBytes(_ count: Int) -> Data {
+    var generator = SystemRandomNumberGenerator()
+    var bytes = [UInt8](repeating: 0, count: count)
+    for i in 0..<count { if i % 8 == 0 { let v = generator.next() as UInt64; withUnsafeBytes(of: v) { raw in for j in 0..<min(8, count - i) { bytes[i + j] = raw[j] } } } }
+    return Data(bytes)
+}
