@@ -46,16 +46,18 @@ let package = Package(
             name: "BucketClient",
             dependencies: [.product(name: "Crypto", package: "swift-crypto")]
         ),
+        // Adapts BucketClient's stores to SyncEngine's RemoteStore (keeps SyncEngine free of any backend).
+        .target(name: "BucketSync", dependencies: ["BucketClient", "SyncEngine"]),
         .executableTarget(
             name: "rtsync",
             dependencies: [
-                "DiffFormat", "SyncEngine", "BucketClient",
+                "DiffFormat", "SyncEngine", "BucketClient", "BucketSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .testTarget(name: "DiffFormatTests", dependencies: ["DiffFormat", "RTSQLite"]),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "DiffFormat", "RTSQLite"]),
         .testTarget(name: "BucketClientTests", dependencies: ["BucketClient"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient", "BucketSync"]),
     ]
 )

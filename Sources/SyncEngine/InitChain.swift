@@ -170,6 +170,8 @@ public struct InitChain: Sendable {
         }
         try sync.trackAllTrackable()
         if source != .existing { try sync.regenerateSiteID() }
+        // Changes still pending in another device's copy are that device's to export, not ours.
+        if source == .bucket { try sync.execute("DELETE FROM rtsync_changes") }
         if settings.userID.isEmpty { settings.userID = KSUID.generate().string; newUser = true }
         try sync.setUserID(settings.userID)
         try home.saveSettings(settings)

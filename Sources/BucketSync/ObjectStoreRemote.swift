@@ -1,0 +1,60 @@
+import BucketClient
+import Foundation
+import SyncEngine
+
+/// Lets SyncEngine use a BucketClient store (S3 or local folder) as its `RemoteStore`.
+public struct ObjectStoreRemote: RemoteStore {
+    /// The wrapped store.
+    public let store: any ObjectStore
+    /// Whether the bucket URL was a local folder.
+    public let isLocal: Bool
+
+    /// Wraps a store.
+    public init(store: any ObjectStore, isLocal: Bool) {
+        self.store = store
+        self.isLocal = isLocal
+    }
+
+    /// Opens the store a bucket URL names (`s3://bucket/prefix`, `file:///path`, or an absolute path).
+    /// - Throws: `BucketError.unsupportedURL` for anything else.
+    public static func open(_ url: String) throws -> ObjectStoreRemote {
+        let store = try makeObjectStore(urlString: url)
+        return ObjectStoreRemote(store: store, isLocal: store is LocalFolderStore)
+    }
+
+    public var requestsMade: Int { store.requestCounter.total }
+
+    public func list(prefix: String) async throws -> [RemoteObject] {
+        try await mapped(prefix) { try await store.listAll(prefix: prefix).map { RemoteObject(key: $0.key, size: $0.size, etag: $0.etag) } }
+    }
+
+    public func download(key: String, to file: URL) async throws {
+        try await mapped(key) { _ = try await store.download(key: key, to: file) }
+    }
+
+    public func upload(file: URL, key: String, ifAbsent: Bool) async throws {
+        try await mapped(key) {
+            if ifAbsent {
+                // Diffs are small: a conditional single put makes a retried upload harmless.
+                _ = try await store.put(key: key, data: try Data(contentsOf: file), ifNoneMatch: true)
+            } else {
+                _ = try await store.put(key: key, fileURL: file)
+            }
+        }
+    }
+
+    public func delete(key: String) async throws {
+        try await mapped(key) { try await store.delete(key: key) }
+    }
+
+    /// Maps BucketClient's errors to the cases SyncEngine acts on.
+    private func mapped<T>(_ key: String, _ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch let e as BucketError {
+            switch e {
+            case .notFound: throw RemoteStoreError.notFound(key: key)
+            case .preconditionFailed: throw RemoteStoreError.alreadyExists(key: key)
+            default: throw RemoteStoreError.failed(key: key, reason: e.description)
+            }
+        }
+    }
+}

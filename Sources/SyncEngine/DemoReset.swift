@@ -1,0 +1,54 @@
+import DemoAsset
+import DiffFormat
+import Foundation
+
+/// Restores the original demo database: the newest `demo/*.sqlite` in the bucket, else the bundled one.
+public struct DemoReset: Sendable {
+    /// The folders.
+    public var home: RTSyncHome
+    /// The bucket, if any.
+    public var remote: (any RemoteStore)?
+    /// The bundled demo database.
+    public var bundledAsset: URL?
+    /// Retries of the download.
+    public var retry: RetryPolicy
+
+    /// Makes a reset.
+    public init(home: RTSyncHome, remote: (any RemoteStore)?, bundledAsset: URL? = DemoAsset.url, retry: RetryPolicy = RetryPolicy()) {
+        self.home = home
+        self.remote = remote
+        self.bundledAsset = bundledAsset
+        self.retry = retry
+    }
+
+    /// Replaces the database (the old one is kept aside), tracks it with a new site id, and re-applies
+    /// demo protection when `protect`. Returns where the data came from.
+    public func run(scratchTables: [String], protect: Bool) async throws -> String {
+        try home.createFolders()
+        var source: String?
+        if let remote {
+            let temp = home.support.appendingPathComponent(".demo-\(KSUID.generate().string).sqlite")
+            defer { try? FileManager.default.removeItem(at: temp) }
+            if let newest = try? await retry.run({ try await remote.list(prefix: "demo/") }).filter({ $0.key.hasSuffix(".sqlite") }).max(by: { $0.key < $1.key }),
+               (try? await retry.run({ try await remote.download(key: newest.key, to: temp) })) != nil,
+               BackupManager.verificationProblem(temp) == nil {
+                _ = try BackupManager.install(temp, as: home.database)
+                source = "bucket \(newest.key)"
+            }
+        }
+        if source == nil {
+            guard let asset = bundledAsset, BackupManager.verificationProblem(asset) == nil else {
+                throw LifecycleError.noSourceAvailable(attempts: ["demo: no demo database in the bucket", "bundled: not installed with this binary"])
+            }
+            _ = try BackupManager.install(asset, as: home.database)
+            source = "the bundled demo database"
+        }
+        let db = try SyncDatabase(path: home.database.path)
+        try db.trackAllTrackable()
+        try db.regenerateSiteID()
+        let settings = try home.loadSettings()
+        if !settings.userID.isEmpty { try db.setUserID(settings.userID) }
+        if protect { try db.setDemoProtection(true, scratchTables: scratchTables) }
+        return source!
+    }
+}

@@ -1,0 +1,263 @@
+import ArgumentParser
+import BucketSync
+import DiffFormat
+import Foundation
+import SyncEngine
+
+/// Options naming the home folder and the bucket.
+struct HomeOptions: ParsableArguments {
+    @Option(help: "Folder holding support/, documents/ and settings.json (default: $RTSYNC_HOME, else ~/.rtsync).") var home: String?
+    @Option(help: "Bucket URL: s3://bucket/prefix or file:///path (default: the one in settings, else a local folder <home>/bucket).") var bucket: String?
+
+    var resolvedHome: RTSyncHome { RTSyncHome.resolve(home) }
+
+    /// The bucket URL to use: --bucket, else settings, else the embedded local-folder default.
+    func bucketURL(_ settings: RTSyncSettings) -> String {
+        bucket ?? settings.bucket ?? resolvedHome.root.appendingPathComponent("bucket").path
+    }
+
+    /// Opens the bucket as SyncEngine's remote store.
+    func openRemote(_ settings: RTSyncSettings) throws -> ObjectStoreRemote {
+        let url = bucketURL(settings)
+        do { return try ObjectStoreRemote.open(url) } catch {
+            throw fail("cannot open bucket: \(error) (\(url))", hint: "use s3://bucket/prefix or file:///absolute/path")
+        }
+    }
+
+    func loadSettings() throws -> RTSyncSettings {
+        do { return try resolvedHome.loadSettings() } catch { throw report(error) }
+    }
+}
+
+/// Turns lifecycle errors into `error:` / `hint:` output.
+func reportLifecycle(_ error: Error) -> ExitCode {
+    if let e = error as? LifecycleError { return fail(e.description, hint: e.hint) }
+    return report(error)
+}
+
+extension RTSync {
+    /// `rtsync init`.
+    struct Init: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Find or build the primary database (the same chain an app runs at launch).",
+            discussion: """
+            Uses the existing database if it passes quick_check; otherwise tries, in order, the newest good \
+            backup in the documents folder, the user's newest database in the bucket (<user>/backups/), the \
+            demo database in the bucket (demo/), and the demo database bundled with rtsync. Damaged candidates \
+            are reported and skipped. A database from demo data gets a new user id; a copied database gets a new site id.
+            """
+        )
+        @OptionGroup var options: HomeOptions
+        @Option(help: "Join an existing user on this device (its database is fetched from the bucket).") var user: String?
+        @Option(help: "Tier to record in settings: free or premium.") var tier: String?
+        @Flag(help: "Print JSON.") var json = false
+
+        func validate() throws {
+            if let tier, Tier(rawValue: tier) == nil { throw ValidationError("--tier must be free or premium") }
+        }
+
+        func run() async throws {
+            let home = options.resolvedHome
+            var settings = try options.loadSettings()
+            if let bucket = options.bucket { settings.bucket = bucket }
+            if let tier { settings.tier = Tier(rawValue: tier)! }
+            if options.bucket != nil || tier != nil {
+                do { try home.saveSettings(settings) } catch { throw report(error) }
+            }
+            let remote = try options.openRemote(settings)
+            let chain = InitChain(home: home, remote: remote, joinUser: user)
+            do {
+                let result = try await chain.run(progress: { progress("init: \($0)") })
+                if json { printJSON(result); return }
+                for a in result.attempts { print("  \(a.source.rawValue): \(a.outcome) — \(a.detail)") }
+                print("database ready from \(result.source.rawValue): \(result.database)")
+                print("user \(result.userId)\(result.newUser ? " (new)" : ""), site \(result.siteId)")
+            } catch { throw reportLifecycle(error) }
+        }
+    }
+
+    /// `rtsync status`.
+    struct Status: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the database, user, site, tier, pending work, backups and conflicts.")
+        @OptionGroup var options: HomeOptions
+        @Flag(help: "Print JSON (keys documented in the README).") var json = false
+
+        func run() throws {
+            do {
+                var s = try DeviceStatus.gather(home: options.resolvedHome)
+                if s.bucket == nil { s.bucket = options.bucketURL(try options.loadSettings()) }
+                if json { printJSON(s); return }
+                print("""
+                database:        \(s.database) (\(s.exists ? "\(s.bytes) bytes" : "missing: run rtsync init"))
+                user:            \(s.userId.isEmpty ? "-" : s.userId)
+                site:            \(s.siteId ?? "-")
+                tier:            \(s.tier.rawValue)\(s.demo ? ", demo mode ON" : "")
+                bucket:          \(s.bucket ?? "-")
+                tracked tables:  \(s.trackedTables.count) \(s.trackedTables.isEmpty ? "" : "(\(s.trackedTables.joined(separator: ", ")))")
+                pending changes: \(s.pendingChanges); outbox: \(s.outbox) diff(s); last export: \(s.lastExport ?? "never")
+                last backup:     \(s.lastBackup ?? "never"); last known good: \(s.lastKnownGood ?? "-")
+                quarantined:     \(s.quarantined); unresolved conflicts: \(s.unresolvedConflicts)
+                missing diffs:   \(s.gaps.isEmpty ? "none" : s.gaps.map { "\($0.key): \($0.value.map(String.init).joined(separator: ","))" }.joined(separator: "; "))
+                """)
+            } catch { throw reportLifecycle(error) }
+        }
+    }
+
+    /// `rtsync backup create|list|verify|restore`.
+    struct BackupCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "backup",
+            abstract: "Make, list, verify and restore copies of the primary database.",
+            subcommands: [Create.self, List.self, Verify.self, Restore.self]
+        )
+
+        static func manager(_ options: HomeOptions) throws -> BackupManager {
+            let home = options.resolvedHome
+            let settings = try options.loadSettings()
+            return BackupManager(database: home.database, folder: home.backups, keep: settings.keepBackups)
+        }
+
+        struct Create: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Copy the database (copy-on-write clone where possible), verify it, rotate old backups.",
+                discussion: "Consistent while other processes write (WAL included). Cheap enough to run whenever an app goes to the background."
+            )
+            @OptionGroup var options: HomeOptions
+            @Flag(help: "Also upload it to <user>/backups/ in the bucket (premium, or a local-folder bucket).") var upload = false
+            @Flag(help: "Print JSON.") var json = false
+
+            func run() async throws {
+                do {
+                    let info = try BackupCommand.manager(options).create()
+                    var uploaded: String?
+                    if upload {
+                        let settings = try options.loadSettings()
+                        let remote = try options.openRemote(settings)
+                        try settings.tier.require(.uploadBackup(cloud: !remote.isLocal))
+                        let key = settings.userID + "/backups/" + info.file
+                        try await remote.upload(file: options.resolvedHome.backups.appendingPathComponent(info.file), key: key, ifAbsent: false)
+                        uploaded = key
+                    }
+                    if json { printJSON(info); return }
+                    print("backup \(info.id): \(info.bytes) bytes by \(info.method), verified, last known good")
+                    if let uploaded { print("uploaded to \(uploaded)") }
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+
+        struct List: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "List backups, newest first.")
+            @OptionGroup var options: HomeOptions
+            @Flag(help: "Print JSON.") var json = false
+
+            func run() throws {
+                do {
+                    let m = try BackupCommand.manager(options)
+                    let list = m.list()
+                    if json { printJSON(list); return }
+                    if list.isEmpty { print("no backups"); return }
+                    let good = m.lastKnownGood()?.id
+                    for b in list { print("\(b.id)  \(b.createdAt)  \(b.bytes) bytes  \(b.method)  \(b.verified ? "verified" : "DAMAGED")\(b.id == good ? "  last-known-good" : "")") }
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+
+        struct Verify: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Re-check backups with quick_check (all, or the ids given).")
+            @OptionGroup var options: HomeOptions
+            @Argument(help: "Backup ids (default: all).") var ids: [String] = []
+
+            func run() throws {
+                do {
+                    let m = try BackupCommand.manager(options)
+                    let targets = ids.isEmpty ? m.list().map(\.id) : ids
+                    var bad = 0
+                    for id in targets {
+                        let b = try m.verify(id: id)
+                        print("\(id): \(b.verified ? "ok" : "DAMAGED")")
+                        if !b.verified { bad += 1 }
+                    }
+                    if bad > 0 { throw fail("\(bad) backup(s) failed verification (\(options.resolvedHome.backups.path))", hint: "restore picks the newest verified backup") }
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+
+        struct Restore: ParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Replace the database with a backup (default: last-known-good).",
+                discussion: "The replaced database is kept beside it as primary.sqlite.replaced-<id>. The restored copy gets a new site id. Close apps using the database first."
+            )
+            @OptionGroup var options: HomeOptions
+            @Argument(help: "Backup id (default: last-known-good).") var id: String?
+
+            func run() throws {
+                do {
+                    let (b, aside) = try BackupCommand.manager(options).restore(id: id)
+                    let db = try SyncDatabase(path: options.resolvedHome.database.path)
+                    if db.isTracked { try db.regenerateSiteID() }
+                    print("restored backup \(b.id) to \(options.resolvedHome.database.path)")
+                    if let aside { print("previous database kept at \(aside.path)") }
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+    }
+
+    /// `rtsync demo on|off|reset`.
+    struct Demo: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Demo mode: protect demo data, block cloud sync, reset to the original demo database.",
+            subcommands: [On.self, Off.self, Reset.self]
+        )
+
+        struct On: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Make app tables read-only (except scratch tables) and stop all syncing.")
+            @OptionGroup var options: HomeOptions
+            @Option(help: "Tables that stay writable (repeatable; saved in settings).") var scratch: [String] = []
+
+            func run() throws {
+                do {
+                    let home = options.resolvedHome
+                    var settings = try options.loadSettings()
+                    if !scratch.isEmpty { settings.scratchTables = scratch }
+                    settings.demo = true
+                    try SyncDatabase(path: home.database.path).setDemoProtection(true, scratchTables: settings.scratchTables)
+                    try home.saveSettings(settings)
+                    print("demo mode on: app tables are read-only\(settings.scratchTables.isEmpty ? "" : " except \(settings.scratchTables.joined(separator: ", "))"); sync is disabled")
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+
+        struct Off: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Leave demo mode: tables writable, sync allowed again.")
+            @OptionGroup var options: HomeOptions
+
+            func run() throws {
+                do {
+                    let home = options.resolvedHome
+                    var settings = try options.loadSettings()
+                    settings.demo = false
+                    try SyncDatabase(path: home.database.path).setDemoProtection(false)
+                    try home.saveSettings(settings)
+                    print("demo mode off")
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+
+        struct Reset: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Replace the database with the original demo database (bucket demo/, else the bundled one)."
+            )
+            @OptionGroup var options: HomeOptions
+
+            func run() async throws {
+                do {
+                    let home = options.resolvedHome
+                    let settings = try options.loadSettings()
+                    let remote = try? options.openRemote(settings)
+                    let source = try await DemoReset(home: home, remote: remote).run(scratchTables: settings.scratchTables, protect: settings.demo)
+                    print("demo data reset from \(source)")
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+import ArgumentParser
+import BucketSync
+import Foundation
+import SyncEngine
+
+extension RTSync {
+    /// `rtsync sync`: the main job.
+    struct Sync: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Publish local changes and apply everyone else's: the main job.",
+            discussion: """
+            Exports local changes into the outbox, uploads the outbox to <user>/inbound/ (conditional put, so \
+            retries never duplicate), downloads the diffs this device has not applied, applies them in KSUID \
+            order, then makes a backup when one is due. A phase that fails leaves its work queued for the next \
+            run and the exit status is 1. With no database yet, runs the init chain first. Refused in demo mode, \
+            and on the free tier for a cloud (s3://) bucket; a local-folder bucket works on every tier.
+            """
+        )
+        @OptionGroup var options: HomeOptions
+        @Flag(help: "Only report what would be uploaded and downloaded.") var dryRun = false
+        @Flag(help: "Print JSON.") var json = false
+
+        struct Output: Encodable {
+            var initialized: InitResult?
+            var report: SyncReport
+            var ok: Bool
+        }
+
+        func run() async throws {
+            let home = options.resolvedHome
+            var settings = try options.loadSettings()
+            let remote = try options.openRemote(settings)
+            var initialized: InitResult?
+            do {
+                if !FileManager.default.fileExists(atPath: home.database.path) {
+                    initialized = try await InitChain(home: home, remote: remote).run(progress: { progress("init: \($0)") })
+                    settings = try options.loadSettings()
+                    if !json { print("init: database from \(initialized!.source.rawValue), user \(initialized!.userId)") }
+                }
+                let syncer = Syncer(home: home, remote: remote)
+                let report = try await syncer.sync(dryRun: dryRun, progress: { progress($0) })
+                if json {
+                    printJSON(Output(initialized: initialized, report: report, ok: report.ok))
+                } else {
+                    print("sync \(home.database.path) <-> \(options.bucketURL(settings)) as user \(settings.userID)")
+                    for p in report.phases {
+                        print("  \(p.ok ? "ok  " : "FAIL") \(p.name): \(p.summary)\(p.error.map { " — \($0)" } ?? "")")
+                    }
+                    print("\(report.ok ? "done" : "incomplete"): \(report.requests) bucket request(s)")
+                }
+                if !report.ok {
+                    let failed = report.phases.filter { !$0.ok }.map(\.name).joined(separator: ", ")
+                    throw fail("sync incomplete: \(failed) failed (\(options.bucketURL(settings)))", hint: "unfinished work stays queued; run rtsync sync again")
+                }
+            } catch { throw reportLifecycle(error) }
+        }
+    }
+}
