@@ -37,7 +37,8 @@ extension RTSync {
                     settings = try options.loadSettings()
                     if !json { print("init: database from \(initialized!.source.rawValue), user \(initialized!.userId)") }
                 }
-                let syncer = Syncer(home: home, remote: remote)
+                let keys = DeviceKeys(home: home)
+                let syncer = Syncer(home: home, remote: remote, signingKey: try keys.signingKey(), trustedKeys: try keys.trustedKeys())
                 let report = try await syncer.sync(dryRun: dryRun, progress: { progress($0) })
                 if json {
                     printJSON(Output(initialized: initialized, report: report, ok: report.ok))

@@ -1,0 +1,50 @@
+import ArgumentParser
+import Foundation
+import SyncEngine
+
+extension RTSync {
+    /// `rtsync keys show|trust|require`.
+    struct Keys: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "This device's diff-signing key and the keys it trusts.",
+            discussion: "Every diff this device exports is signed with its Ed25519 key (kept in <home>/keys, readable only by you). With signatures required, diffs that are unsigned or signed by an untrusted key are rejected.",
+            subcommands: [Show.self, Trust.self, Require.self]
+        )
+
+        struct Show: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Print this device's public key (give it to the devices and users that should trust it).")
+            @OptionGroup var options: HomeOptions
+            func run() throws {
+                do { print(try DeviceKeys(home: options.resolvedHome).publicKeyHex()) } catch { throw reportLifecycle(error) }
+            }
+        }
+
+        struct Trust: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Trust another device's or user's public key.")
+            @OptionGroup var options: HomeOptions
+            @Argument(help: "The public key: 64 hex characters, as printed by `rtsync keys show`.") var publicKey: String
+            @Option(help: "A label for the key, e.g. the user or device name.") var label = "key"
+            func run() throws {
+                do {
+                    try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: publicKey, label: label)
+                    print("trusted \(label)")
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+
+        struct Require: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Require valid signatures from trusted keys on incoming diffs (on|off).")
+            @OptionGroup var options: HomeOptions
+            @Argument(help: "on or off") var state: String
+            func validate() throws { if !["on", "off"].contains(state) { throw ValidationError("say on or off") } }
+            func run() throws {
+                do {
+                    var s = try options.loadSettings()
+                    s.requireSignatures = state == "on"
+                    try options.resolvedHome.saveSettings(s)
+                    print("signatures \(s.requireSignatures ? "required" : "not required")")
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+    }
+}
