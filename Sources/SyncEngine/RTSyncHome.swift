@@ -28,6 +28,8 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     public var mediaMode: String = "all"
     /// Minutes between automatic backups made by sync (0 = every sync).
     public var backupIntervalMinutes: Int = 60
+    /// Inbound diffs past which sync compacts automatically.
+    public var compactThreshold: Int = 1000
 
     /// Default settings.
     public init() {}
@@ -45,6 +47,7 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
         requireSignatures = try c.decodeIfPresent(Bool.self, forKey: .requireSignatures) ?? d.requireSignatures
         mediaMode = try c.decodeIfPresent(String.self, forKey: .mediaMode) ?? d.mediaMode
         backupIntervalMinutes = try c.decodeIfPresent(Int.self, forKey: .backupIntervalMinutes) ?? d.backupIntervalMinutes
+        compactThreshold = try c.decodeIfPresent(Int.self, forKey: .compactThreshold) ?? d.compactThreshold
     }
 }
 

@@ -133,8 +133,10 @@ public struct Syncer: Sendable {
 
         // 3. Download what this device has not applied (one LIST when idle), then apply in KSUID order.
         var toApply: [URL] = []
+        var listedIDs: [String]?
         do {
             let listed = try await retry.run { try await remote.list(prefix: inbound) }
+            listedIDs = listed.compactMap { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count)))?.string }
             let applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
             let wanted = listed.filter { obj in
                 let name = String(obj.key.dropFirst(inbound.count))
@@ -192,6 +194,25 @@ public struct Syncer: Sendable {
             report.phases.append(SyncPhase(name: "apply", ok: rejected.isEmpty,
                                            summary: "applied \(applied.count) diff(s) (\(rows) row(s), \(applied.reduce(0) { $0 + $1.conflicts }) conflict(s)), skipped \(reports.count - applied.count - rejected.count), rejected \(rejected.count)",
                                            error: rejected.isEmpty ? nil : rejected.map { "\(URL(fileURLWithPath: $0.file).lastPathComponent): \($0.reason ?? "")" }.joined(separator: "; ")))
+        }
+
+        // Publish what this device has applied (only when that changed, so an idle sync stays one LIST),
+        // and compact automatically once inbound grows past the threshold.
+        if !dryRun, let listedIDs {
+            let changed = report.exported != nil || report.applied.contains { $0.status != .rejected }
+            if changed {
+                do { try await Compactor.publishCursor(db: db, user: user, listed: listedIDs + (report.exported.map { [$0.diffID] } ?? []), remote: remote, home: home) } catch {
+                    report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not publish this device's cursor", error: "\(error)"))
+                }
+            }
+            if listedIDs.count >= settings.compactThreshold {
+                do {
+                    let c = try await Compactor(home: home, remote: remote, retry: retry).run()
+                    report.phases.append(SyncPhase(name: "compact", ok: true, summary: "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))
+                } catch {
+                    report.phases.append(SyncPhase(name: "compact", ok: false, summary: "compaction failed", error: "\(error)"))
+                }
+            }
         }
 
         // 4. Media.

@@ -57,3 +57,24 @@ extension RTSync {
         }
     }
 }
+
+extension RTSync {
+    /// `rtsync compact`.
+    struct Compact: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Upload a snapshot and prune inbound diffs that every known device has applied.",
+            discussion: "A new device then starts from the snapshot plus the recent diffs. Devices are known once they have published a cursor (every sync that changes something does). Sync also compacts by itself when inbound holds more than compactThreshold diffs (settings.json)."
+        )
+        @OptionGroup var options: HomeOptions
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() async throws {
+            do {
+                let settings = try options.loadSettings()
+                let r = try await Compactor(home: options.resolvedHome, remote: try options.openRemote(settings)).run()
+                if json { printJSON(r); return }
+                print("snapshot \(r.snapshotKey); \(r.devices.count) known device(s); pruned \(r.pruned.count) diff(s), kept \(r.kept)")
+            } catch { throw reportLifecycle(error) }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import DiffFormat
+import Foundation
+
+/// What each device has applied, published at `<user>/devices/<site>.json` so compaction knows which
+/// inbound diffs are no longer needed by anyone.
+public struct DeviceCursor: Sendable, Codable, Equatable {
+    /// The device's site id.
+    public var site: String
+    /// Inbound diff ids the device has applied (or made itself).
+    public var applied: [String]
+    /// When it was published.
+    public var at: String
+}
+
+/// The result of a compaction.
+public struct CompactionReport: Sendable, Codable {
+    /// The snapshot (backup) uploaded for new devices to start from.
+    public var snapshotKey: String
+    /// Devices whose cursors were considered.
+    public var devices: [String]
+    /// Inbound diffs deleted.
+    public var pruned: [String]
+    /// Inbound diffs kept because some known device has not applied them.
+    public var kept: Int
+}
+
+/// Compaction: upload a snapshot of the database, then delete inbound diffs that every known device has
+/// applied. A new device starts from the snapshot plus the diffs still in inbound.
+public struct Compactor: Sendable {
+    /// The folders.
+    public var home: RTSyncHome
+    /// The bucket.
+    public var remote: any RemoteStore
+    /// Retries of network steps.
+    public var retry: RetryPolicy
+
+    /// Makes a compactor.
+    public init(home: RTSyncHome, remote: any RemoteStore, retry: RetryPolicy = RetryPolicy()) {
+        self.home = home
+        self.remote = remote
+        self.retry = retry
+    }
+
+    /// The key of a device's cursor.
+    public static func cursorKey(user: String, site: String) -> String { "\(user)/devices/\(site).json" }
+
+    /// Publishes this device's cursor: the inbound diffs (among `listed`) it has applied.
+    public static func publishCursor(db: SyncDatabase, user: String, listed: [String], remote: any RemoteStore, home: RTSyncHome) async throws {
+        let applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
+        let cursor = DeviceCursor(site: try db.siteID(), applied: listed.filter { applied.contains($0) }.sorted(), at: ISO8601.format(Date(), fractional: true))
+        let file = home.support.appendingPathComponent(".cursor.json")
+        try JSONEncoder().encode(cursor).write(to: file, options: .atomic)
+        defer { try? FileManager.default.removeItem(at: file) }
+        try await remote.upload(file: file, key: cursorKey(user: user, site: cursor.site), ifAbsent: false)
+    }
+
+    /// Runs a compaction.
+    /// - Throws: `LifecycleError.tierRefused` on the free tier with a cloud bucket, or the store's errors.
+    public func run() async throws -> CompactionReport {
+        let settings = try home.loadSettings()
+        if settings.demo { throw LifecycleError.demoMode(action: "compact") }
+        try settings.tier.require(.uploadBackup(cloud: !remote.isLocal))
+        let db = try SyncDatabase(path: home.database.path)
+        let user = settings.userID.isEmpty ? try db.userID() : settings.userID
+        let inbound = Syncer.inboundPrefix(user: user)
+        let listed = try await retry.run { try await remote.list(prefix: inbound) }
+            .compactMap { o -> String? in DiffFile.diffID(fromFileName: String(o.key.dropFirst(inbound.count))).map(\.string) }
+
+        // 1. The snapshot: a verified backup of this database, which has applied everything it lists as applied.
+        try FileManager.default.createDirectory(at: home.backups, withIntermediateDirectories: true)
+        let backup = try BackupManager(database: home.database, folder: home.backups, keep: settings.keepBackups).create()
+        let snapshotKey = "\(user)/backups/\(backup.file)"
+        try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(backup.file), key: snapshotKey, ifAbsent: false) }
+        try await Self.publishCursor(db: db, user: user, listed: listed, remote: remote, home: home)
+
+        // 2. Every known device's cursor.
+        var sets: [String: Set<String>] = [:]
+        let cursorKeys = try await retry.run { try await remote.list(prefix: "\(user)/devices/") }.filter { $0.key.hasSuffix(".json") }
+        for obj in cursorKeys {
+            let file = home.support.appendingPathComponent(".cursor-\(KSUID.generate().string).json")
+            defer { try? FileManager.default.removeItem(at: file) }
+            try await retry.run { try await remote.download(key: obj.key, to: file) }
+            // A cursor that cannot be read blocks pruning: better keep diffs than lose them.
+            guard let data = try? Data(contentsOf: file), let cursor = try? JSONDecoder().decode(DeviceCursor.self, from: data) else {
+                return CompactionReport(snapshotKey: snapshotKey, devices: sets.keys.sorted(), pruned: [], kept: listed.count)
+            }
+            sets[cursor.site] = Set(cursor.applied)
+        }
+
+        // 3. Prune what everyone has applied.
+        var pruned: [String] = []
+        for id in listed where !sets.isEmpty && sets.values.allSatisfy({ $0.contains(id) }) {
+            let key = inbound + id + ".sqlite"
+            try await retry.run { try await remote.delete(key: key) }
+            pruned.append(key)
+        }
+        return CompactionReport(snapshotKey: snapshotKey, devices: sets.keys.sorted(), pruned: pruned, kept: listed.count - pruned.count)
+    }
+}
