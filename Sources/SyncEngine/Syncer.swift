@@ -181,9 +181,23 @@ public struct Syncer: Sendable {
                     var r = ApplyReport(file: url.path, diffID: DiffFile.diffID(fromFileName: url.lastPathComponent)?.string, status: .rejected, reason: refusal)
                     r.quarantinedTo = SyncDatabase.moveToQuarantine(url, folder: home.quarantine, reason: refusal)
                     reports.append(r)
-                } else {
-                    accepted.append(url)
+                    continue
                 }
+                // Shares and requests from other users are listed by `inbound list`; requests are never merged.
+                if let reader = try? DiffReader(url: url), reader.metadata.authorUser != user {
+                    let m = reader.metadata
+                    let summary = m.kind == .request ? ShareRequest.summary(reader)
+                        : reader.tables.map { "\($0.name): \((reader.counts[$0.name]?.upserts ?? 0) + (reader.counts[$0.name]?.deletes ?? 0)) row(s)" }.joined(separator: ", ")
+                    try? db.recordInbound(InboundItem(diffID: m.id.string, kind: m.kind.rawValue, fromUser: m.authorUser, summary: summary,
+                                                      receivedAt: ISO8601.format(Date(), fractional: true)))
+                    if m.kind == .request {
+                        try? db.recordApplied(id: m.id.string, kind: m.kind.rawValue, authorUser: m.authorUser, authorSite: m.authorSite)
+                        var r = ApplyReport(file: url.path, diffID: m.id.string, status: .skipped, reason: "request from \(m.authorUser): listed by `rtsync inbound list`")
+                        reports.append(r)
+                        continue
+                    }
+                }
+                accepted.append(url)
             }
             reports += db.apply(diffs: accepted, quarantine: home.quarantine)
             for r in reports where r.status != .rejected { try? fm.removeItem(atPath: r.file) }
@@ -260,11 +274,17 @@ public struct Syncer: Sendable {
 extension SyncDatabase {
     /// Records a diff this device exported as applied, so sync never downloads its own diffs.
     public func recordOwnDiff(id: String) throws {
+        let (site, user) = try locked {
+            (try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? "", try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? "")
+        }
+        try recordApplied(id: id, kind: DiffKind.changes.rawValue, authorUser: user, authorSite: site)
+    }
+
+    /// Marks a diff as handled without merging it (own diffs, requests).
+    public func recordApplied(id: String, kind: String, authorUser: String, authorSite: String) throws {
         try locked {
-            let site = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
-            let user = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
-            try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, applied_at) VALUES (?, 'changes', ?, ?, ?)",
-                           [.text(id), .text(user), .text(site), .text(ISO8601.format(Date(), fractional: true))])
+            try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, applied_at) VALUES (?, ?, ?, ?, ?)",
+                           [.text(id), .text(kind), .text(authorUser), .text(authorSite), .text(ISO8601.format(Date(), fractional: true))])
         }
     }
 }

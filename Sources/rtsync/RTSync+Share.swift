@@ -1,0 +1,123 @@
+import ArgumentParser
+import DiffFormat
+import Foundation
+import RTSQLite
+import SyncEngine
+
+extension RTSync {
+    /// Shared checks and upload for share/request.
+    static func sendToUser(_ options: HomeOptions, recipient: String, file: URL, media: [String] = []) async throws -> [String] {
+        let settings = try options.loadSettings()
+        if settings.demo { throw LifecycleError.demoMode(action: "sharing") }
+        let remote = try options.openRemote(settings)
+        try settings.tier.require(.syncDatabase(cloud: !remote.isLocal))
+        let key = Syncer.inboundPrefix(user: recipient) + file.lastPathComponent
+        var sent = [key]
+        try await RetryPolicy().run { try await remote.upload(file: file, key: key, ifAbsent: true) }
+        for path in media {
+            let local = options.resolvedHome.documents.appendingPathComponent(path)
+            guard FileManager.default.fileExists(atPath: local.path) else { continue }
+            try await RetryPolicy().run { try await remote.upload(file: local, key: recipient + "/" + path, ifAbsent: false) }
+            sent.append(recipient + "/" + path)
+        }
+        try? FileManager.default.removeItem(at: file)
+        return sent
+    }
+
+    /// `rtsync share`.
+    struct Share: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Send rows (and optionally their media) to another user's inbound folder.",
+            discussion: "The recipient's next sync applies them. With read-only permission, changes the recipient later sends back for these rows are refused here and logged as conflicts."
+        )
+        @OptionGroup var options: HomeOptions
+        @Option(help: "The recipient's user id.") var to: String
+        @Option(help: "The table to share from.") var table: String
+        @Option(help: "SQL condition over the table's columns selecting the rows.") var `where`: String?
+        @Option(help: "Primary key value of a row to share (repeatable; single-column keys).") var key: [String] = []
+        @Flag(help: "Also upload the images/recordings the rows refer to.") var withMedia = false
+        @Option(help: "read-only or read-write.") var permission = SharePermission.readOnly.rawValue
+        @Flag(help: "Print JSON.") var json = false
+
+        func validate() throws {
+            if SharePermission(rawValue: permission) == nil { throw ValidationError("--permission must be read-only or read-write") }
+            if `where` == nil && key.isEmpty { throw ValidationError("select rows with --where SQL or --key VALUE") }
+        }
+
+        func run() async throws {
+            do {
+                let home = options.resolvedHome
+                let db = try SyncDatabase(path: home.database.path)
+                var filter = `where`
+                var args: [SQLValue] = []
+                if !key.isEmpty {
+                    guard let def = try db.trackedTables().first(where: { $0.name == table }),
+                          let keyColumn = try TableDefinitionLookup.singleKey(db, table: def.name) else {
+                        throw fail("--key needs a tracked table with a single-column primary key (\(table))", hint: "use --where instead")
+                    }
+                    let inList = quoteIdentifier(keyColumn) + " IN (" + key.map { _ in "?" }.joined(separator: ", ") + ")"
+                    filter = filter.map { "(\($0)) AND \(inList)" } ?? inList
+                    args = key.map { Int64($0).map(SQLValue.integer) ?? .text($0) }
+                }
+                guard let share = try db.writeShare(table: table, filter: filter, arguments: args, to: to, permission: SharePermission(rawValue: permission)!,
+                                                    directory: home.support.appendingPathComponent("shares")) else {
+                    throw fail("no rows matched (\(table))", hint: "check --where / --key")
+                }
+                let sent = try await RTSync.sendToUser(options, recipient: to, file: URL(fileURLWithPath: share.file), media: withMedia ? share.media : [])
+                if json { printJSON(["diff": share.diffID, "rows": String(share.rows), "sent": sent.joined(separator: ",")]); return }
+                print("shared \(share.rows) row(s) of \(table) with \(to) (\(permission)) as \(share.diffID)")
+                if sent.count > 1 { print("and \(sent.count - 1) media file(s)") }
+            } catch { throw reportLifecycle(error) }
+        }
+    }
+
+    /// `rtsync request`.
+    struct Request: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Ask another user to share rows with you.")
+        @OptionGroup var options: HomeOptions
+        @Option(help: "The user asked.") var to: String
+        @Option(help: "The table whose rows are asked for.") var table: String
+        @Option(help: "SQL condition describing the rows.") var `where`: String?
+        @Option(help: "A message for the recipient.") var message: String?
+
+        func run() async throws {
+            do {
+                let home = options.resolvedHome
+                let db = try SyncDatabase(path: home.database.path)
+                let file = try ShareRequest.write(from: try db.userID(), site: try db.siteID(), table: table, filter: `where`, message: message,
+                                                  directory: home.support.appendingPathComponent("shares"))
+                _ = try await RTSync.sendToUser(options, recipient: to, file: file)
+                print("request sent to \(to): \(file.lastPathComponent)")
+            } catch { throw reportLifecycle(error) }
+        }
+    }
+
+    /// `rtsync inbound list`.
+    struct Inbound: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Shares and requests received from other users.", subcommands: [List.self])
+
+        struct List: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "List shares and requests received, newest first, with their sender.")
+            @OptionGroup var options: HomeOptions
+            @Flag(help: "Print JSON.") var json = false
+
+            func run() throws {
+                do {
+                    let items = try SyncDatabase(path: options.resolvedHome.database.path).inbound()
+                    if json { printJSON(items); return }
+                    if items.isEmpty { print("nothing received from other users"); return }
+                    for i in items { print("\(i.diffID)  \(i.kind)  from \(i.fromUser)  \(i.receivedAt)  \(i.summary)") }
+                } catch { throw reportLifecycle(error) }
+            }
+        }
+    }
+}
+
+/// Small schema lookups for the CLI.
+enum TableDefinitionLookup {
+    /// The single primary key column of a table, or nil for composite keys.
+    static func singleKey(_ db: SyncDatabase, table: String) throws -> String? {
+        let rows = try db.query("SELECT name FROM pragma_table_info(?) WHERE pk > 0", [.text(table)])
+        return rows.count == 1 ? rows[0][0].string : nil
+    }
+}
