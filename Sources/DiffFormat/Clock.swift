@@ -80,7 +80,8 @@ public struct Clock: Sendable, Hashable, Comparable, Codable, CustomStringConver
 public enum ISO8601 {
     /// Formats a date as `2026-01-02T03:04:05Z`, or `2026-01-02T03:04:05.678Z` with milliseconds.
     public static func format(_ date: Date, fractional: Bool = false) -> String {
-        let ms = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        // Nearest millisecond, so a parsed time formats back to the same text whatever the float error.
+        let ms = Int64((date.timeIntervalSince1970 * 1000).rounded())
         var seconds = time_t(ms >= 0 ? ms / 1000 : (ms - 999) / 1000)
         var parts = tm()
         gmtime_r(&seconds, &parts)

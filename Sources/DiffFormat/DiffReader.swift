@@ -131,6 +131,9 @@ public final class DiffReader {
                 default: throw DiffFormatError.invalidMetadata(file: file, field: field, reason: "must be NULL or a \(size)-byte BLOB")
                 }
             }
+            if (m[10].isNull) != (m[11].isNull) {
+                throw DiffFormatError.invalidMetadata(file: file, field: "signature", reason: "signature and signer_key must both be set or both be NULL")
+            }
             let metadata = DiffMetadata(formatVersion: version, id: id, kind: kind, authorUser: user, authorSite: site,
                                         sequenceFirst: seqFirst, sequenceLast: seqLast, createdAt: created, seen: seen, digest: digest,
                                         signature: try optionalBlob(m[10], "signature", 64), signerKey: try optionalBlob(m[11], "signer_key", 32))
@@ -210,11 +213,22 @@ public final class DiffReader {
             var hasCells = false
             if fileTables.contains(DiffFile.cellsTable) {
                 let cells = try db.prepare("SELECT tid, rid, col, hlc, site FROM rtsync_cells ORDER BY rowid")
+                var seenCells = Set<String>()
+                var cellNumber: Int64 = 0
                 while try cells.step() {
                     let c = cells.row()
-                    guard let tid = c[0].int64, let def = byID[tid], c[1].int64 != nil, let col = c[2].string, def.columnIndex(col) != nil,
+                    cellNumber += 1
+                    total += 1
+                    if total > limits.maxRows { throw DiffFormatError.limitExceeded(file: file, what: "number of rows and cells", limit: limits.maxRows) }
+                    guard let tid = c[0].int64, let def = byID[tid], let rid = c[1].int64, let col = c[2].string, let ci = def.columnIndex(col),
                           c[3].int64 != nil, c[4].isNull || c[4].string != nil else {
-                        throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: c[1].int64 ?? 0, reason: "malformed cell clock")
+                        throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: cellNumber, reason: "malformed cell clock")
+                    }
+                    guard seenRows[tid]?.contains(rid) == true else {
+                        throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: cellNumber, reason: "cell refers to a row not in rtsync_rows")
+                    }
+                    guard seenCells.insert("\(tid)|\(rid)|\(ci)").inserted else {
+                        throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: cellNumber, reason: "two clocks for the same cell")
                     }
                     cellsHash.add(c)
                     hasCells = true

@@ -199,7 +199,7 @@ extension TableDefinition {
             if inner.replacingOccurrences(of: "''", with: "").contains("'") { return nil }
             return v
         }
-        if (upper.hasPrefix("X'")) && v.hasSuffix("'"), [UInt8](hexString: String(v.dropFirst(2).dropLast())) != nil { return v }
+        if upper.hasPrefix("X'") && v.count >= 3 && v.hasSuffix("'"), [UInt8](hexString: String(v.dropFirst(2).dropLast())) != nil { return v }
         return nil
     }
 
