@@ -276,7 +276,19 @@ extension Merger {
                 let remoteFirst = r.change.born < otherRow.born || (r.change.born == otherRow.born && local.key < otherRow.key)
                 let reason = "UNIQUE (\(constraint.joined(separator: ", "))) collision between two rows: the row created first keeps the value"
                 if !remoteFirst {
+                    // The incoming row loses. Its version here must go the same way as on a device that had the
+                    // incoming row first and deleted it when the winner arrived: keeping the old local version
+                    // (or no trace of a refused insert) made replicas differ by arrival order.
                     try refuse(r, local, columns: r.changedColumns, reason: reason)
+                    if let values = local.values {
+                        for (i, c) in r.def.columnNames.enumerated() where !r.changedColumns.contains(c) {
+                            try log(r, local, column: c, localValue: values[i], remoteValue: .null, localClock: localClock(local, c), winner: "remote", reason: reason)
+                        }
+                        try deleteRow(r, local, logConcurrent: false)
+                    } else {
+                        try setRowMeta(r, local.key, born: r.change.born, deleted: r.change.clock)
+                    }
+                    try captureResolutionDelete(r.info, key: local.key)
                     return false
                 }
                 let otherContext = RowContext(info: r.info, remote: [:], remoteColumns: [], change: r.change, keyValues: other)
@@ -285,9 +297,24 @@ extension Merger {
                             localClock: localClock(otherRow, c), winner: "remote", reason: reason)
                 }
                 try deleteRow(otherContext, otherRow, logConcurrent: false)
+                // A row never exported exists nowhere else: deleting it here is enough.
+                if otherRow.born != Merger.unexported {
+                    try setRowMeta(otherContext, otherRow.key, born: otherRow.born, deleted: r.change.clock)
+                    try captureResolutionDelete(r.info, key: otherRow.key)
+                }
             }
         }
         throw SyncEngineError.diffRejected(file: reader.url.path, reason: "could not resolve UNIQUE collisions for a row of '\(r.table)'")
+    }
+
+    /// Records the delete of a row that lost a UNIQUE collision as a local change, so it is exported like any edit.
+    /// Which row loses depends on the rows present when the collision happens, and that depends on arrival order;
+    /// sending the decision on makes every replica drop the same row (the later-born one) after the next exchange.
+    mutating func captureResolutionDelete(_ info: TrackedInfo, key: String) throws {
+        try cached("INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (?, ?, 3, NULL)").run([.integer(info.table.id), .text(key)])
+        var p = pending["\(info.table.id)|" + key] ?? PendingLocal()
+        p.lastOp = 3
+        pending["\(info.table.id)|" + key] = p
     }
 
     /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint.
