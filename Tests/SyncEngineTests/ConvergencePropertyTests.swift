@@ -70,11 +70,16 @@ struct ConvergencePropertyTests {
         try run(seed: seed, uniqueA: true)
     }
 
-    func run(seed: Int, uniqueA: Bool) throws {
+    @Test(arguments: 2000..<2015)
+    func randomEditsWithLastWriterWinsDeletes_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
+        try run(seed: seed, uniqueA: false, policy: TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins))
+    }
+
+    func run(seed: Int, uniqueA: Bool, policy: TablePolicy? = nil) throws {
         var rng = SeededGenerator(seed: UInt64(seed))
         let box = try Sandbox("prop\(seed)")
         let base = try Self.makeBase(in: box, uniqueA: uniqueA)
-        let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base) }
+        let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base, policies: policy.map { ["items": $0] } ?? [:]) }
         var diffs: [URL] = []
         func deliver(_ files: [URL], to r: Replica, duplicates: Bool) {
             var batch = files

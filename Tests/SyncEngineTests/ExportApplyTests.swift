@@ -86,6 +86,42 @@ struct ExportApplyTests {
         #expect(try b.value("SELECT routine_id FROM records WHERE id = 'r4'") == .null)
         #expect(try a.value("SELECT routine_id FROM records WHERE id = 'r4'") == .null)
         try expectSameData(a, b)
+        // A third and fourth device receiving the two diffs in either order end the same.
+        let c = try box.replica("C", fixture: "routine-records")
+        let d = try box.replica("D", fixture: "routine-records")
+        #expect(c.apply([fa, fb]).allSatisfy { $0.status == .applied })
+        #expect(d.apply([fb, fa]).allSatisfy { $0.status == .applied })
+        try expectSameData(a, c)
+        try expectSameData(a, d)
+    }
+
+    @Test func remoteDeleteOfParent_cascade_childAddedConcurrently_isGoneEverywhere() throws {
+        let box = try Sandbox("cascade")
+        let base = box.path("base.sqlite")
+        do {
+            let conn = try Connection(path: base.path)
+            try conn.execute("""
+                CREATE TABLE lists (id TEXT PRIMARY KEY, title TEXT NOT NULL);
+                CREATE TABLE entries (id TEXT PRIMARY KEY, list_id TEXT NOT NULL REFERENCES lists(id) ON DELETE CASCADE, body TEXT);
+                INSERT INTO lists VALUES ('l1', 'groceries'), ('l2', 'books');
+                INSERT INTO entries VALUES ('e1', 'l1', 'milk'), ('e2', 'l2', 'Dune');
+                """)
+        }
+        let a = try box.replica("A", source: base)
+        let b = try box.replica("B", source: base)
+        try a.exec("DELETE FROM lists WHERE id = 'l1'")
+        try b.exec("INSERT INTO entries VALUES ('e3', 'l1', 'bread')")
+        let fa = try a.exportFile()
+        let fb = try b.exportFile()
+        let onA = a.apply(fb), onB = b.apply(fa)
+        #expect(onA.status == .applied, "\(onA.reason ?? "")")
+        #expect(onB.status == .applied, "\(onB.reason ?? "")")
+        for r in [a, b] {
+            #expect(try r.rows("SELECT id FROM entries ORDER BY id") == [[.text("e2")]], "on \(r.name)")
+        }
+        // The dropped entry is not lost silently on the device that never had it.
+        #expect(try a.conflicts(table: "entries").contains { $0.key == "'e3'" })
+        try expectSameData(a, b)
     }
 
     @Test func diffFromNewerSchema_addsColumnAndTable_onOlderReplica() throws {
