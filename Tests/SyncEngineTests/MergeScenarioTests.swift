@@ -272,3 +272,48 @@ func permutations<T>(_ items: [T]) -> [[T]] {
         return permutations(rest).map { [first] + $0 }
     }
 }
+
+@Suite("Known merge limitations")
+struct KnownLimitationTests {
+    /// Update before a delete, delete, and an update after it (last-writer-wins deletes), from three devices.
+    /// Found by the convergence property test (seed 2189 of the last-writer-wins variant).
+    ///
+    /// A row resurrected by a later update takes the updater's whole row, including columns it did not change,
+    /// with the row's born clock. Where the earlier update (b = 99, older than the delete) arrives after the
+    /// resurrection it wins over that born clock; where it arrives before the delete the delete removes it.
+    /// So the result depends on arrival order. Fixing it needs a rule for what a delete erases
+    /// (see the report of the synctests branch); until then this is recorded as a known issue.
+    @Test func lastWriterWinsDeletes_updateBeforeDeleteArrivingAfterResurrection_convergesRegardlessOfOrder() throws {
+        let box = try Sandbox("lww-resurrect")
+        let base = box.path("base.sqlite")
+        do {
+            let conn = try Connection(path: base.path)
+            try conn.execute("CREATE TABLE items (id TEXT PRIMARY KEY, a TEXT, b INTEGER); INSERT INTO items VALUES ('k0', 'start', 0)")
+        }
+        let policy = ["items": TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins)]
+        let a = try box.replica("A", source: base, policies: policy)
+        let b = try box.replica("B", source: base, policies: policy)
+        let c = try box.replica("C", source: base, policies: policy)
+        try a.exec("UPDATE items SET b = 99 WHERE id = 'k0'")
+        let fa = try a.exportFile()
+        tick()
+        try b.exec("DELETE FROM items WHERE id = 'k0'")
+        let fb = try b.exportFile()
+        tick()
+        try c.exec("UPDATE items SET a = 'after delete' WHERE id = 'k0'")
+        let fc = try c.exportFile()
+        var dumps: [[String: TableDump]] = []
+        for (n, order) in permutations([fa, fb, fc]).enumerated() {
+            let d = try box.replica("D\(n)", source: base, policies: policy)
+            for f in order { #expect(d.apply(f).status == .applied) }
+            dumps.append(try d.dump())
+        }
+        // The later update keeps the row alive everywhere (this part holds).
+        #expect(dumps.allSatisfy { $0["items"]?.rows.first?[1] == .text("after delete") })
+        withKnownIssue("resurrection by a later update is order-dependent for columns it did not change") {
+            for dump in dumps.dropFirst() {
+                #expect(dump == dumps[0], "\(firstDifference(dumps[0], dump) ?? "")")
+            }
+        }
+    }
+}
