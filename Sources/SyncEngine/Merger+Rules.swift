@@ -184,6 +184,7 @@ extension Merger {
         try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
         try purgePending(r, local)
         report.inserted += 1
+        try applyDeleteActionsForDeletedParents(r, local, written: cols)
     }
 
     mutating func replaceWhole(_ r: RowContext, _ local: LocalRow, reason: String) throws {
@@ -199,6 +200,7 @@ extension Merger {
         try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
         try purgePending(r, local)
         report.updated += 1
+        try applyDeleteActionsForDeletedParents(r, local, written: cols)
     }
 
     /// Takes the remote values of `columns`; logs overwritten values that the author had not seen (or all, when `logAll`).
@@ -218,7 +220,10 @@ extension Merger {
         }
         if changedAny { guard try update(r, local, columns: columns) else { return } }
         try setColumnClocks(r, local.key, columns: columns, clearFirst: false)
-        if changedAny { report.updated += 1 }
+        if changedAny {
+            report.updated += 1
+            try applyDeleteActionsForDeletedParents(r, local, written: columns)
+        }
     }
 
     mutating func refuse(_ r: RowContext, _ local: LocalRow, columns: [String], reason: String) throws {
@@ -271,7 +276,19 @@ extension Merger {
                 let remoteFirst = r.change.born < otherRow.born || (r.change.born == otherRow.born && local.key < otherRow.key)
                 let reason = "UNIQUE (\(constraint.joined(separator: ", "))) collision between two rows: the row created first keeps the value"
                 if !remoteFirst {
+                    // The incoming row loses. Its version here must go the same way as on a device that had the
+                    // incoming row first and deleted it when the winner arrived: keeping the old local version
+                    // (or no trace of a refused insert) made replicas differ by arrival order.
                     try refuse(r, local, columns: r.changedColumns, reason: reason)
+                    if let values = local.values {
+                        for (i, c) in r.def.columnNames.enumerated() where !r.changedColumns.contains(c) {
+                            try log(r, local, column: c, localValue: values[i], remoteValue: .null, localClock: localClock(local, c), winner: "remote", reason: reason)
+                        }
+                        try deleteRow(r, local, logConcurrent: false)
+                    } else {
+                        try setRowMeta(r, local.key, born: r.change.born, deleted: r.change.clock)
+                    }
+                    try captureResolutionDelete(r.info, key: local.key)
                     return false
                 }
                 let otherContext = RowContext(info: r.info, remote: [:], remoteColumns: [], change: r.change, keyValues: other)
@@ -280,9 +297,24 @@ extension Merger {
                             localClock: localClock(otherRow, c), winner: "remote", reason: reason)
                 }
                 try deleteRow(otherContext, otherRow, logConcurrent: false)
+                // A row never exported exists nowhere else: deleting it here is enough.
+                if otherRow.born != Merger.unexported {
+                    try setRowMeta(otherContext, otherRow.key, born: otherRow.born, deleted: r.change.clock)
+                    try captureResolutionDelete(r.info, key: otherRow.key)
+                }
             }
         }
         throw SyncEngineError.diffRejected(file: reader.url.path, reason: "could not resolve UNIQUE collisions for a row of '\(r.table)'")
+    }
+
+    /// Records the delete of a row that lost a UNIQUE collision as a local change, so it is exported like any edit.
+    /// Which row loses depends on the rows present when the collision happens, and that depends on arrival order;
+    /// sending the decision on makes every replica drop the same row (the later-born one) after the next exchange.
+    mutating func captureResolutionDelete(_ info: TrackedInfo, key: String) throws {
+        try cached("INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (?, ?, 3, NULL)").run([.integer(info.table.id), .text(key)])
+        var p = pending["\(info.table.id)|" + key] ?? PendingLocal()
+        p.lastOp = 3
+        pending["\(info.table.id)|" + key] = p
     }
 
     /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint.
@@ -298,6 +330,62 @@ extension Merger {
             if let first = rows.first { return (first, u) }
         }
         return nil
+    }
+
+    // MARK: Foreign keys
+
+    /// A remote row may reference a parent row that this device has deleted: the reference and the delete were
+    /// concurrent. A device that received them the other way round (reference first) had the schema's
+    /// `ON DELETE SET NULL / CASCADE` applied by SQLite when the delete arrived; do the same here, so both end
+    /// alike instead of the deferred foreign key check rejecting the diff on every attempt.
+    /// Only parents known to be deleted (a tombstone, or a delete not yet exported) qualify: a parent that was
+    /// simply never seen still fails the foreign key check.
+    mutating func applyDeleteActionsForDeletedParents(_ r: RowContext, _ local: LocalRow, written: [String]) throws {
+        let writtenSet = Set(written.map { $0.lowercased() })
+        for fk in r.def.foreignKeys where !fk.columns.isEmpty {
+            let action = fk.onDelete.uppercased()
+            guard action == "SET NULL" || action == "CASCADE",
+                  fk.columns.contains(where: { writtenSet.contains($0.lowercased()) }),
+                  let parent = tracked[fk.table] ?? tracked.values.first(where: { $0.table.name.lowercased() == fk.table.lowercased() }) else { continue }
+            let parentKeys = parent.definition.primaryKeyColumns
+            let referenced = fk.referencedColumns.isEmpty ? parentKeys : fk.referencedColumns
+            // The tombstone is kept by primary key, so the reference must name the parent's key columns.
+            guard referenced.count == fk.columns.count,
+                  Set(referenced.map { $0.lowercased() }) == Set(parentKeys.map { $0.lowercased() }) else { continue }
+            let whereKey = r.def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
+            let select = try cached("SELECT " + fk.columns.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(r.table) + " WHERE " + whereKey)
+            try select.bind(r.keyValues)
+            let childValues = try select.step() ? select.row() : nil
+            select.reset()
+            guard let childValues, !childValues.contains(.null) else { continue }
+            let exists = try cached("SELECT 1 FROM " + quoteIdentifier(parent.table.name) + " WHERE "
+                                    + referenced.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ") + " LIMIT 1")
+            try exists.bind(childValues)
+            let parentExists = try exists.step()
+            exists.reset()
+            if parentExists { continue }
+            // The parent's key text, with its values in the parent's key order.
+            let byName = Dictionary(zip(referenced.map { $0.lowercased() }, childValues), uniquingKeysWith: { a, _ in a })
+            let parentKey = try keyText(parentKeys.map { byName[$0.lowercased()] ?? .null })
+            let tombstone = try cached("SELECT del_hlc IS NOT NULL FROM rtsync_rows WHERE tid = ? AND pk = ?")
+            try tombstone.bind([.integer(parent.table.id), .text(parentKey)])
+            let hasTombstone = try tombstone.step() && tombstone.column(0).int64 == 1
+            tombstone.reset()
+            let deletedHere = hasTombstone || pending["\(parent.table.id)|" + parentKey]?.lastOp == 3
+            guard deletedHere else { continue }
+            let reason = "references a row of '\(parent.table.name)' deleted on this device: ON DELETE \(action) applied"
+            if action == "SET NULL" {
+                for (c, v) in zip(fk.columns, childValues) {
+                    try log(r, local, column: c, localValue: .null, remoteValue: v, localClock: Merger.unexported, winner: "local", reason: reason)
+                }
+                try cached("UPDATE " + quoteIdentifier(r.table) + " SET " + fk.columns.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ")
+                           + " WHERE " + whereKey).run(r.keyValues)
+            } else {
+                try log(r, local, column: "", localValue: .null, remoteValue: .null, localClock: Merger.unexported, winner: "local", reason: reason)
+                try cached("DELETE FROM " + quoteIdentifier(r.table) + " WHERE " + whereKey).run(r.keyValues)
+                return
+            }
+        }
     }
 
     // MARK: Bookkeeping

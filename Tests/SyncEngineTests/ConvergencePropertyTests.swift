@@ -1,0 +1,125 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+import SyncEngine
+import Testing
+
+/// A small deterministic generator (SplitMix64), so a failing seed can be replayed.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+@Suite("Convergence (property-based)")
+struct ConvergencePropertyTests {
+    static let rounds = 4
+    static let keys = (0..<8).map { "k\($0)" }
+
+    /// Builds the shared starting database: one table with a TEXT key and three value columns.
+    static func makeBase(in box: Sandbox, uniqueA: Bool) throws -> URL {
+        let url = box.path("base.sqlite")
+        let conn = try Connection(path: url.path)
+        try conn.execute("""
+            PRAGMA journal_mode = WAL;
+            CREATE TABLE items (id TEXT PRIMARY KEY, a TEXT\(uniqueA ? " UNIQUE" : ""), b INTEGER, c REAL);
+            INSERT INTO items VALUES ('k0', 'zero', 0, 0.5), ('k1', 'one', 1, 1.5), ('k2', 'two', 2, NULL);
+            PRAGMA wal_checkpoint(TRUNCATE);
+            """)
+        return url
+    }
+
+    /// One random local edit: insert a missing key, or update some columns of / delete an existing one.
+    static func randomEdit(_ r: Replica, _ rng: inout SeededGenerator, tag: String, uniqueA: Bool) throws {
+        let key = keys.randomElement(using: &rng)!
+        let exists = try r.value("SELECT count(*) FROM items WHERE id = ?", [.text(key)]) == .integer(1)
+        // With a UNIQUE column, values come from a small shared set so that devices collide.
+        let a: SQLValue = Int.random(in: 0..<5, using: &rng) == 0 ? .null
+            : uniqueA ? .text("u\(Int.random(in: 0..<6, using: &rng))") : .text("\(tag)-\(Int.random(in: 0..<100, using: &rng))")
+        let b: SQLValue = .integer(Int64.random(in: 0..<50, using: &rng))
+        let c: SQLValue = Bool.random(using: &rng) ? .real(Double(Int.random(in: 0..<100, using: &rng)) / 4) : .null
+        if !exists {
+            try r.exec("INSERT OR IGNORE INTO items VALUES (?, ?, ?, ?)", [.text(key), a, b, c])
+            return
+        }
+        switch Int.random(in: 0..<10, using: &rng) {
+        case 0..<2:
+            try r.exec("DELETE FROM items WHERE id = ?", [.text(key)])
+        case 2..<5:
+            try r.exec("UPDATE OR IGNORE items SET a = ? WHERE id = ?", [a, .text(key)])
+        case 5..<7:
+            try r.exec("UPDATE OR IGNORE items SET b = ?, c = ? WHERE id = ?", [b, c, .text(key)])
+        default:
+            try r.exec("UPDATE OR IGNORE items SET a = ?, b = ?, c = ? WHERE id = ?", [a, b, c, .text(key)])
+        }
+    }
+
+    @Test(arguments: 0..<30)
+    func randomEditsOnThreeReplicas_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
+        try run(seed: seed, uniqueA: false)
+    }
+
+    @Test(arguments: 1000..<1020)
+    func randomEditsWithUniqueColumn_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
+        try run(seed: seed, uniqueA: true)
+    }
+
+    @Test(arguments: 2000..<2015)
+    func randomEditsWithLastWriterWinsDeletes_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
+        try run(seed: seed, uniqueA: false, policy: TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins))
+    }
+
+    func run(seed: Int, uniqueA: Bool, policy: TablePolicy? = nil) throws {
+        var rng = SeededGenerator(seed: UInt64(seed))
+        let box = try Sandbox("prop\(seed)")
+        let base = try Self.makeBase(in: box, uniqueA: uniqueA)
+        let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base, policies: policy.map { ["items": $0] } ?? [:]) }
+        var diffs: [URL] = []
+        func deliver(_ files: [URL], to r: Replica, duplicates: Bool) {
+            var batch = files
+            if duplicates { for _ in 0..<Int.random(in: 0...3, using: &rng) { if let f = files.randomElement(using: &rng) { batch.append(f) } } }
+            batch.shuffle(using: &rng)
+            for f in batch {
+                let report = r.apply(f)
+                #expect(report.status != .rejected, "seed \(seed): \(r.name) rejected \(f.lastPathComponent): \(report.reason ?? "")")
+            }
+        }
+        for round in 0..<Self.rounds {
+            for r in replicas {
+                for _ in 0..<Int.random(in: 0...4, using: &rng) { try Self.randomEdit(r, &rng, tag: "\(r.name)\(round)", uniqueA: uniqueA) }
+                if let e = try r.export() { diffs.append(URL(fileURLWithPath: e.file)) }
+            }
+            // Each replica receives a random part of what exists so far, in random order, some twice.
+            for r in replicas {
+                let some = diffs.filter { _ in Bool.random(using: &rng) }
+                deliver(some, to: r, duplicates: true)
+            }
+        }
+        // Final full exchange: whatever is still pending goes out, then everyone gets everything.
+        // Without UNIQUE columns applying never creates local changes (no echo), so one exchange is enough;
+        // a UNIQUE collision's loser is deleted as a new local change, which needs further exchanges to spread.
+        var exchanges = 0
+        while true {
+            var fresh: [URL] = []
+            for r in replicas { if let e = try r.export() { fresh.append(URL(fileURLWithPath: e.file)) } }
+            if fresh.isEmpty && exchanges > 0 { break }
+            diffs += fresh
+            for r in replicas { deliver(diffs, to: r, duplicates: true) }
+            exchanges += 1
+            if !uniqueA || exchanges == 6 { break }
+        }
+        for r in replicas { #expect(try r.db.pendingChangeCount() == 0, "seed \(seed): \(r.name) still has changes after \(exchanges) exchanges") }
+        let reference = try replicas[0].dump()
+        for r in replicas.dropFirst() {
+            let d = try r.dump()
+            if d != reference { print("convergence failure, seed \(seed)") }
+            #expect(d == reference, "seed \(seed): A and \(r.name) differ: \(firstDifference(reference, d) ?? "")")
+        }
+    }
+}

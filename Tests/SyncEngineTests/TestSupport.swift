@@ -1,0 +1,183 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+import SyncEngine
+import Testing
+
+// MARK: - Locations
+
+/// The package root, found from this file's location (Tests/SyncEngineTests/TestSupport.swift).
+let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// A fixture database built by `Fixtures/databases/build.sh`.
+func fixtureURL(_ name: String) -> URL {
+    packageRoot.appendingPathComponent("Fixtures/databases/\(name).sqlite")
+}
+
+/// The real Record Thing database (present only beside the shared folder of the development machine).
+let recordThingURL = packageRoot.deletingLastPathComponent()
+    .appendingPathComponent("shared/fixtures/record-thing/record-thing-2025-04-16.sqlite")
+
+// MARK: - Temporary directories
+
+/// A temporary directory removed when the value is released.
+final class Sandbox: @unchecked Sendable {
+    let url: URL
+
+    init(_ label: String = "test") throws {
+        url = FileManager.default.temporaryDirectory
+            .appendingPathComponent("rtsync-synctests-\(label)-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: url) }
+
+    func path(_ name: String) -> URL { url.appendingPathComponent(name) }
+
+    /// Makes a replica from a fixture (copied, never used in place).
+    func replica(_ name: String, fixture: String, user: String? = nil, policies: [String: TablePolicy] = [:]) throws -> Replica {
+        try Replica(name: name, source: fixtureURL(fixture), in: self, user: user ?? "user-\(name)", policies: policies)
+    }
+
+    /// Makes a replica from any database file (copied).
+    func replica(_ name: String, source: URL, user: String? = nil, policies: [String: TablePolicy] = [:]) throws -> Replica {
+        try Replica(name: name, source: source, in: self, user: user ?? "user-\(name)", policies: policies)
+    }
+}
+
+// MARK: - Replicas
+
+/// One device: a copy of a database, tracked, with an outbox for its diffs and a quarantine folder.
+final class Replica: @unchecked Sendable {
+    let name: String
+    let dir: URL
+    let dbURL: URL
+    let outbox: URL
+    let quarantine: URL
+    let db: SyncDatabase
+
+    init(name: String, source: URL, in sandbox: Sandbox, user: String, policies: [String: TablePolicy] = [:], track: Bool = true) throws {
+        self.name = name
+        dir = sandbox.path(name)
+        outbox = dir.appendingPathComponent("outbox")
+        quarantine = dir.appendingPathComponent("quarantine")
+        dbURL = dir.appendingPathComponent("\(name).sqlite")
+        let fm = FileManager.default
+        try fm.createDirectory(at: outbox, withIntermediateDirectories: true)
+        try fm.copyItem(at: source, to: dbURL)
+        // A WAL-mode source may still hold committed pages in its -wal file.
+        for suffix in ["-wal"] where fm.fileExists(atPath: source.path + suffix) {
+            try fm.copyItem(atPath: source.path + suffix, toPath: dbURL.path + suffix)
+        }
+        db = try SyncDatabase(path: dbURL.path)
+        if track {
+            try db.track()
+            try db.setUserID(user)
+            try db.applyPolicies(policies)
+        }
+    }
+
+    /// Runs SQL through the sync database's own connection.
+    func exec(_ sql: String, _ args: [SQLValue] = []) throws { try db.execute(sql, args) }
+
+    /// Runs a query through the sync database's connection.
+    func rows(_ sql: String, _ args: [SQLValue] = []) throws -> [[SQLValue]] { try db.query(sql, args) }
+
+    /// One value.
+    func value(_ sql: String, _ args: [SQLValue] = []) throws -> SQLValue? { try db.query(sql, args).first?.first }
+
+    /// Exports pending changes; nil when there was nothing.
+    @discardableResult
+    func export() throws -> ExportResult? { try db.exportChanges(to: outbox) }
+
+    /// Exports and requires a file.
+    func exportFile(sourceLocation: SourceLocation = #_sourceLocation) throws -> URL {
+        let result = try #require(try export(), "\(name) had nothing to export", sourceLocation: sourceLocation)
+        return URL(fileURLWithPath: result.file)
+    }
+
+    /// Applies files one at a time, in the given order (not KSUID order).
+    @discardableResult
+    func apply(_ files: [URL]) -> [ApplyReport] { files.map { db.apply(diff: $0, quarantine: quarantine) } }
+
+    @discardableResult
+    func apply(_ file: URL) -> ApplyReport { db.apply(diff: file, quarantine: quarantine) }
+
+    /// Every app table (not sqlite_ or rtsync_), its columns and rows sorted by all columns.
+    func dump() throws -> [String: TableDump] { try Self.dump(db, includeBookkeeping: false) }
+
+    /// Every table including rtsync's bookkeeping (for "nothing changed" checks).
+    func fullDump() throws -> [String: TableDump] { try Self.dump(db, includeBookkeeping: true) }
+
+    static func dump(_ db: SyncDatabase, includeBookkeeping: Bool) throws -> [String: TableDump] {
+        var out: [String: TableDump] = [:]
+        let names = try db.query("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name")
+            .compactMap { $0[0].string }
+        for name in names where includeBookkeeping || !name.hasPrefix("rtsync_") {
+            let columns = try db.query("SELECT name FROM pragma_table_info(?) ORDER BY cid", [.text(name)]).compactMap { $0[0].string }
+            let quoted = columns.map { "\"" + $0.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+            let rows = try db.query("SELECT \(quoted.joined(separator: ", ")) FROM \"\(name.replacingOccurrences(of: "\"", with: "\"\""))\" ORDER BY \(quoted.joined(separator: ", "))")
+            out[name] = TableDump(columns: columns, rows: rows)
+        }
+        return out
+    }
+
+    /// Conflicts logged here.
+    func conflicts(table: String? = nil) throws -> [ConflictRecord] { try db.conflicts(table: table) }
+
+    /// The clock of the first row change of a diff file (all rows of an export share one stamp).
+    static func stamp(of file: URL) throws -> Clock {
+        let reader = try DiffReader(url: file)
+        let changes = try reader.changes()
+        return try #require(changes.first?.clock)
+    }
+
+    /// The files currently in the outbox, in KSUID order.
+    func outboxFiles() throws -> [URL] {
+        try FileManager.default.contentsOfDirectory(at: outbox, includingPropertiesForKeys: nil)
+            .filter { $0.pathExtension == "sqlite" }.sorted { $0.lastPathComponent < $1.lastPathComponent }
+    }
+}
+
+/// One table's columns and sorted rows.
+struct TableDump: Equatable, CustomStringConvertible {
+    var columns: [String]
+    var rows: [[SQLValue]]
+    var description: String {
+        columns.joined(separator: "|") + "\n" + rows.map { $0.map(\.sqlLiteral).joined(separator: "|") }.joined(separator: "\n")
+    }
+}
+
+/// Describes the first difference between two dumps, for readable failures.
+func firstDifference(_ a: [String: TableDump], _ b: [String: TableDump]) -> String? {
+    for name in Set(a.keys).union(b.keys).sorted() where a[name] != b[name] {
+        guard let x = a[name], let y = b[name] else { return "table \(name) exists only on one side" }
+        if x.columns != y.columns { return "\(name): columns \(x.columns) vs \(y.columns)" }
+        let sx = Set(x.rows.map { $0.map(\.sqlLiteral).joined(separator: "|") }), sy = Set(y.rows.map { $0.map(\.sqlLiteral).joined(separator: "|") })
+        return "\(name): only left \(sx.subtracting(sy).sorted()), only right \(sy.subtracting(sx).sorted())"
+    }
+    return nil
+}
+
+/// Waits until the wall clock has moved on, so the next export's clock is strictly later.
+func tick() { Thread.sleep(forTimeInterval: 0.003) }
+
+/// Exchanges all pending changes between replicas: each exports, every other applies. Returns the files.
+@discardableResult
+func exchange(_ replicas: [Replica]) throws -> [URL] {
+    var files: [(Replica, URL)] = []
+    for r in replicas { if let e = try r.export() { files.append((r, URL(fileURLWithPath: e.file))) } }
+    for r in replicas {
+        for (author, f) in files where author !== r {
+            let report = r.apply(f)
+            #expect(report.status == .applied, "\(r.name) applying \(author.name)'s diff: \(report.status) \(report.reason ?? "")")
+        }
+    }
+    return files.map(\.1)
+}
+
+/// Expects two replicas to hold the same app data, naming the first difference when they do not.
+func expectSameData(_ a: Replica, _ b: Replica, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    let x = try a.dump(), y = try b.dump()
+    #expect(x == y, "\(a.name) and \(b.name) differ: \(firstDifference(x, y) ?? "")", sourceLocation: sourceLocation)
+}
