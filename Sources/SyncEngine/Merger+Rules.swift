@@ -20,6 +20,12 @@ extension Merger {
         }
         let local = try localRow(info, keyValues: keyValues)
         let ctx = RowContext(info: info, remote: remote, remoteColumns: remoteDef.columnNames, change: change, keyValues: keyValues)
+        // Rows this user shared read-only with the author may not be changed by the author's diffs.
+        if readOnlyShares.contains("\(info.table.id)|" + local.key) {
+            let reason = "read-only share: user '\(meta.authorUser)' may not change rows shared with them"
+            if change.operation == .delete { return try refuseDelete(ctx, local, reason: reason) }
+            return try refuse(ctx, local, columns: ctx.changedColumns, reason: reason)
+        }
         if change.operation == .delete {
             try mergeDelete(ctx, local)
         } else {

@@ -100,6 +100,7 @@ struct Merger {
     var pending: [String: PendingLocal] = [:]
     var statements: [String: Statement] = [:]
     var maxRemoteHLC: Int64 = 0
+    var readOnlyShares = Set<String>()
     let now = ISO8601.format(Date(), fractional: true)
 
     /// A clock that beats every real one: a local change not yet exported will be stamped later than anything seen.
@@ -129,6 +130,7 @@ struct Merger {
         // length of this transaction and re-created before it commits (a rollback restores them too).
         for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
         try loadPending()
+        try loadReadOnlyShares()
         try reader.forEachChange { change in try self.merge(change) }
         for info in try SyncDatabaseInternals.loadTracked(db).values {
             try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
@@ -181,6 +183,16 @@ struct Merger {
         }
     }
 
+    /// Keys ("tid|pk") of rows shared read-only with the diff's author (when it is another user).
+    mutating func loadReadOnlyShares() throws {
+        let ownUser = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
+        guard meta.authorUser != ownUser, !meta.authorUser.isEmpty,
+              try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'rtsync_shares'") != nil else { return }
+        for r in try db.rows("SELECT tid, pk FROM rtsync_shares WHERE to_user = ? AND permission = 'read-only'", [.text(meta.authorUser)]) {
+            if let tid = r[0].int64, let pk = r[1].string { readOnlyShares.insert("\(tid)|" + pk) }
+        }
+    }
+
     mutating func loadPending() throws {
         let s = try db.prepare("SELECT tid, pk, op, cols FROM rtsync_changes ORDER BY seq")
         while try s.step() {
@@ -189,9 +201,7 @@ struct Merger {
             var p = pending[key] ?? PendingLocal()
             p.lastOp = op
             if op == 1 { p.sawInsert = true }
-            if op == 2, case .text(let m) = s.column(3) {
-                for (i, ch) in m.utf8.enumerated() where ch == UInt8(ascii: "1") { p.mask.insert(i) }
-            }
+            if op == 2 { p.mask.formUnion(SyncDatabase.changedPositions(s.column(3))) }
             pending[key] = p
         }
     }

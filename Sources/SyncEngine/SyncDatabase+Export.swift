@@ -64,9 +64,7 @@ extension SyncDatabase {
             }
             pending[key]!.lastOp = op
             if op == 1 { pending[key]!.sawInsert = true; pending[key]!.mask.removeAll() }
-            if op == 2, case .text(let m) = scan.column(3) {
-                for (i, ch) in m.utf8.enumerated() where ch == UInt8(ascii: "1") { pending[key]!.mask.insert(i) }
-            }
+            if op == 2 { pending[key]!.mask.formUnion(Self.changedPositions(scan.column(3))) }
         }
 
         let site = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""

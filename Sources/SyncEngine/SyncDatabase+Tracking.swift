@@ -161,12 +161,16 @@ extension SyncDatabase {
         let keys = def.primaryKeyColumns
         let newKey = Self.keyExpression(keys, row: "NEW"), oldKey = Self.keyExpression(keys, row: "OLD")
         let sameKey = keys.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ")
-        let anyChange = def.columnNames.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
-        let mask = def.columnNames.map { "(CASE WHEN OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0)) THEN '1' ELSE '0' END)" }.joined(separator: " || ")
+        // Which columns changed: an integer bitmask (cheap arithmetic on 0/1 comparisons) for up to 62
+        // columns, else a text of '0'/'1' characters. Decoded by `changedPositions`.
+        let comparisons = def.columnNames.map { "(OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0)))" }
+        let mask = comparisons.count <= 62
+            ? comparisons.enumerated().map { $0.offset == 0 ? $0.element : "(\($0.element) << \($0.offset))" }.joined(separator: " | ")
+            : comparisons.map { "(CASE WHEN \($0) THEN '1' ELSE '0' END)" }.joined(separator: " || ")
         try db.execute("""
             CREATE TRIGGER rtsync_ins_\(tid) AFTER INSERT ON \(t) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 1, NULL); END;
-            CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE ON \(t) WHEN (\(sameKey)) AND (\(anyChange)) BEGIN
+            CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE ON \(t) WHEN \(sameKey) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 2, \(mask)); END;
             CREATE TRIGGER rtsync_key_\(tid) AFTER UPDATE ON \(t) WHEN NOT (\(sameKey)) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(oldKey), 3, NULL);
@@ -174,6 +178,16 @@ extension SyncDatabase {
             CREATE TRIGGER rtsync_del_\(tid) AFTER DELETE ON \(t) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(oldKey), 3, NULL); END;
             """)
+    }
+
+    /// Column positions marked in a change's mask (integer bitmask or '0'/'1' text); an update that
+    /// changed nothing has none, and export skips it.
+    static func changedPositions(_ mask: SQLValue) -> [Int] {
+        switch mask {
+        case .integer(let bits): return (0..<63).filter { bits & (1 << $0) != 0 }
+        case .text(let m): return m.utf8.enumerated().compactMap { $0.element == UInt8(ascii: "1") ? $0.offset : nil }
+        default: return []
+        }
     }
 
     static func dropTriggers(_ db: Connection, tid: Int64) throws {

@@ -62,12 +62,14 @@ public final class SyncDatabase: @unchecked Sendable {
       policy TEXT NOT NULL DEFAULT 'lww-column',
       owner_column TEXT,
       on_delete_conflict TEXT NOT NULL DEFAULT 'delete-wins');
+    -- cols has no declared type: the update mask is an INTEGER bitmask (or '0'/'1' TEXT past 62 columns)
+    -- and must keep its storage class.
     CREATE TABLE IF NOT EXISTS rtsync_changes(
       seq INTEGER PRIMARY KEY,
       tid INTEGER NOT NULL,
       pk TEXT NOT NULL,
       op INTEGER NOT NULL,
-      cols TEXT);
+      cols);
     CREATE TABLE IF NOT EXISTS rtsync_clocks(
       tid INTEGER NOT NULL, pk TEXT NOT NULL, col TEXT NOT NULL,
       hlc INTEGER NOT NULL, site TEXT NOT NULL,
