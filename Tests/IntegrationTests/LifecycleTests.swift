@@ -14,7 +14,7 @@ struct LifecycleTests {
 
     /// Runs the init chain of `home` with the fixture as the bundled asset.
     func initHome(_ home: RTSyncHome, _ dir: TemporaryDirectory, remote: (any RemoteStore)? = nil, joinUser: String? = nil,
-                  retry: RetryPolicy = ltShortRetry) async throws -> InitResult {
+                  retry: SyncEngine.RetryPolicy = ltShortRetry) async throws -> InitResult {
         let asset = dir.file("asset.sqlite")
         if !FileManager.default.fileExists(atPath: asset.path) { _ = try LTFixture.demoCopy(in: dir) }
         return try await InitChain(home: home, remote: remote, joinUser: joinUser, bundledAsset: asset, retry: retry).run()
@@ -189,7 +189,7 @@ struct LifecycleTests {
         let dir = try TemporaryDirectory()
         let home = ltHome(dir, "device")
         let offline = LTFaultyRemote(nil, .offline)
-        let retry = RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(20), maxDelay: .milliseconds(100), totalTimeout: .milliseconds(400))
+        let retry = SyncEngine.RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(20), maxDelay: .milliseconds(100), totalTimeout: .milliseconds(400))
         let clock = ContinuousClock()
         let start = clock.now
 
