@@ -57,13 +57,14 @@ struct BackupTests {
         var counts: [Int64] = []
         for b in made {
             let file = dir.file("backups").appendingPathComponent(b.file)
+            // Checked before this test opens the file (a reader of a WAL-mode file creates side files itself).
+            #expect(!FileManager.default.fileExists(atPath: file.path + "-wal"), "a backup is one self-contained file")
             #expect(try ltScalar(file, "PRAGMA quick_check")?.string == "ok")
             let count = try rowCount(file)
             let maxID = try ltScalar(file, "SELECT coalesce(max(id), 0) FROM log")?.int64 ?? -1
             // A prefix of the commits: every id 1...N present, nothing the writer never committed.
             #expect(count == maxID, "backup \(b.id): \(count) rows but max id \(maxID): a commit is missing")
             #expect(maxID <= writerMax)
-            #expect(!FileManager.default.fileExists(atPath: file.path + "-wal"), "a backup is one self-contained file")
             counts.append(count)
         }
         #expect(counts.first ?? 0 >= 500)
@@ -104,17 +105,19 @@ struct BackupTests {
         try ltEditSettings(home) { $0.keepBackups = 1 }
 
         var ids: [String] = []
+        let manager = BackupManager(database: home.database, folder: home.backups, keep: 1)
         for _ in 0..<6 {
             let r = try ltRTSync(["backup", "create", "--home", home.root.path, "--json"])
             #expect(r.status == 0, "stderr: \(r.stderr)")
-            if let id = (try? jsonObject(r.stdout))?["id"] as? String { ids.append(id) }
+            let id = try #require(try jsonObject(r.stdout)["id"] as? String)
+            ids.append(id)
+            // Right after each create, the backup just made is listed and is last-known-good.
+            #expect(manager.lastKnownGood()?.id == id, "backup \(id) just made is not last-known-good; manifest lists \(manager.list().map(\.id)) (made so far: \(ids))")
+            #expect(manager.list().map(\.id) == [id])
         }
 
-        let manager = BackupManager(database: home.database, folder: home.backups, keep: 1)
-        #expect(manager.lastKnownGood()?.id == ids.last, "the backup just made must be last-known-good; manifest lists \(manager.list().map(\.id)), made \(ids)")
-        #expect(manager.list().map(\.id) == [ids.last].compactMap { $0 })
         let files = try FileManager.default.contentsOfDirectory(atPath: home.backups.path).filter { $0.hasSuffix(".sqlite") }
-        #expect(files.count == 1, "rotation keeps 1 file: \(files)")
+        #expect(files == [ids.last! + ".sqlite"], "rotation keeps exactly the newest file; on disk: \(files)")
     }
 
     // MARK: - Restore
@@ -218,15 +221,31 @@ struct BackupTests {
         let existing = try manager.create()
         let existingBytes = try Data(contentsOf: folder.appendingPathComponent(existing.file))
         let manifestBefore = try Data(contentsOf: folder.appendingPathComponent("backups.json"))
+        let listingBefore = Set(try FileManager.default.contentsOfDirectory(atPath: folder.path))
 
         let error = #expect(throws: LifecycleError.self) { try manager.create() }
 
-        guard case .backupFailed? = error else { Issue.record("expected backupFailed, got \(String(describing: error))"); return }
+        guard case .backupFailed(_, let reason)? = error else { Issue.record("expected backupFailed, got \(String(describing: error))"); return }
+        #expect(reason.lowercased().contains("full"), "the reason should say the disk is full: \(reason)")
         #expect(try Data(contentsOf: folder.appendingPathComponent(existing.file)) == existingBytes)
         #expect(try Data(contentsOf: folder.appendingPathComponent("backups.json")) == manifestBefore)
         #expect(manager.lastKnownGood()?.id == existing.id)
-        let temps = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasPrefix(".") }
-        #expect(temps.isEmpty, "temporary files left behind: \(temps)")
+        let added = Set(try FileManager.default.contentsOfDirectory(atPath: folder.path)).subtracting(listingBefore)
+        #expect(added.isEmpty, "the failed backup left files behind: \(added.sorted())")
+    }
+
+    @Test func create_succeeded_leavesOnlyBackupFilesAndListInFolder() throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("primary.sqlite")
+        try makeLogDatabase(db)  // WAL mode, like the app database
+        let folder = dir.file("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let manager = BackupManager(database: db, folder: folder)
+
+        let made = [try manager.create(), try manager.create()]
+
+        let listing = try FileManager.default.contentsOfDirectory(atPath: folder.path).sorted()
+        #expect(listing == (made.map(\.file) + ["backups.json"]).sorted(), "stray files in the backup folder: \(listing)")
     }
 
     // MARK: - Copy-on-write on btrfs
