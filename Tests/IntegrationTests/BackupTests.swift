@@ -28,16 +28,20 @@ struct BackupTests {
         let db = dir.file("app.sqlite")
         try makeLogDatabase(db)
         try FileManager.default.createDirectory(at: dir.file("backups"), withIntermediateDirectories: true)
-        // Another process commits one row at a time (ids 1, 2, 3, ...) until it is stopped.
-        var script = ".timeout 10000\nPRAGMA synchronous = OFF;\n"
-        for i in 1...60_000 { script += "INSERT INTO log(id, payload) VALUES (\(i), hex(randomblob(40)));\n" }
-        try script.write(to: dir.file("writer.sql"), atomically: true, encoding: .utf8)
+        // Another process commits one row at a time (ids 1, 2, 3, ...) until told to stop (or this process dies).
+        let stop = dir.file("stop")
+        let loop = """
+            { echo '.timeout 10000'; echo 'PRAGMA synchronous = OFF;'
+              while [ ! -e "$2" ] && kill -0 \(getpid()) 2>/dev/null; do
+                echo 'INSERT INTO log(payload) VALUES (hex(randomblob(40)));'
+              done; } | "$0" "$1" > /dev/null 2>&1
+            """
         let writer = Process()
         writer.executableURL = URL(fileURLWithPath: "/bin/sh")
-        writer.arguments = ["-c", "exec \"$0\" \"$1\" < \"$2\" > /dev/null 2>&1", sqlite3, db.path, dir.file("writer.sql").path]
+        writer.arguments = ["-c", loop, sqlite3, db.path, stop.path]
         try writer.run()
         LTChildren.register(writer)
-        defer { if writer.isRunning { writer.terminate(); writer.waitUntilExit() } }
+        defer { if writer.isRunning { FileManager.default.createFile(atPath: stop.path, contents: nil); writer.waitUntilExit() } }
         // Wait until the writer is well under way.
         let deadline = Date().addingTimeInterval(20)
         while (try? rowCount(db)) ?? 0 < 500, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
@@ -50,10 +54,14 @@ struct BackupTests {
             try await Task.sleep(for: .milliseconds(30))
         }
         let stillWriting = writer.isRunning
-        writer.terminate(); writer.waitUntilExit()
+        let countAfterBackups = try rowCount(db)
+        try await Task.sleep(for: .milliseconds(100))
+        FileManager.default.createFile(atPath: stop.path, contents: nil)
+        await ltWaitForExit(writer)
         let writerMax = try ltScalar(db, "SELECT max(id) FROM log")?.int64 ?? 0
 
-        #expect(stillWriting, "the writer finished before the backups; they were not taken under concurrent writes")
+        #expect(stillWriting, "the writer stopped before the backups were done")
+        #expect(writerMax > countAfterBackups, "the writer was still committing after the last backup")
         var counts: [Int64] = []
         for b in made {
             let file = dir.file("backups").appendingPathComponent(b.file)
@@ -107,7 +115,7 @@ struct BackupTests {
         var ids: [String] = []
         let manager = BackupManager(database: home.database, folder: home.backups, keep: 1)
         for _ in 0..<6 {
-            let r = try ltRTSync(["backup", "create", "--home", home.root.path, "--json"])
+            let r = try await ltRTSync(["backup", "create", "--home", home.root.path, "--json"])
             #expect(r.status == 0, "stderr: \(r.stderr)")
             let id = try #require(try jsonObject(r.stdout)["id"] as? String)
             ids.append(id)
@@ -177,6 +185,37 @@ struct BackupTests {
         let (restored, _) = try manager.restore(id: nextGood)
         #expect(restored.id == first.id)
         #expect(try ltScalar(db, "SELECT body FROM notes")?.string == "old good")
+    }
+
+    /// A restored database arrives by copy: it must not keep the site id under which this device already
+    /// published later diffs (the library call is what an app uses, not only the CLI).
+    @Test func restore_libraryCall_givesRestoredDatabaseNewSiteID() async throws {
+        let dir = try TemporaryDirectory()
+        let home = ltHome(dir, "device")
+        let r = try await InitChain(home: home, bundledAsset: LTFixture.demoCopy(in: dir)).run()
+        let manager = BackupManager(database: home.database, folder: home.backups)
+        _ = try manager.create()
+
+        try manager.restore()
+
+        #expect(try SyncDatabase(path: home.database.path).siteID() != r.siteId)
+    }
+
+    @Test(.enabled(if: RTSyncBinary.url != nil, "the rtsync binary is not built"))
+    func backupRestoreCommand_default_restoresWithNewSiteIDAndKeepsOldAside() async throws {
+        let dir = try TemporaryDirectory()
+        let home = ltHome(dir, "device")
+        let r = try await InitChain(home: home, bundledAsset: LTFixture.demoCopy(in: dir)).run()
+        let created = try await ltRTSync(["backup", "create", "--home", home.root.path])
+        try #require(created.status == 0, "stderr: \(created.stderr)")
+        try SyncDatabase(path: home.database.path).execute("DELETE FROM things")
+
+        let restored = try await ltRTSync(["backup", "restore", "--home", home.root.path])
+
+        #expect(restored.status == 0, "stderr: \(restored.stderr)")
+        #expect(restored.stdout.contains("previous database kept at"))
+        #expect(try ltScalar(home.database, "SELECT count(*) FROM things")?.int64 == 3)
+        #expect(try SyncDatabase(path: home.database.path).siteID() != r.siteId)
     }
 
     // MARK: - Faults

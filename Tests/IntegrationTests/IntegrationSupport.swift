@@ -173,8 +173,28 @@ func ltRun(_ executable: String, _ arguments: [String]) throws -> (status: Int32
     return (process.terminationStatus, String(decoding: (try? Data(contentsOf: outFile)) ?? Data(), as: UTF8.self))
 }
 
-/// Runs the built `rtsync` with extra environment variables (RTSyncBinary.run inherits the test's environment).
-func ltRTSync(_ arguments: [String], environment extra: [String: String] = [:]) throws -> CommandResult {
+/// Waits for a started process without blocking a thread of the (small) cooperative pool.
+func ltWaitForExit(_ process: Process) async {
+    final class Once: @unchecked Sendable {
+        let lock = NSLock()
+        var continuation: CheckedContinuation<Void, Never>?
+        func resume() {
+            lock.lock(); defer { lock.unlock() }
+            continuation?.resume()
+            continuation = nil
+        }
+    }
+    let once = Once()
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        once.continuation = done
+        process.terminationHandler = { _ in once.resume() }
+        if !process.isRunning { once.resume() }
+    }
+}
+
+/// Runs the built `rtsync` with extra environment variables (RTSyncBinary.run inherits the test's environment
+/// and blocks a thread while it waits).
+func ltRTSync(_ arguments: [String], environment extra: [String: String] = [:]) async throws -> CommandResult {
     let binary = try #require(RTSyncBinary.url, "rtsync binary not found; build it or set RTSYNC_BIN")
     let dir = try TemporaryDirectory()
     let outURL = dir.file("stdout"), errURL = dir.file("stderr")
@@ -192,6 +212,7 @@ func ltRTSync(_ arguments: [String], environment extra: [String: String] = [:]) 
     process.standardError = err
     process.standardInput = FileHandle.nullDevice
     try process.run()
+    await ltWaitForExit(process)
     process.waitUntilExit()
     try out.close(); try err.close()
     return CommandResult(status: process.terminationStatus,

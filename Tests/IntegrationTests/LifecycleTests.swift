@@ -198,8 +198,10 @@ struct LifecycleTests {
         let elapsed = clock.now - start
         #expect(result.source == .bundled)
         #expect(result.attempts.filter { $0.source == .bucket || $0.source == .demo }.map(\.outcome) == ["failed", "failed"])
-        #expect(offline.faultsInjected == 6, "each network step is retried up to maxAttempts (3 each)")
-        #expect(elapsed < .seconds(3), "took \(elapsed)")
+        // Each of the two steps tries at least twice and at most maxAttempts times (the time bound may cut it short).
+        #expect((4...6).contains(offline.faultsInjected), "faults: \(offline.faultsInjected)")
+        // Two steps of at most 0.4 s each plus local work; generous for a loaded 2-core machine, far below the default 2 x 10 s.
+        #expect(elapsed < .seconds(5), "took \(elapsed)")
     }
 
     // MARK: - New owner and site ids

@@ -128,9 +128,11 @@ enum LTSyncScenarios {
         try c.execute("UPDATE things SET color = 'space grey' WHERE id = ?", [.text(laptop)])
         try b.execute("DELETE FROM translations WHERE lang = 'de' AND key = 'ui.evidence'")
         _ = try await rounds(devices, 1)
-        // Edits between rounds too.
-        try a.execute("UPDATE things SET description = 'edited after round 1' WHERE id = 'thing-from-C'")
-        let reports = try await rounds(devices, 2)
+        // Edits between rounds too: B got A's thing in round 1 (A synced first).
+        #expect(try b.thingTitle("thing-from-A") == "A's thing")
+        try b.execute("UPDATE things SET description = 'edited after round 1' WHERE id = 'thing-from-A'")
+        // Three rounds: B's edit reaches A only in the second, and the third must then be idle everywhere.
+        let reports = try await rounds(devices, 3)
 
         try expectIdentical(devices)
         for d in devices {
@@ -138,7 +140,7 @@ enum LTSyncScenarios {
             #expect(try d.thingTitle("thing-from-B") == "B's thing", "\(d.name)")
             #expect(try d.thingTitle("thing-from-C") == "C's thing", "\(d.name)")
             #expect(try ltScalar(d.db, "SELECT color FROM things WHERE id = ?", [.text(laptop)])?.string == "space grey", "\(d.name)")
-            #expect(try ltScalar(d.db, "SELECT description FROM things WHERE id = 'thing-from-C'")?.string == "edited after round 1", "\(d.name)")
+            #expect(try ltScalar(d.db, "SELECT description FROM things WHERE id = 'thing-from-A'")?.string == "edited after round 1", "\(d.name)")
             #expect(try ltScalar(d.db, "SELECT count(*) FROM translations WHERE lang = 'de' AND key = 'ui.evidence'")?.int64 == 0, "\(d.name)")
             #expect(["Headphones (A)", "Headphones (B)"].contains(try d.thingTitle(headphones) ?? ""), "\(d.name)")
             #expect(try SyncDatabase(path: d.db.path).pendingChangeCount() == 0, "\(d.name): applying diffs must not create changes to send back")
@@ -317,17 +319,13 @@ enum LTSyncScenarios {
         _ = try await c.sync(via: LTFaultyRemote(c.remote, .failAfter(.upload, nth: 1)), retry: ltNoRetry)
         #expect(c.outbox().count == 1)
         c.remote.store.requestCounter.reset()
-        let clock = ContinuousClock()
-        let start = clock.now
 
         let report = try await c.sync(retry: SyncEngine.RetryPolicy())  // the default policy, as the CLI uses
 
-        let elapsed = clock.now - start
         #expect(report.ok, "\(report.phases)")
         #expect(c.outbox().isEmpty)
         #expect(c.remote.store.requestCounter.count("PutObject") == 1,
                 "an 'already exists' answer is final and must not be retried: \(c.remote.store.requestCounter.snapshot)")
-        #expect(elapsed < .milliseconds(500), "took \(elapsed)")
         await cleanUp(bucket)
     }
 }
