@@ -114,15 +114,19 @@ struct BackupTests {
 
         var ids: [String] = []
         let manager = BackupManager(database: home.database, folder: home.backups, keep: 1)
-        for _ in 0..<6 {
+        // Until 8 consecutive pairs fell in the same second (each such pair is in random id order).
+        var sameSecondPairs = 0
+        for _ in 0..<24 where sameSecondPairs < 8 {
             let r = try await ltRTSync(["backup", "create", "--home", home.root.path, "--json"])
             #expect(r.status == 0, "stderr: \(r.stderr)")
             let id = try #require(try jsonObject(r.stdout)["id"] as? String)
+            if let previous = ids.last, try KSUID(string: previous).timestamp == KSUID(string: id).timestamp { sameSecondPairs += 1 }
             ids.append(id)
             // Right after each create, the backup just made is listed and is last-known-good.
             #expect(manager.lastKnownGood()?.id == id, "backup \(id) just made is not last-known-good; manifest lists \(manager.list().map(\.id)) (made so far: \(ids))")
             #expect(manager.list().map(\.id) == [id])
         }
+        #expect(sameSecondPairs >= 1, "no two backups fell in the same second; the scenario did not happen")
 
         let files = try FileManager.default.contentsOfDirectory(atPath: home.backups.path).filter { $0.hasSuffix(".sqlite") }
         #expect(files == [ids.last! + ".sqlite"], "rotation keeps exactly the newest file; on disk: \(files)")
