@@ -200,8 +200,10 @@ struct LifecycleTests {
         #expect(result.attempts.filter { $0.source == .bucket || $0.source == .demo }.map(\.outcome) == ["failed", "failed"])
         // Each of the two steps tries at least twice and at most maxAttempts times (the time bound may cut it short).
         #expect((4...6).contains(offline.faultsInjected), "faults: \(offline.faultsInjected)")
-        // Two steps of at most 0.4 s each plus local work; generous for a loaded 2-core machine, far below the default 2 x 10 s.
-        #expect(elapsed < .seconds(5), "took \(elapsed)")
+        // Two steps of at most 0.4 s of retrying each plus local work. The bound is loose because on a 2-core machine
+        // other tests that block the cooperative pool delay the retry sleeps' wake-ups; it is still below the
+        // 20 s the default policy (2 x 10 s) would allow, and the fault count above proves the attempt bound.
+        #expect(elapsed < .seconds(15), "took \(elapsed)")
     }
 
     // MARK: - New owner and site ids
