@@ -1,0 +1,71 @@
+import Foundation
+import SyncEngine
+import Testing
+
+/// Issue 5/6 through the built binary: `rtsync sync`, `status --json`, `demo on`, tier refusal.
+@Suite("rtsync sync/status/demo CLI", .enabled(if: RTSyncBinary.url != nil, "the rtsync binary is not built"))
+struct SyncCLITests {
+    /// A home initialized by a first `rtsync sync` on the embedded default (local-folder bucket, bundled asset).
+    func syncedHome(_ dir: TemporaryDirectory) async throws -> (home: URL, first: CommandResult) {
+        let home = dir.file("home")
+        let first = try await ltRTSync(["sync", "--home", home.path])
+        return (home, first)
+    }
+
+    @Test func sync_freshHome_initsFromBundledAssetExitsZero_secondRunCostsOneRequest() async throws {
+        let dir = try TemporaryDirectory()
+        let (home, first) = try await syncedHome(dir)
+
+        #expect(first.status == 0, "stderr: \(first.stderr)")
+        #expect(first.stdout.contains("init: database from bundled"), "stdout: \(first.stdout)")
+        #expect(FileManager.default.fileExists(atPath: home.appendingPathComponent("support/primary.sqlite").path))
+        let second = try await ltRTSync(["sync", "--home", home.path])
+        #expect(second.status == 0, "stderr: \(second.stderr)")
+        #expect(!second.stdout.contains("init:"), "the second run must not re-initialize: \(second.stdout)")
+        #expect(second.stdout.contains("done: 1 bucket request(s)"), "stdout: \(second.stdout)")
+    }
+
+    @Test func statusJSON_afterSync_hasDatabasePathAndUserId() async throws {
+        let dir = try TemporaryDirectory()
+        let (home, first) = try await syncedHome(dir)
+        try #require(first.status == 0, "stderr: \(first.stderr)")
+
+        let r = try await ltRTSync(["status", "--home", home.path, "--json"])
+
+        #expect(r.status == 0, "stderr: \(r.stderr)")
+        let json = try jsonObject(r.stdout)
+        #expect(json["database"] as? String == home.appendingPathComponent("support/primary.sqlite").path)
+        let user = try RTSyncHome(root: home).loadSettings().userID
+        #expect(!user.isEmpty)
+        #expect(json["userId"] as? String == user)
+    }
+
+    @Test func sync_afterDemoOn_exitsNonZeroWithErrorNamingDemoMode() async throws {
+        let dir = try TemporaryDirectory()
+        let (home, first) = try await syncedHome(dir)
+        try #require(first.status == 0, "stderr: \(first.stderr)")
+        let on = try await ltRTSync(["demo", "on", "--home", home.path])
+        try #require(on.status == 0, "demo on: \(on.stderr)")
+
+        let r = try await ltRTSync(["sync", "--home", home.path])
+
+        #expect(r.status != 0)
+        #expect(r.stderr.hasPrefix("error:"), "stderr: \(r.stderr)")
+        #expect(r.stderr.contains("demo mode"), "stderr: \(r.stderr)")
+        #expect(r.stderr.contains("hint:"), "stderr: \(r.stderr)")
+    }
+
+    @Test func sync_freeTierWithS3Bucket_exitsNonZeroNamingFreeTier() async throws {
+        let dir = try TemporaryDirectory()
+        let (home, first) = try await syncedHome(dir)
+        try #require(first.status == 0, "stderr: \(first.stderr)")
+        // Nothing listens on port 9: the refusal must come before any request.
+        let env = ["AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"]
+
+        let r = try await ltRTSync(["sync", "--home", home.path, "--bucket", "s3://rtsync-lifetests/cli"], environment: env)
+
+        #expect(r.status != 0)
+        #expect(r.stderr.hasPrefix("error:"), "stderr: \(r.stderr)")
+        #expect(r.stderr.contains("free tier"), "stderr: \(r.stderr)")
+    }
+}
