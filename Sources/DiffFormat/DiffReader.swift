@@ -248,7 +248,7 @@ public final class DiffReader {
     }
 
     /// A read-only, immutable URI for `path` (no locks, no journal or WAL files are opened or created).
-    static func immutableURI(for path: String) -> String {
+    package static func immutableURI(for path: String) -> String {
         var escaped = ""
         for ch in path.unicodeScalars {
             switch ch {

@@ -110,7 +110,7 @@ public struct KSUID: Sendable, Hashable, Comparable {
     public static func < (a: KSUID, b: KSUID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
 
     /// The next larger KSUID (the 160-bit value plus one), or nil past `max`.
-    func successor() -> KSUID? {
+    package func successor() -> KSUID? {
         var b = bytes
         for i in stride(from: 19, through: 0, by: -1) {
             if b[i] == 0xFF { b[i] = 0 } else { b[i] += 1; return KSUID(uncheckedBytes: b) }

@@ -24,7 +24,8 @@ public final class Backup {
         switch rc {
         case SQLITE_DONE: return true
         case SQLITE_OK, SQLITE_BUSY, SQLITE_LOCKED: return false
-        default: throw SQLiteError(code: rc, message: destination.lastErrorMessage)
+        // The step's own result code says what failed (e.g. disk full); the destination's last error may not.
+        default: throw SQLiteError(code: rc, message: String(cString: sqlite3_errstr(rc)))
         }
     }
 

@@ -83,7 +83,13 @@ public struct BackupManager: Sendable {
         guard FileManager.default.fileExists(atPath: database.path) else {
             throw LifecycleError.backupFailed(path: database.path, reason: "database does not exist")
         }
-        let id = KSUID.generate().string
+        // Backups from several processes share one list: hold its lock, and make the id sort above every
+        // listed one (KSUIDs only increase within one process).
+        let lock = try FolderLock(folder)
+        defer { lock.unlock() }
+        var newID = KSUID.generate()
+        if let top = loadManifest().backups.compactMap({ try? KSUID(string: $0.id) }).max(), newID <= top, let next = top.successor() { newID = next }
+        let id = newID.string
         let temp = folder.appendingPathComponent(".\(id).sqlite.tmp")
         let final = folder.appendingPathComponent("\(id).sqlite")
         func cleanup() { for s in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: temp.path + s) } }
@@ -96,9 +102,12 @@ public struct BackupManager: Sendable {
                 cleanup()
                 try Self.onlineBackup(database: database, to: temp)
             }
+            // One self-contained file in rollback-journal mode: opening it later creates no -wal/-shm beside it.
+            try Self.makeSelfContained(temp)
             try Durable.sync(file: temp)
-            if let problem = Self.verificationProblem(temp) { throw LifecycleError.backupFailed(path: temp.path, reason: "copy failed verification: \(problem)") }
+            if let problem = Self.verificationProblem(temp, immutable: true) { throw LifecycleError.backupFailed(path: temp.path, reason: "copy failed verification: \(problem)") }
             try Durable.rename(temp, to: final)
+            cleanup()
         } catch let e as LifecycleError {
             cleanup(); throw e
         } catch {
@@ -168,10 +177,19 @@ public struct BackupManager: Sendable {
         _ = try? dest.rows("PRAGMA wal_checkpoint(TRUNCATE)")
     }
 
+    /// Switches a fresh copy to rollback-journal mode, folding any WAL content into the file.
+    static func makeSelfContained(_ file: URL) throws {
+        let db = try Connection(path: file.path, mode: .readWrite)
+        _ = try db.rows("PRAGMA journal_mode = DELETE")
+    }
+
     /// Why a database file is not usable, or nil when `quick_check` passes and it has tables.
-    public static func verificationProblem(_ file: URL, expectedTables: [String] = []) -> String? {
+    /// `immutable` is for files nothing else writes (backups, downloads, the bundled asset): they are
+    /// read without locks and without creating -wal/-shm files beside them.
+    public static func verificationProblem(_ file: URL, expectedTables: [String] = [], immutable: Bool = false) -> String? {
         do {
-            let db = try Connection(path: file.path, mode: .readOnly)
+            let db = immutable ? try Connection(path: DiffReader.immutableURI(for: file.path), mode: .readOnly, uri: true)
+                               : try Connection(path: file.path, mode: .readOnly)
             let check = try db.rows("PRAGMA quick_check(5)").compactMap { $0.first?.string }
             if check != ["ok"] { return check.joined(separator: "; ") }
             let tables = Set(try db.rows("SELECT lower(name) FROM sqlite_schema WHERE type = 'table'").compactMap { $0[0].string })
@@ -190,7 +208,7 @@ public struct BackupManager: Sendable {
     public func verify(id: String) throws -> BackupInfo {
         var m = loadManifest()
         guard let i = m.backups.firstIndex(where: { $0.id == id }) else { throw LifecycleError.backupNotFound(id: id) }
-        let problem = Self.verificationProblem(folder.appendingPathComponent(m.backups[i].file))
+        let problem = Self.verificationProblem(folder.appendingPathComponent(m.backups[i].file), immutable: true)
         m.backups[i].verified = problem == nil
         if problem != nil, m.lastKnownGood == id {
             m.lastKnownGood = m.backups.filter { $0.verified && $0.id != id }.max { $0.id < $1.id }?.id
@@ -211,9 +229,12 @@ public struct BackupManager: Sendable {
         let checked = try verify(id: chosenID)
         guard checked.verified else {
             let next = loadManifest().backups.filter { $0.verified && $0.id != chosenID }.max { $0.id < $1.id }
-            throw LifecycleError.backupCorrupt(id: chosenID, reason: Self.verificationProblem(folder.appendingPathComponent(checked.file)) ?? "failed quick_check", nextGood: next?.id)
+            throw LifecycleError.backupCorrupt(id: chosenID, reason: Self.verificationProblem(folder.appendingPathComponent(checked.file), immutable: true) ?? "failed quick_check", nextGood: next?.id)
         }
         let replaced = try Self.install(folder.appendingPathComponent(checked.file), as: database)
+        // A restored copy is a copy: it must not reuse the site id (and sequence numbers) it had.
+        let restored = try SyncDatabase(path: database.path)
+        if restored.isTracked { try restored.regenerateSiteID() }
         return (checked, replaced)
     }
 
@@ -242,5 +263,25 @@ public struct BackupManager: Sendable {
         }
         try Durable.rename(temp, to: target)
         return aside
+    }
+}
+
+/// An exclusive advisory lock (flock) on a folder itself, so processes sharing a backup folder take
+/// turns without leaving a lock file behind.
+final class FolderLock {
+    private let fd: Int32
+
+    init(_ url: URL) throws {
+        fd = open(url.path, O_RDONLY)
+        guard fd >= 0 else { throw LifecycleError.backupFailed(path: url.path, reason: String(cString: strerror(errno))) }
+        guard flock(fd, LOCK_EX) == 0 else {
+            close(fd)
+            throw LifecycleError.backupFailed(path: url.path, reason: String(cString: strerror(errno)))
+        }
+    }
+
+    func unlock() {
+        flock(fd, LOCK_UN)
+        close(fd)
     }
 }

@@ -31,13 +31,13 @@ public struct DemoReset: Sendable {
             defer { try? FileManager.default.removeItem(at: temp) }
             if let newest = try? await retry.run({ try await remote.list(prefix: "demo/") }).filter({ $0.key.hasSuffix(".sqlite") }).max(by: { $0.key < $1.key }),
                (try? await retry.run({ try await remote.download(key: newest.key, to: temp) })) != nil,
-               BackupManager.verificationProblem(temp) == nil {
+               BackupManager.verificationProblem(temp, immutable: true) == nil {
                 _ = try BackupManager.install(temp, as: home.database)
                 source = "bucket \(newest.key)"
             }
         }
         if source == nil {
-            guard let asset = bundledAsset, BackupManager.verificationProblem(asset) == nil else {
+            guard let asset = bundledAsset, BackupManager.verificationProblem(asset, immutable: true) == nil else {
                 throw LifecycleError.noSourceAvailable(attempts: ["demo: no demo database in the bucket", "bundled: not installed with this binary"])
             }
             _ = try BackupManager.install(asset, as: home.database)

@@ -102,7 +102,7 @@ public struct InitChain: Sendable {
         for b in local {
             let file = home.backups.appendingPathComponent(b.file)
             progress("trying documents backup \(b.id)")
-            if let problem = BackupManager.verificationProblem(file, expectedTables: expectedTables) {
+            if let problem = BackupManager.verificationProblem(file, expectedTables: expectedTables, immutable: true) {
                 attempts.append(InitAttempt(source: .documentsBackup, outcome: "skipped", detail: "\(file.path): \(problem)"))
                 continue
             }
@@ -126,7 +126,7 @@ public struct InitChain: Sendable {
                 defer { try? fm.removeItem(at: temp) }
                 progress("downloading \(newest.key) (\(newest.size) bytes)")
                 try await retry.run { try await remote.download(key: newest.key, to: temp) }
-                if let problem = BackupManager.verificationProblem(temp, expectedTables: expectedTables) {
+                if let problem = BackupManager.verificationProblem(temp, expectedTables: expectedTables, immutable: true) {
                     attempts.append(InitAttempt(source: source, outcome: "skipped", detail: "\(newest.key): \(problem)"))
                     continue
                 }
@@ -142,7 +142,7 @@ public struct InitChain: Sendable {
         // 4. The bundled asset.
         if let asset = bundledAsset, fm.fileExists(atPath: asset.path) {
             progress("using the bundled demo database")
-            if let problem = BackupManager.verificationProblem(asset, expectedTables: expectedTables) {
+            if let problem = BackupManager.verificationProblem(asset, expectedTables: expectedTables, immutable: true) {
                 attempts.append(InitAttempt(source: .bundled, outcome: "skipped", detail: "\(asset.path): \(problem)"))
             } else {
                 _ = try BackupManager.install(asset, as: db)

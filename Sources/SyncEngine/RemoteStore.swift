@@ -79,7 +79,9 @@ public struct RetryPolicy: Sendable {
         while true {
             attempt += 1
             do { return try await body() } catch {
+                // Definite answers are not retried: the object is missing, or a conditional put found it there.
                 if case RemoteStoreError.notFound = error { throw error }
+                if case RemoteStoreError.alreadyExists = error { throw error }
                 let elapsed = clock.now - start
                 if attempt >= maxAttempts || elapsed >= totalTimeout { throw error }
                 let cap = min(maxDelay, baseDelay * (1 << min(attempt - 1, 16)))
