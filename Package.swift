@@ -58,6 +58,7 @@ let package = Package(
         .testTarget(name: "DiffFormatTests", dependencies: ["DiffFormat", "RTSQLite"]),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "DiffFormat", "RTSQLite"]),
         .testTarget(name: "BucketClientTests", dependencies: ["BucketClient"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient", "BucketSync"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient", "BucketSync",
+                                                           .product(name: "Crypto", package: "swift-crypto")]),
     ]
 )

@@ -1,0 +1,177 @@
+import BucketSync
+import Crypto
+import DiffFormat
+import Foundation
+import RTSQLite
+import SyncEngine
+import Testing
+
+// Issue 6: signed diffs, shares and requests between users, and compaction, through a local-folder bucket.
+
+@Suite("sync: signatures, shares, requests, compaction")
+struct SharingSigningCompactionTests {
+    /// A device whose syncs sign with its own key and trust the given keys.
+    func signedSync(_ device: LTDevice, trusting others: [LTDevice] = []) async throws -> SyncReport {
+        let keys = DeviceKeys(home: device.home)
+        var trusted = try keys.trustedKeys()
+        for o in others { trusted.append(Array(try DeviceKeys(home: o.home).signingKey().publicKey.rawRepresentation)) }
+        return try await Syncer(home: device.home, remote: device.remote, retry: ltShortRetry,
+                                signingKey: try keys.signingKey(), trustedKeys: trusted).sync()
+    }
+
+    /// Two users, each with one device, sharing one local-folder bucket.
+    func twoUsers(_ dir: TemporaryDirectory) async throws -> (LTDevice, LTDevice) {
+        let bucket = LTBucket.local(dir)
+        var devices: [LTDevice] = []
+        for name in ["user1", "user2"] {
+            let home = ltHome(dir, name)
+            let device = LTDevice(name: name, home: home, remote: try bucket.open())
+            _ = try await InitChain(home: home, remote: device.remote, bundledAsset: try LTFixture.demoCopy(in: dir, name: "\(name).sqlite"), retry: ltShortRetry).run()
+            devices.append(device)
+        }
+        return (devices[0], devices[1])
+    }
+
+    func user(_ d: LTDevice) throws -> String { try d.home.loadSettings().userID }
+
+    @Test func sync_signaturesRequired_forgedAndUnsignedDiffsRejected_trustedOneApplied() async throws {
+        let dir = try TemporaryDirectory()
+        let devices = try await LTSyncScenarios.makeDevices(dir, .local(dir))
+        let (a, b) = (devices[0], devices[1])
+        try ltEditSettings(b.home) { $0.requireSignatures = true }
+        let userID = try user(a)
+        let inbound = Syncer.inboundPrefix(user: userID)
+
+        // A forged diff: well formed, signed, but by a key B does not trust.
+        let forgedDir = dir.url.appendingPathComponent("forged")
+        try FileManager.default.createDirectory(at: forgedDir, withIntermediateDirectories: true)
+        let site = try a.siteID()
+        let w = try DiffWriter(directory: forgedDir, kind: .changes, authorUser: userID, authorSite: site, expectedRows: 1)
+        try w.addTable(TableDefinition(name: "translations", columns: [
+            ColumnDefinition(name: "lang", type: "VARCHAR", notNull: true, primaryKey: 1),
+            ColumnDefinition(name: "key", type: "VARCHAR", notNull: true, primaryKey: 2),
+            ColumnDefinition(name: "value", type: "TEXT", notNull: true),
+            ColumnDefinition(name: "context", type: "VARCHAR"),
+        ]))
+        let stamp = Clock(hlc: HLC(milliseconds: HLC.wallMilliseconds() + 1000, counter: 0), site: site)
+        try w.append(RowChange(table: "translations", operation: .upsert, values: [.text("en"), .text("ui.things"), .text("FORGED"), .text("ui")],
+                               changedColumns: ["value"], clock: stamp, born: .zero))
+        let forged = try w.finish(signingKey: Curve25519.Signing.PrivateKey())
+        try await a.remote.upload(file: forged, key: inbound + forged.lastPathComponent, ifAbsent: true)
+
+        // An unsigned diff from A itself.
+        try a.execute("UPDATE translations SET value = 'UNSIGNED' WHERE lang = 'de' AND key = 'ui.things'")
+        let unsigned = try #require(try SyncDatabase(path: a.db.path).exportChanges(to: dir.url.appendingPathComponent("unsigned")))
+        try await a.remote.upload(file: URL(fileURLWithPath: unsigned.file), key: inbound + URL(fileURLWithPath: unsigned.file).lastPathComponent, ifAbsent: true)
+
+        // A properly signed diff from A, whose key B trusts.
+        try a.execute("UPDATE translations SET value = 'Signed' WHERE lang = 'en' AND key = 'ui.evidence'")
+        #expect(try await signedSync(a).ok)
+
+        let report = try await signedSync(b, trusting: [a])
+        let rejected = report.applied.filter { $0.status == .rejected }
+        #expect(rejected.count == 2, "forged and unsigned diffs rejected: \(report.applied)")
+        #expect(rejected.contains { $0.reason?.contains("unsigned") == true })
+        #expect(rejected.contains { $0.reason?.contains("not valid or not from a trusted key") == true })
+        #expect(try ltScalar(b.db, "SELECT value FROM translations WHERE lang = 'en' AND key = 'ui.things'")?.string != "FORGED")
+        #expect(try ltScalar(b.db, "SELECT value FROM translations WHERE lang = 'de' AND key = 'ui.things'")?.string != "UNSIGNED")
+        #expect(try ltScalar(b.db, "SELECT value FROM translations WHERE lang = 'en' AND key = 'ui.evidence'")?.string == "Signed")
+        let quarantined = (try FileManager.default.contentsOfDirectory(atPath: b.home.quarantine.path)).filter { $0.hasSuffix(".sqlite") }
+        #expect(quarantined.count == 2)
+    }
+
+    @Test func deviceKey_isCreatedOwnerOnly_andStable() throws {
+        let dir = try TemporaryDirectory()
+        let keys = DeviceKeys(home: ltHome(dir, "k"))
+        let first = try keys.publicKeyHex()
+        #expect(try keys.publicKeyHex() == first)
+        let attrs = try FileManager.default.attributesOfItem(atPath: ltHome(dir, "k").keys.appendingPathComponent("device.ed25519").path)
+        #expect((attrs[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+        #expect(throws: LifecycleError.self) { try keys.trust(publicKeyHex: "not-hex", label: "bad") }
+    }
+
+    @Test func share_readOnly_recipientGetsRows_andWriteBackIsRefusedAndLogged() async throws {
+        let dir = try TemporaryDirectory()
+        let (u1, u2) = try await twoUsers(dir)
+        try u1.execute("UPDATE translations SET value = 'Dinge (geteilt)' WHERE lang = 'de' AND key = 'ui.things'")
+        let db1 = try SyncDatabase(path: u1.db.path)
+        let share = try #require(try db1.writeShare(table: "translations", filter: "lang = 'de'", to: try user(u2), permission: .readOnly,
+                                                    directory: dir.url.appendingPathComponent("out1")))
+        #expect(share.rows == 2)
+        try await u1.remote.upload(file: URL(fileURLWithPath: share.file), key: Syncer.inboundPrefix(user: try user(u2)) + URL(fileURLWithPath: share.file).lastPathComponent, ifAbsent: true)
+
+        let r2 = try await u2.sync()
+        #expect(r2.ok, "\(r2.phases)")
+        #expect(try ltScalar(u2.db, "SELECT value FROM translations WHERE lang = 'de' AND key = 'ui.things'")?.string == "Dinge (geteilt)")
+        let inbox = try SyncDatabase(path: u2.db.path).inbound()
+        let user1 = try user(u1)
+        #expect(inbox.count == 1 && inbox[0].kind == "share" && inbox[0].fromUser == user1)
+
+        // The recipient changes a shared row and sends it back.
+        try u2.execute("UPDATE translations SET value = 'überschrieben' WHERE lang = 'de' AND key = 'ui.things'")
+        let back = try #require(try SyncDatabase(path: u2.db.path).writeShare(table: "translations", filter: "lang = 'de'", to: try user(u1),
+                                                                            permission: .readWrite, directory: dir.url.appendingPathComponent("out2")))
+        try await u2.remote.upload(file: URL(fileURLWithPath: back.file), key: Syncer.inboundPrefix(user: try user(u1)) + URL(fileURLWithPath: back.file).lastPathComponent, ifAbsent: true)
+        let r1 = try await u1.sync()
+        #expect(r1.ok, "\(r1.phases)")
+        #expect(try ltScalar(u1.db, "SELECT value FROM translations WHERE lang = 'de' AND key = 'ui.things'")?.string == "Dinge (geteilt)")
+        let conflicts = try db1.conflicts()
+        #expect(conflicts.contains { $0.reason.contains("read-only share") && $0.remoteValue == .text("überschrieben") && $0.winner == "local" })
+    }
+
+    @Test func request_isListedWithSender_andNeverMerged() async throws {
+        let dir = try TemporaryDirectory()
+        let (u1, u2) = try await twoUsers(dir)
+        let before = try ltAppTables(u1.db)
+        let db2 = try SyncDatabase(path: u2.db.path)
+        let file = try ShareRequest.write(from: try user(u2), site: try db2.siteID(), table: "things", filter: "brand = 'IKEA'", message: "may I see it?",
+                                          directory: dir.url.appendingPathComponent("req"))
+        try await u2.remote.upload(file: file, key: Syncer.inboundPrefix(user: try user(u1)) + file.lastPathComponent, ifAbsent: true)
+        let r = try await u1.sync()
+        #expect(r.ok, "\(r.phases)")
+        #expect(try ltAppTables(u1.db) == before)
+        #expect(try ltScalar(u1.db, "SELECT count(*) FROM sqlite_schema WHERE name = 'share_request'")?.int64 == 0)
+        let items = try SyncDatabase(path: u1.db.path).inbound()
+        #expect(items.count == 1)
+        let user2 = try user(u2)
+        #expect(items.first?.kind == "request" && items.first?.fromUser == user2)
+        #expect(items.first?.summary.contains("may I see it?") == true)
+        // A second sync does not fetch it again.
+        let again = try await u1.sync()
+        #expect(again.downloaded.isEmpty)
+    }
+
+    @Test func compact_prunesDiffsAllDevicesApplied_keepsOthers_andNewDeviceStartsFromSnapshot() async throws {
+        let dir = try TemporaryDirectory()
+        let bucket = LTBucket.local(dir)
+        let devices = try await LTSyncScenarios.makeDevices(dir, bucket)
+        let (a, b, c) = (devices[0], devices[1], devices[2])
+        try a.insertThing("cmp-a", title: "from A")
+        try b.insertThing("cmp-b", title: "from B")
+        _ = try await LTSyncScenarios.rounds(devices, 2)
+        let inbound = Syncer.inboundPrefix(user: try user(a))
+        let beforeCount = try await a.remote.list(prefix: inbound).count
+        #expect(beforeCount >= 2)
+
+        // C is behind on one new diff from A: compaction must keep that one.
+        try a.insertThing("cmp-late", title: "not yet on C")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        let report = try await Compactor(home: a.home, remote: a.remote, retry: ltShortRetry).run()
+        #expect(report.devices.count == 3)
+        #expect(report.pruned.count == beforeCount)
+        #expect(report.kept == 1)
+        let remaining = try await a.remote.list(prefix: inbound).map(\.key)
+        #expect(remaining.count == 1)
+
+        // A new device D starts from the snapshot plus what is left, and ends identical.
+        let home = ltHome(dir, "D")
+        let d = LTDevice(name: "D", home: home, remote: try bucket.open())
+        let initResult = try await InitChain(home: home, remote: d.remote, joinUser: try user(a), retry: ltShortRetry).run()
+        #expect(initResult.source == .bucket)
+        #expect(try await d.sync().ok)
+        #expect(try await c.sync().ok)
+        try LTSyncScenarios.expectIdentical([a, b, c, d])
+        #expect(try d.thingTitle("cmp-late") == "not yet on C")
+    }
+}
