@@ -58,7 +58,7 @@ extension BucketError: LocalizedError, CustomStringConvertible {
         switch self {
         case .notFound: return "check the key with `rtsync bucket ls`"
         case .bucketNotFound: return "check the bucket name in --bucket / RTSYNC_BUCKET, or create the bucket"
-        case .preconditionFailed: return "list the object again and retry with its current ETag"
+        case .preconditionFailed: return "the object exists or changed since it was read; list it again before retrying"
         case .accessDenied(_, let hint): return hint
         case .invalidResponse: return "check that the endpoint (AWS_ENDPOINT_URL) is an S3-compatible server"
         case .unsafeKey: return "rename the object in the bucket; rtsync never writes outside the target folder"

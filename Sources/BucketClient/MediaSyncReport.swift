@@ -69,7 +69,7 @@ public struct MediaSyncReport: Codable, Sendable {
     /// The report as pretty JSON with sorted keys.
     public func jsonData() throws -> Data {
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         return try encoder.encode(self)
     }
 }

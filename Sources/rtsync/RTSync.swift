@@ -7,6 +7,6 @@ struct RTSync: AsyncParsableCommand {
         commandName: "rtsync",
         abstract: "Offline-first SQLite sync through an S3-style bucket.",
         version: "0.1.0",
-        subcommands: []
+        subcommands: [Bucket.self, Media.self]
     )
 }

@@ -54,6 +54,38 @@ import Testing
         #expect(truncatedGet != nil)
     }
 
+    @Test(arguments: [("always500", 500), ("always429", 429)])
+    func serverErrorsAndThrottling_areRetriedWithBackoff_thenReported(bucket: String, status: Int) async throws {
+        let store = try await junkStore(bucket: bucket)
+        await #expect(throws: BucketError.httpError(request: "GetObject s3://\(bucket)/k", status: status,
+                                                    code: status == 500 ? "InternalError" : "SlowDown",
+                                                    message: status == 500 ? "boom" : "slow down")) {
+            try await store.get(key: "k")
+        }
+        #expect(store.requestCounter.count("GetObject") == 2)  // maxAttempts of junkStore
+    }
+
+    @Test func clientErrors_areNeverRetried() async throws {
+        let store = try await junkStore(bucket: "always400")
+        await #expect(throws: BucketError.self) { try await store.get(key: "k") }
+        #expect(store.requestCounter.count("GetObject") == 1)
+    }
+
+    @Test func connectionRefused_isRetried_thenReportedAsTransport() async throws {
+        var configuration = S3Configuration(bucket: "b", endpoint: URL(string: "http://127.0.0.1:\(try freeLoopbackPort())")!,
+                                            credentials: AWSCredentials(accessKeyId: "AKID", secretAccessKey: "secret"))
+        configuration.retry = RetryPolicy(maxAttempts: 3, baseDelay: 0.01, maxDelay: 0.02)
+        let store = S3Store(configuration: configuration)
+        do {
+            _ = try await store.head(key: "k")
+            Issue.record("no error from a closed port")
+        } catch let error as BucketError {
+            guard case .transport(let request, _) = error else { Issue.record("got \(error)"); return }
+            #expect(request == "HeadObject s3://b/k")
+        }
+        #expect(store.requestCounter.count("HeadObject") == 3)
+    }
+
     @Test func unknownURLScheme_isRefusedWithHint() {
         #expect(throws: BucketError.self) { try makeObjectStore(urlString: "ftp://host/x") }
         let error = BucketError.unsupportedURL(url: "ftp://host/x", reason: "unknown scheme ftp")

@@ -155,6 +155,12 @@ struct HostileServer: Sendable {
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
+            elif p.startswith("/always500"):
+                self.send_body(500, b"<Error><Code>InternalError</Code><Message>boom</Message></Error>")
+            elif p.startswith("/always429"):
+                self.send_body(429, b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>")
+            elif p.startswith("/always400"):
+                self.send_body(400, b"<Error><Code>InvalidArgument</Code><Message>bad</Message></Error>")
             elif p.startswith("/files/"):
                 name = p[len("/files/"):].split("?")[0]
                 body = (name * 1000).encode()[:4000]
