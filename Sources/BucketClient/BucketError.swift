@@ -64,7 +64,10 @@ extension BucketError: LocalizedError, CustomStringConvertible {
         case .unsafeKey: return "rename the object in the bucket; rtsync never writes outside the target folder"
         case .unsupportedURL: return "use s3://bucket/prefix or file:///absolute/path"
         case .missingCredentials(let variable): return "set \(variable) (and the other AWS_* variables) in the environment"
-        case .httpError(_, let status, _, _):
+        case .httpError(_, let status, let code, _):
+            if code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || code == "IllegalLocationConstraintException" {
+                return "the bucket is in another region: set AWS_REGION to the bucket's region"
+            }
             return status >= 500 ? "the server failed; retry later" : "check the request arguments"
         case .transport: return "check the network and AWS_ENDPOINT_URL; the request was retried with backoff"
         case .localIO: return "check that the path exists and is writable"

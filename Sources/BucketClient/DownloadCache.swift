@@ -144,7 +144,7 @@ public actor DownloadCache {
                 let name = cached?.fileName ?? fileName(for: key, url: url)
                 let destination = folder.appendingPathComponent(name)
                 let tmp = try LocalFiles.writeTemporary(data, beside: destination)
-                try LocalFiles.rename(tmp, to: destination)
+                try LocalFiles.moveAtomically(tmp, to: destination)
                 index.entries[key] = Entry(fileName: name, etag: http.value(forHTTPHeaderField: "ETag"),
                                            lastModified: http.value(forHTTPHeaderField: "Last-Modified"),
                                            size: Int64(data.count), lastAccess: Date())
@@ -192,7 +192,7 @@ public actor DownloadCache {
             try? FileManager.default.removeItem(at: tmp)
             throw BucketError.localIO(path: url.path, description: error.localizedDescription)
         }
-        try LocalFiles.rename(tmp, to: destination)
+        try LocalFiles.moveAtomically(tmp, to: destination)
         index.entries[key] = Entry(fileName: name, etag: validator, lastModified: nil, size: st.size, lastAccess: Date())
         return Result(url: key, fileURL: destination, status: .downloaded, size: st.size)
     }
@@ -220,6 +220,6 @@ public actor DownloadCache {
             throw BucketError.localIO(path: url.path, description: error.localizedDescription)
         }
         let tmp = try LocalFiles.writeTemporary(data, beside: url)
-        try LocalFiles.rename(tmp, to: url)
+        try LocalFiles.moveAtomically(tmp, to: url)
     }
 }

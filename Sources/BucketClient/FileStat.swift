@@ -66,8 +66,8 @@ enum LocalFiles {
     }
 
     /// Atomically replaces `destination` with `source` (same filesystem).
-    static func rename(_ source: URL, to destination: URL) throws {
-        if Foundation.rename(source.path, destination.path) != 0 {
+    static func moveAtomically(_ source: URL, to destination: URL) throws {
+        if rename(source.path, destination.path) != 0 {
             let text = errnoText()
             try? FileManager.default.removeItem(at: source)
             throw BucketError.localIO(path: destination.path, description: text)

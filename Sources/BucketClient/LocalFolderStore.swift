@@ -130,7 +130,7 @@ public struct LocalFolderStore: ObjectStore {
             try? FileManager.default.removeItem(at: partial)
             throw BucketError.truncated(key: key, expected: st.size, received: copied)
         }
-        try LocalFiles.rename(partial, to: fileURL)
+        try LocalFiles.moveAtomically(partial, to: fileURL)
         return info(key: key, stat: st)
     }
 
@@ -155,7 +155,7 @@ public struct LocalFolderStore: ObjectStore {
         if ifNoneMatch {
             guard try LocalFiles.linkIfAbsent(tmp, to: url) else { throw BucketError.preconditionFailed(key: key) }
         } else {
-            try LocalFiles.rename(tmp, to: url)
+            try LocalFiles.moveAtomically(tmp, to: url)
         }
         let (_, st) = try statObject(key)
         return info(key: key, stat: st)
@@ -174,7 +174,7 @@ public struct LocalFolderStore: ObjectStore {
             try? FileManager.default.removeItem(at: tmp)
             throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
         }
-        try LocalFiles.rename(tmp, to: url)
+        try LocalFiles.moveAtomically(tmp, to: url)
         let (_, st) = try statObject(key)
         return info(key: key, stat: st)
     }

@@ -52,6 +52,6 @@ public struct MediaManifest: Codable, Sendable, Equatable {
             throw BucketError.localIO(path: url.path, description: error.localizedDescription)
         }
         let tmp = try LocalFiles.writeTemporary(data, beside: url)
-        try LocalFiles.rename(tmp, to: url)
+        try LocalFiles.moveAtomically(tmp, to: url)
     }
 }

@@ -1,23 +1,5 @@
 import Foundation
 
-/// A media folder that syncs between `<documents>/<kind>/` and `<user>/<kind>/` in the bucket.
-public enum MediaKind: String, CaseIterable, Codable, Sendable {
-    /// Original recording files.
-    case recordings
-    /// Downscaled images.
-    case images
-}
-
-/// Which way media sync copies files.
-public enum SyncDirection: String, CaseIterable, Codable, Sendable {
-    /// Local to bucket only.
-    case push
-    /// Bucket to local only.
-    case pull
-    /// Both ways.
-    case both
-}
-
 /// What a media sync run does: which folders and files, which way, and whether deletions propagate.
 public struct MediaSyncOptions: Sendable {
     /// Folders to sync.

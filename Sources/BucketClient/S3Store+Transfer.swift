@@ -94,7 +94,7 @@ extension S3Store {
         guard written == total else {
             throw BucketError.truncated(key: key, expected: total ?? 0, received: written)
         }
-        try LocalFiles.rename(partial, to: fileURL)
+        try LocalFiles.moveAtomically(partial, to: fileURL)
         try? FileManager.default.removeItem(at: etagFile)
         return ObjectInfo(key: key, size: total ?? 0, etag: etag ?? "", lastModified: lastModified)
     }
@@ -169,8 +169,13 @@ extension S3Store {
         let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)
         var state: MultipartState? = nil
-        if let data = try? Data(contentsOf: stateURL), let saved = try? JSONDecoder().decode(MultipartState.self, from: data),
-           saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
+        let saved = (try? Data(contentsOf: stateURL)).flatMap { try? JSONDecoder().decode(MultipartState.self, from: $0) }
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key),
+           (saved.fileSize != st.size || saved.fileMtimeNanoseconds != st.mtimeNanoseconds || saved.partSize != partSize) {
+            // The file changed since the interrupted upload: drop its parts on the server.
+            try? await abortMultipartUpload(key: key, uploadId: saved.uploadId)
+        }
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
            saved.fileMtimeNanoseconds == st.mtimeNanoseconds, saved.partSize == partSize {
             // Trust only what the server still has.
             let uploaded: [Int: (etag: String, size: Int64)]?

@@ -77,6 +77,10 @@ public struct S3Store: ObjectStore {
 
     /// Sends a request with signing and retries; returns 2xx/3xx/404/412/416 answers, throws others mapped to ``BucketError``.
     func send(_ request: Request, acceptStatuses: Set<Int> = []) async throws -> Response {
+        if let key = request.key, key.split(separator: "/", omittingEmptySubsequences: false).contains(where: { $0 == "." || $0 == ".." }) {
+            // HTTP clients (libcurl, URLSession) collapse dot segments, so such a key would address another object.
+            throw BucketError.unsafeKey(key: key, reason: "'.' or '..' path segment")
+        }
         let (scheme, host, path) = location(key: request.key)
         let query = SigV4Signer.canonicalQuery(request.query)
         let urlText = "\(scheme)://\(host)\(path)\(query.isEmpty ? "" : "?" + query)"

@@ -86,6 +86,16 @@ import Testing
         #expect(store.requestCounter.count("HeadObject") == 3)
     }
 
+    @Test(arguments: ["a/../b", "./x", "a/."])
+    func s3KeyWithDotSegment_isRefusedBeforeAnyRequest(_ key: String) async throws {
+        let store = S3Store(configuration: S3Configuration(bucket: "b", endpoint: URL(string: "http://127.0.0.1:9")!,
+                                                           credentials: AWSCredentials(accessKeyId: "A", secretAccessKey: "S")))
+        await #expect(throws: BucketError.unsafeKey(key: key, reason: "'.' or '..' path segment")) {
+            try await store.put(key: key, data: Data())
+        }
+        #expect(store.requestCounter.total == 0)
+    }
+
     @Test func unknownURLScheme_isRefusedWithHint() {
         #expect(throws: BucketError.self) { try makeObjectStore(urlString: "ftp://host/x") }
         let error = BucketError.unsupportedURL(url: "ftp://host/x", reason: "unknown scheme ftp")
