@@ -20,9 +20,10 @@ struct FileStat: Sendable, Hashable {
     }
 
     /// Returns nil when the path does not exist (or cannot be stat'ed).
-    static func of(_ path: String) -> FileStat? {
+    /// With `followSymlinks: false` a symbolic link is neither a regular file nor a folder.
+    static func of(_ path: String, followSymlinks: Bool = true) -> FileStat? {
         var st = stat()
-        guard stat(path, &st) == 0 else { return nil }
+        guard (followSymlinks ? stat(path, &st) : lstat(path, &st)) == 0 else { return nil }
         #if canImport(Darwin)
         let ns = Int64(st.st_mtimespec.tv_sec) * 1_000_000_000 + Int64(st.st_mtimespec.tv_nsec)
         #else

@@ -82,7 +82,8 @@ public struct LocalFolderStore: ObjectStore {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder.path) else { return }
         for name in names where !name.hasPrefix(Self.temporaryPrefix) {
             let url = folder.appendingPathComponent(name)
-            guard let st = FileStat.of(url.path) else { continue }
+            // Symbolic links are skipped: they could lead outside the root.
+            guard let st = FileStat.of(url.path, followSymlinks: false) else { continue }
             if st.isDirectory {
                 walk(url, keyPrefix: keyPrefix + name + "/", visit)
             } else if st.isRegularFile {

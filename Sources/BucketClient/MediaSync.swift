@@ -327,7 +327,8 @@ public struct MediaSync: Sendable {
             if name.hasPrefix(".rtsync-") || name.hasSuffix(".partial") || name.hasSuffix(".partial.etag")
                 || name.hasSuffix(".rtsync-upload.json") { continue }
             let url = folder.appendingPathComponent(name)
-            guard let st = FileStat.of(url.path) else { continue }
+            // Symbolic links are skipped: they could lead outside the documents folder.
+            guard let st = FileStat.of(url.path, followSymlinks: false) else { continue }
             if st.isDirectory {
                 walk(url, relative: relative + "/" + name, visit)
             } else if st.isRegularFile {

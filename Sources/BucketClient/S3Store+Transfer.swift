@@ -219,13 +219,15 @@ extension S3Store {
                 let number = missing[next]
                 next += 1
                 group.addTask {
-                    let data = try Self.readPart(fileURL: fileURL, number: number, partSize: partSize)
-                    var request = Request(method: "PUT", key: key, operation: "UploadPart")
-                    request.query = ["partNumber": String(number), "uploadId": uploadId]
-                    request.body = data
-                    request.headers["content-md5"] = Hashing.md5Base64(data)
-                    let response = try await send(request)
-                    return (number, Self.unquote(response.header("ETag")))
+                    try await partLimiter.run {
+                        let data = try Self.readPart(fileURL: fileURL, number: number, partSize: partSize)
+                        var request = Request(method: "PUT", key: key, operation: "UploadPart")
+                        request.query = ["partNumber": String(number), "uploadId": uploadId]
+                        request.body = data
+                        request.headers["content-md5"] = Hashing.md5Base64(data)
+                        let response = try await send(request)
+                        return (number, Self.unquote(response.header("ETag")))
+                    }
                 }
             }
             while next < missing.count && next < window { addNext() }

@@ -14,6 +14,8 @@ public struct S3Store: ObjectStore {
     /// Counts HTTP requests (including retries) by S3 operation name.
     public let requestCounter = RequestCounter()
     let session: URLSession
+    /// Bounds part uploads in flight across every multipart upload of this store.
+    let partLimiter: AsyncLimiter
 
     /// Creates a store; no request is made until the first operation.
     public init(configuration: S3Configuration) {
@@ -24,6 +26,7 @@ public struct S3Store: ObjectStore {
         sessionConfiguration.requestCachePolicy = .reloadIgnoringLocalCacheData
         sessionConfiguration.urlCache = nil
         self.session = URLSession(configuration: sessionConfiguration)
+        self.partLimiter = AsyncLimiter(limit: max(1, configuration.maxConcurrency) * 2)
     }
 
     /// `s3://bucket/prefix`.

@@ -18,8 +18,20 @@ import Testing
         for key in ["../escaped", "/tmp/abs-\(UUID().uuidString)", "a//b"] {
             await #expect(throws: BucketError.self) { try await store.put(key: key, data: Data("x".utf8)) }
             await #expect(throws: BucketError.self) { try await store.get(key: key) }
+            await #expect(throws: BucketError.self) { try await store.download(key: key, to: root.appendingPathComponent("out")) }
         }
         #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("escaped").path))
+    }
+
+    @Test func localFolderListing_skipsSymlinksLeadingOutside() async throws {
+        let root = try makeTemporaryFolder()
+        let outside = root.appendingPathComponent("outside")
+        try FileManager.default.createDirectory(at: outside, withIntermediateDirectories: true)
+        try Data("secret".utf8).write(to: outside.appendingPathComponent("secret.txt"))
+        let store = try LocalFolderStore(root: root.appendingPathComponent("bucket"))
+        try await store.put(key: "real.txt", data: Data("r".utf8))
+        try FileManager.default.createSymbolicLink(at: store.root.appendingPathComponent("link"), withDestinationURL: outside)
+        #expect(try await store.listAll(prefix: "").map(\.key) == ["real.txt"])
     }
 
     func junkStore(bucket: String) async throws -> S3Store {
