@@ -1,4 +1,9 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Testing
 @testable import BucketClient
 
@@ -45,6 +50,20 @@ import Testing
         let changed = try await cache.fetch(source)
         #expect(changed.status == .downloaded)
         #expect(try Data(contentsOf: changed.fileURL) == Data("two!".utf8))
+    }
+
+    @Test func serverDown_servesCachedCopyAsOffline() async throws {
+        let (server, process) = try await HostileServer.startWithProcess()
+        let cache = try DownloadCache(folder: makeTemporaryFolder(), maxBytes: 1 << 20,
+                                      retry: RetryPolicy(maxAttempts: 2, baseDelay: 0.01, maxDelay: 0.02))
+        let url = server.endpoint.appendingPathComponent("files/offline.jpg")
+        let first = try await cache.fetch(url)
+        #expect(first.status == .downloaded)
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let second = try await cache.fetch(url)
+        #expect(second.status == .offline)
+        #expect(try Data(contentsOf: second.fileURL).count == 4000)
     }
 
     @Test func missingResource_throwsNotFound() async throws {

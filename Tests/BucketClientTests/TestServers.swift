@@ -107,6 +107,11 @@ struct HostileServer: Sendable {
     static let shared = Task<HostileServer, Error> { try await start() }
 
     static func start() async throws -> HostileServer {
+        try await startWithProcess().0
+    }
+
+    /// Starts a private instance the caller may stop (with SIGKILL: Foundation children may block SIGTERM).
+    static func startWithProcess() async throws -> (HostileServer, Process) {
         guard let python = findExecutable("python3") else { throw TestSetupError("python3 not found on PATH") }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: python)
@@ -120,7 +125,7 @@ struct HostileServer: Sendable {
         guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
             throw TestSetupError("hostile server did not start: \(line)")
         }
-        return HostileServer(port: port)
+        return (HostileServer(port: port), process)
     }
 
     /// Paths: /junk/... truncated XML (200), /notxml/... plain text, /wrongroot/... valid XML with the wrong root,
