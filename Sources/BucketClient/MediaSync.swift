@@ -72,8 +72,11 @@ public struct MediaSync: Sendable {
             }
             // Local side: one stat per file, no reading.
             var local: [String: LocalFile] = [:]
-            walk(documents.appendingPathComponent(kind.rawValue, isDirectory: true), relative: kind.rawValue) { path, file in
-                if options.accepts(path) { local[path] = file }
+            let kindFolder = documents.appendingPathComponent(kind.rawValue, isDirectory: true)
+            if FileStat.of(kindFolder.path) != nil {
+                walk(kindFolder, relative: kind.rawValue, issues: &report.errors) { path, file in
+                    if options.accepts(path) { local[path] = file }
+                }
             }
             let knownPaths = manifest.files.keys.filter { $0.hasPrefix(kind.rawValue + "/") && options.accepts($0) }
             let paths = Set(remote.keys).union(local.keys).union(knownPaths)
@@ -321,8 +324,15 @@ public struct MediaSync: Sendable {
         (try? SafeKey.fileURL(root: documents, key: path)) ?? documents.appendingPathComponent(".rtsync-invalid")
     }
 
-    func walk(_ folder: URL, relative: String, _ visit: (String, LocalFile) -> Void) {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder.path) else { return }
+    /// Visits regular files below `folder`; an unreadable folder is an I/O error (it must not look like deletions).
+    func walk(_ folder: URL, relative: String, issues: inout [MediaSyncReport.FileIssue], _ visit: (String, LocalFile) -> Void) {
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
+        } catch {
+            issues.append(.init(path: relative, reason: "cannot read folder: \(error.localizedDescription)"))
+            return
+        }
         for name in names {
             if name.hasPrefix(".rtsync-") || name.hasSuffix(".partial") || name.hasSuffix(".partial.etag")
                 || name.hasSuffix(".rtsync-upload.json") { continue }
@@ -330,7 +340,7 @@ public struct MediaSync: Sendable {
             // Symbolic links are skipped: they could lead outside the documents folder.
             guard let st = FileStat.of(url.path, followSymlinks: false) else { continue }
             if st.isDirectory {
-                walk(url, relative: relative + "/" + name, visit)
+                walk(url, relative: relative + "/" + name, issues: &issues, visit)
             } else if st.isRegularFile {
                 visit(relative + "/" + name, LocalFile(url: url, stat: st))
             }

@@ -254,7 +254,16 @@ extension S3Store {
         request.query = ["uploadId": uploadId]
         request.body = Data(body.utf8)
         request.headers["content-type"] = "application/xml"
-        let response = try await send(request)
+        let response: Response
+        do {
+            response = try await send(request)
+        } catch BucketError.notFound {
+            // A retried Complete whose first attempt succeeded finds the upload gone: accept the object if it is there.
+            let info = try await head(key: key)
+            guard info.size == st.size, info.etag.hasSuffix("-\(partCount)") else { throw BucketError.notFound(key: key) }
+            await stateFile.remove()
+            return info
+        }
         // S3 may answer 200 with an <Error> body: parseXML turns that into an error.
         let xml = try parseXML(response, expecting: ["CompleteMultipartUploadResult", "CompleteMultipartUploadResponse"], request: request)
         await stateFile.remove()
