@@ -10,8 +10,10 @@ public struct MediaSyncOptions: Sendable {
     public var include: [Glob] = []
     /// Files matching any of these globs never sync.
     public var exclude: [Glob] = []
-    /// When not empty, only these documents-relative files or folders sync (selective mode).
+    /// When not empty, only these documents-relative files or folders sync.
     public var select: [String] = []
+    /// Selective mode: only `select` paths sync, and an empty selection syncs nothing.
+    public var selective = false
     /// Plan and report only; change nothing.
     public var dryRun = false
     /// Propagate deletions (never done after an I/O error in the same run).
@@ -26,7 +28,7 @@ public struct MediaSyncOptions: Sendable {
 
     /// Whether a documents-relative path passes the include/exclude/select filters.
     public func accepts(_ path: String) -> Bool {
-        if !select.isEmpty {
+        if selective || !select.isEmpty {
             let hit = select.contains { sel in
                 let s = sel.hasSuffix("/") ? String(sel.dropLast()) : sel
                 return path == s || path.hasPrefix(s + "/")

@@ -31,6 +31,9 @@ extension RTSync.Media {
         @Option(help: ArgumentHelp("User id: the first segment of the bucket keys.", valueName: "id")) var user: String
         @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json).", valueName: "file"))
         var manifest: String?
+        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete); flags override it.",
+                                   valueName: "file"))
+        var config: String?
         @Flag(help: "Sync recordings/.") var recordings = false
         @Flag(help: "Sync images/.") var images = false
         @Flag(help: "Copy local changes to the bucket only.") var push = false
@@ -55,16 +58,18 @@ extension RTSync.Media {
         }
 
         func run() async throws {
-            var options = MediaSyncOptions()
+            var options = try await reportingBucketErrors {
+                try config.map { try MediaSyncSettings.load(from: URL(fileURLWithPath: $0)).options() } ?? MediaSyncOptions()
+            }
             if recordings || images {
                 options.kinds = Set((recordings ? [MediaKind.recordings] : []) + (images ? [MediaKind.images] : []))
             }
-            options.direction = push ? .push : pull ? .pull : .both
-            options.include = include.map(Glob.init)
-            options.exclude = exclude.map(Glob.init)
-            options.select = select
+            if push || pull || both { options.direction = push ? .push : pull ? .pull : .both }
+            if !include.isEmpty { options.include = include.map(Glob.init) }
+            if !exclude.isEmpty { options.exclude = exclude.map(Glob.init) }
+            if !select.isEmpty { options.select = select }
             options.dryRun = dryRun
-            options.delete = delete
+            options.delete = options.delete || delete
             options.showProgress = !json
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)
             let manifestURL = manifest.map { URL(fileURLWithPath: $0) }

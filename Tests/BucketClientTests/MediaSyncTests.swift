@@ -121,6 +121,24 @@ import Testing
         #expect(selected.uploaded == ["recordings/sub/c.m4a"])
     }
 
+    @Test func settingsFile_selectiveMode_syncsOnlySelectedPaths_andEmptySelectionSyncsNothing() async throws {
+        let f = try makeFixture()
+        try f.write("recordings/keep/a.m4a", "a")
+        try f.write("recordings/other/b.m4a", "b")
+        let json = #"{"mode": "selective", "select": ["recordings/keep"], "direction": "push"}"#
+        let file = f.root.appendingPathComponent("media.json")
+        try Data(json.utf8).write(to: file)
+        let settings = try MediaSyncSettings.load(from: file)
+        let report = try await MediaSync(store: f.store, documents: f.documents, user: "alice", manifestURL: f.manifest)
+            .run(settings.options())
+        #expect(report.uploaded == ["recordings/keep/a.m4a"])
+        var empty = MediaSyncSettings()
+        empty.mode = .selective
+        let none = try await MediaSync(store: f.store, documents: f.documents, user: "alice", manifestURL: f.manifest)
+            .run(empty.options())
+        #expect(none.uploaded.isEmpty && none.downloaded.isEmpty && none.unchanged == 0)
+    }
+
     @Test func dryRun_reportsPlanAndChangesNothing() async throws {
         let f = try makeFixture()
         try f.write("recordings/a.m4a", "abc")
