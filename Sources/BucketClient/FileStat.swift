@@ -60,10 +60,20 @@ enum LocalFiles {
         let tmp = temporaryURL(beside: url)
         do {
             try data.write(to: tmp)
+            try flush(tmp)
         } catch {
+            try? FileManager.default.removeItem(at: tmp)
             throw BucketError.localIO(path: tmp.path, description: error.localizedDescription)
         }
         return tmp
+    }
+
+    /// Flushes a file's contents to stable storage, so a rename after a crash never exposes an empty file.
+    static func flush(_ url: URL) throws {
+        let fd = open(url.path, O_RDONLY)
+        guard fd >= 0 else { throw BucketError.localIO(path: url.path, description: errnoText()) }
+        defer { close(fd) }
+        if fsync(fd) != 0 { throw BucketError.localIO(path: url.path, description: errnoText()) }
     }
 
     /// Atomically replaces `destination` with `source` (same filesystem).

@@ -122,6 +122,7 @@ public struct LocalFolderStore: ObjectStore {
         try? FileManager.default.removeItem(at: partial)
         do {
             try FileManager.default.copyItem(at: url, to: partial)
+            try LocalFiles.flush(partial)
         } catch {
             try? FileManager.default.removeItem(at: partial)
             throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
@@ -171,6 +172,7 @@ public struct LocalFolderStore: ObjectStore {
         let tmp = LocalFiles.temporaryURL(beside: url)
         do {
             try FileManager.default.copyItem(at: fileURL, to: tmp)
+            try LocalFiles.flush(tmp)
         } catch {
             try? FileManager.default.removeItem(at: tmp)
             throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
