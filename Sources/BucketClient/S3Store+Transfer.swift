@@ -88,6 +88,12 @@ extension S3Store {
                 throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
             }
             offset += Int64(response.body.count)
+            if let size = total, let knownETag = etag, size - offset > chunk, configuration.maxConcurrency > 1 {
+                // Size and ETag are known: fetch the rest concurrently, appending in order so the
+                // partial file stays a prefix of the object and remains resumable.
+                offset = try await fetchRemainder(key: key, etag: knownETag, from: offset, total: size, chunk: chunk,
+                                                  handle: handle, partial: partial)
+            }
         }
         try? handle.synchronize()
         let written = FileStat.of(partial.path)?.size ?? -1
@@ -97,6 +103,64 @@ extension S3Store {
         try LocalFiles.moveAtomically(partial, to: fileURL)
         try? FileManager.default.removeItem(at: etagFile)
         return ObjectInfo(key: key, size: total ?? 0, etag: etag ?? "", lastModified: lastModified)
+    }
+}
+
+extension S3Store {
+    /// GETs `start...end` of an unchanged object (If-Match) and checks the answer is exactly that range.
+    func fetchRange(key: String, etag: String, start: Int64, end: Int64) async throws -> Data {
+        var request = Request(method: "GET", key: key, operation: "GetObject")
+        request.headers["range"] = ByteRange(start: start, end: end).headerValue
+        request.headers["if-match"] = "\"\(etag)\""
+        let response = try await send(request)
+        let range = response.header("Content-Range") ?? ""
+        let startText = range.drop(while: { !$0.isNumber }).prefix(while: { $0.isNumber })
+        guard response.status == 206, Int64(startText) == start, Int64(response.body.count) == end - start + 1 else {
+            throw BucketError.invalidResponse(request: describe(request),
+                                              reason: "expected bytes \(start)-\(end), got status \(response.status) \(range)")
+        }
+        return response.body
+    }
+
+    /// Downloads `from..<total` in chunks, at most `maxConcurrency` in flight, writing them in order.
+    func fetchRemainder(key: String, etag: String, from start: Int64, total: Int64, chunk: Int64,
+                        handle: FileHandle, partial: URL) async throws -> Int64 {
+        var ranges: [(Int64, Int64)] = []
+        var position = start
+        while position < total {
+            ranges.append((position, min(position + chunk, total) - 1))
+            position += chunk
+        }
+        let window = max(1, configuration.maxConcurrency)
+        var written = start
+        try await withThrowingTaskGroup(of: (Int, Data).self) { group in
+            var next = 0
+            var pending: [Int: Data] = [:]
+            var expected = 0
+            func addNext() {
+                let index = next
+                let (a, b) = ranges[index]
+                next += 1
+                group.addTask { (index, try await fetchRange(key: key, etag: etag, start: a, end: b)) }
+            }
+            while next < ranges.count && next < window { addNext() }
+            while let (index, data) = try await group.next() {
+                pending[index] = data
+                while let ready = pending.removeValue(forKey: expected) {
+                    do {
+                        try handle.seek(toOffset: UInt64(written))
+                        try handle.write(contentsOf: ready)
+                    } catch {
+                        throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
+                    }
+                    written += Int64(ready.count)
+                    expected += 1
+                }
+                // Keep memory bounded: never run more than `window` chunks ahead of the file.
+                while next < ranges.count && next < expected + window { addNext() }
+            }
+        }
+        return written
     }
 }
 

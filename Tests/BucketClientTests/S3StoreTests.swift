@@ -76,6 +76,19 @@ import Testing
         #expect(try await resumed.get(key: "changing.bin") == changed)
     }
 
+    @Test func manyChunkDownload_fetchesConcurrently_andWritesBytesInOrder() async throws {
+        guard let moto = try await server() else { return }
+        let store = moto.store { $0.downloadChunkSize = 64 << 10; $0.maxConcurrency = 4 }
+        let data = randomBytes((1 << 20) + 12_345)
+        try await store.put(key: "chunks.bin", data: data)
+        let target = try makeTemporaryFolder().appendingPathComponent("chunks.bin")
+        store.requestCounter.reset()
+        let info = try await store.download(key: "chunks.bin", to: target)
+        #expect(info.size == Int64(data.count))
+        #expect(store.requestCounter.count("GetObject") == 17)
+        #expect(try Data(contentsOf: target) == data)
+    }
+
     @Test func interruptedDownload_resumesFromPartialFile() async throws {
         guard let moto = try await server() else { return }
         let store = moto.store { $0.downloadChunkSize = 64 << 10 }
