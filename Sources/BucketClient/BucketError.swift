@@ -58,13 +58,16 @@ extension BucketError: LocalizedError, CustomStringConvertible {
         switch self {
         case .notFound: return "check the key with `rtsync bucket ls`"
         case .bucketNotFound: return "check the bucket name in --bucket / RTSYNC_BUCKET, or create the bucket"
-        case .preconditionFailed: return "list the object again and retry with its current ETag"
+        case .preconditionFailed: return "the object exists or changed since it was read; list it again before retrying"
         case .accessDenied(_, let hint): return hint
         case .invalidResponse: return "check that the endpoint (AWS_ENDPOINT_URL) is an S3-compatible server"
         case .unsafeKey: return "rename the object in the bucket; rtsync never writes outside the target folder"
         case .unsupportedURL: return "use s3://bucket/prefix or file:///absolute/path"
         case .missingCredentials(let variable): return "set \(variable) (and the other AWS_* variables) in the environment"
-        case .httpError(_, let status, _, _):
+        case .httpError(_, let status, let code, _):
+            if code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || code == "IllegalLocationConstraintException" {
+                return "the bucket is in another region: set AWS_REGION to the bucket's region"
+            }
             return status >= 500 ? "the server failed; retry later" : "check the request arguments"
         case .transport: return "check the network and AWS_ENDPOINT_URL; the request was retried with backoff"
         case .localIO: return "check that the path exists and is writable"

@@ -20,9 +20,10 @@ struct FileStat: Sendable, Hashable {
     }
 
     /// Returns nil when the path does not exist (or cannot be stat'ed).
-    static func of(_ path: String) -> FileStat? {
+    /// With `followSymlinks: false` a symbolic link is neither a regular file nor a folder.
+    static func of(_ path: String, followSymlinks: Bool = true) -> FileStat? {
         var st = stat()
-        guard stat(path, &st) == 0 else { return nil }
+        guard (followSymlinks ? stat(path, &st) : lstat(path, &st)) == 0 else { return nil }
         #if canImport(Darwin)
         let ns = Int64(st.st_mtimespec.tv_sec) * 1_000_000_000 + Int64(st.st_mtimespec.tv_nsec)
         #else
@@ -59,15 +60,25 @@ enum LocalFiles {
         let tmp = temporaryURL(beside: url)
         do {
             try data.write(to: tmp)
+            try flush(tmp)
         } catch {
+            try? FileManager.default.removeItem(at: tmp)
             throw BucketError.localIO(path: tmp.path, description: error.localizedDescription)
         }
         return tmp
     }
 
+    /// Flushes a file's contents to stable storage, so a rename after a crash never exposes an empty file.
+    static func flush(_ url: URL) throws {
+        let fd = open(url.path, O_RDONLY)
+        guard fd >= 0 else { throw BucketError.localIO(path: url.path, description: errnoText()) }
+        defer { close(fd) }
+        if fsync(fd) != 0 { throw BucketError.localIO(path: url.path, description: errnoText()) }
+    }
+
     /// Atomically replaces `destination` with `source` (same filesystem).
-    static func rename(_ source: URL, to destination: URL) throws {
-        if Foundation.rename(source.path, destination.path) != 0 {
+    static func moveAtomically(_ source: URL, to destination: URL) throws {
+        if rename(source.path, destination.path) != 0 {
             let text = errnoText()
             try? FileManager.default.removeItem(at: source)
             throw BucketError.localIO(path: destination.path, description: text)

@@ -82,7 +82,8 @@ public struct LocalFolderStore: ObjectStore {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder.path) else { return }
         for name in names where !name.hasPrefix(Self.temporaryPrefix) {
             let url = folder.appendingPathComponent(name)
-            guard let st = FileStat.of(url.path) else { continue }
+            // Symbolic links are skipped: they could lead outside the root.
+            guard let st = FileStat.of(url.path, followSymlinks: false) else { continue }
             if st.isDirectory {
                 walk(url, keyPrefix: keyPrefix + name + "/", visit)
             } else if st.isRegularFile {
@@ -121,6 +122,7 @@ public struct LocalFolderStore: ObjectStore {
         try? FileManager.default.removeItem(at: partial)
         do {
             try FileManager.default.copyItem(at: url, to: partial)
+            try LocalFiles.flush(partial)
         } catch {
             try? FileManager.default.removeItem(at: partial)
             throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
@@ -130,7 +132,7 @@ public struct LocalFolderStore: ObjectStore {
             try? FileManager.default.removeItem(at: partial)
             throw BucketError.truncated(key: key, expected: st.size, received: copied)
         }
-        try LocalFiles.rename(partial, to: fileURL)
+        try LocalFiles.moveAtomically(partial, to: fileURL)
         return info(key: key, stat: st)
     }
 
@@ -155,7 +157,7 @@ public struct LocalFolderStore: ObjectStore {
         if ifNoneMatch {
             guard try LocalFiles.linkIfAbsent(tmp, to: url) else { throw BucketError.preconditionFailed(key: key) }
         } else {
-            try LocalFiles.rename(tmp, to: url)
+            try LocalFiles.moveAtomically(tmp, to: url)
         }
         let (_, st) = try statObject(key)
         return info(key: key, stat: st)
@@ -170,11 +172,12 @@ public struct LocalFolderStore: ObjectStore {
         let tmp = LocalFiles.temporaryURL(beside: url)
         do {
             try FileManager.default.copyItem(at: fileURL, to: tmp)
+            try LocalFiles.flush(tmp)
         } catch {
             try? FileManager.default.removeItem(at: tmp)
             throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
         }
-        try LocalFiles.rename(tmp, to: url)
+        try LocalFiles.moveAtomically(tmp, to: url)
         let (_, st) = try statObject(key)
         return info(key: key, stat: st)
     }

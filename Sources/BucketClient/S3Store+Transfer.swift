@@ -88,15 +88,79 @@ extension S3Store {
                 throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
             }
             offset += Int64(response.body.count)
+            if let size = total, let knownETag = etag, size - offset > chunk, configuration.maxConcurrency > 1 {
+                // Size and ETag are known: fetch the rest concurrently, appending in order so the
+                // partial file stays a prefix of the object and remains resumable.
+                offset = try await fetchRemainder(key: key, etag: knownETag, from: offset, total: size, chunk: chunk,
+                                                  handle: handle, partial: partial)
+            }
         }
         try? handle.synchronize()
         let written = FileStat.of(partial.path)?.size ?? -1
         guard written == total else {
             throw BucketError.truncated(key: key, expected: total ?? 0, received: written)
         }
-        try LocalFiles.rename(partial, to: fileURL)
+        try LocalFiles.moveAtomically(partial, to: fileURL)
         try? FileManager.default.removeItem(at: etagFile)
         return ObjectInfo(key: key, size: total ?? 0, etag: etag ?? "", lastModified: lastModified)
+    }
+}
+
+extension S3Store {
+    /// GETs `start...end` of an unchanged object (If-Match) and checks the answer is exactly that range.
+    func fetchRange(key: String, etag: String, start: Int64, end: Int64) async throws -> Data {
+        var request = Request(method: "GET", key: key, operation: "GetObject")
+        request.headers["range"] = ByteRange(start: start, end: end).headerValue
+        request.headers["if-match"] = "\"\(etag)\""
+        let response = try await send(request)
+        let range = response.header("Content-Range") ?? ""
+        let startText = range.drop(while: { !$0.isNumber }).prefix(while: { $0.isNumber })
+        guard response.status == 206, Int64(startText) == start, Int64(response.body.count) == end - start + 1 else {
+            throw BucketError.invalidResponse(request: describe(request),
+                                              reason: "expected bytes \(start)-\(end), got status \(response.status) \(range)")
+        }
+        return response.body
+    }
+
+    /// Downloads `from..<total` in chunks, at most `maxConcurrency` in flight, writing them in order.
+    func fetchRemainder(key: String, etag: String, from start: Int64, total: Int64, chunk: Int64,
+                        handle: FileHandle, partial: URL) async throws -> Int64 {
+        var ranges: [(Int64, Int64)] = []
+        var position = start
+        while position < total {
+            ranges.append((position, min(position + chunk, total) - 1))
+            position += chunk
+        }
+        let window = max(1, configuration.maxConcurrency)
+        var written = start
+        try await withThrowingTaskGroup(of: (Int, Data).self) { group in
+            var next = 0
+            var pending: [Int: Data] = [:]
+            var expected = 0
+            func addNext() {
+                let index = next
+                let (a, b) = ranges[index]
+                next += 1
+                group.addTask { (index, try await fetchRange(key: key, etag: etag, start: a, end: b)) }
+            }
+            while next < ranges.count && next < window { addNext() }
+            while let (index, data) = try await group.next() {
+                pending[index] = data
+                while let ready = pending.removeValue(forKey: expected) {
+                    do {
+                        try handle.seek(toOffset: UInt64(written))
+                        try handle.write(contentsOf: ready)
+                    } catch {
+                        throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
+                    }
+                    written += Int64(ready.count)
+                    expected += 1
+                }
+                // Keep memory bounded: never run more than `window` chunks ahead of the file.
+                while next < ranges.count && next < expected + window { addNext() }
+            }
+        }
+        return written
     }
 }
 
@@ -169,8 +233,13 @@ extension S3Store {
         let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)
         var state: MultipartState? = nil
-        if let data = try? Data(contentsOf: stateURL), let saved = try? JSONDecoder().decode(MultipartState.self, from: data),
-           saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
+        let saved = (try? Data(contentsOf: stateURL)).flatMap { try? JSONDecoder().decode(MultipartState.self, from: $0) }
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key),
+           (saved.fileSize != st.size || saved.fileMtimeNanoseconds != st.mtimeNanoseconds || saved.partSize != partSize) {
+            // The file changed since the interrupted upload: drop its parts on the server.
+            try? await abortMultipartUpload(key: key, uploadId: saved.uploadId)
+        }
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
            saved.fileMtimeNanoseconds == st.mtimeNanoseconds, saved.partSize == partSize {
             // Trust only what the server still has.
             let uploaded: [Int: (etag: String, size: Int64)]?
@@ -214,13 +283,15 @@ extension S3Store {
                 let number = missing[next]
                 next += 1
                 group.addTask {
-                    let data = try Self.readPart(fileURL: fileURL, number: number, partSize: partSize)
-                    var request = Request(method: "PUT", key: key, operation: "UploadPart")
-                    request.query = ["partNumber": String(number), "uploadId": uploadId]
-                    request.body = data
-                    request.headers["content-md5"] = Hashing.md5Base64(data)
-                    let response = try await send(request)
-                    return (number, Self.unquote(response.header("ETag")))
+                    try await partLimiter.run {
+                        let data = try Self.readPart(fileURL: fileURL, number: number, partSize: partSize)
+                        var request = Request(method: "PUT", key: key, operation: "UploadPart")
+                        request.query = ["partNumber": String(number), "uploadId": uploadId]
+                        request.body = data
+                        request.headers["content-md5"] = Hashing.md5Base64(data)
+                        let response = try await send(request)
+                        return (number, Self.unquote(response.header("ETag")))
+                    }
                 }
             }
             while next < missing.count && next < window { addNext() }
@@ -247,7 +318,16 @@ extension S3Store {
         request.query = ["uploadId": uploadId]
         request.body = Data(body.utf8)
         request.headers["content-type"] = "application/xml"
-        let response = try await send(request)
+        let response: Response
+        do {
+            response = try await send(request)
+        } catch BucketError.notFound {
+            // A retried Complete whose first attempt succeeded finds the upload gone: accept the object if it is there.
+            let info = try await head(key: key)
+            guard info.size == st.size, info.etag.hasSuffix("-\(partCount)") else { throw BucketError.notFound(key: key) }
+            await stateFile.remove()
+            return info
+        }
         // S3 may answer 200 with an <Error> body: parseXML turns that into an error.
         let xml = try parseXML(response, expecting: ["CompleteMultipartUploadResult", "CompleteMultipartUploadResponse"], request: request)
         await stateFile.remove()

@@ -14,6 +14,8 @@ public struct S3Store: ObjectStore {
     /// Counts HTTP requests (including retries) by S3 operation name.
     public let requestCounter = RequestCounter()
     let session: URLSession
+    /// Bounds part uploads in flight across every multipart upload of this store.
+    let partLimiter: AsyncLimiter
 
     /// Creates a store; no request is made until the first operation.
     public init(configuration: S3Configuration) {
@@ -24,6 +26,7 @@ public struct S3Store: ObjectStore {
         sessionConfiguration.requestCachePolicy = .reloadIgnoringLocalCacheData
         sessionConfiguration.urlCache = nil
         self.session = URLSession(configuration: sessionConfiguration)
+        self.partLimiter = AsyncLimiter(limit: max(1, configuration.maxConcurrency) * 2)
     }
 
     /// `s3://bucket/prefix`.
@@ -77,6 +80,10 @@ public struct S3Store: ObjectStore {
 
     /// Sends a request with signing and retries; returns 2xx/3xx/404/412/416 answers, throws others mapped to ``BucketError``.
     func send(_ request: Request, acceptStatuses: Set<Int> = []) async throws -> Response {
+        if let key = request.key, key.split(separator: "/", omittingEmptySubsequences: false).contains(where: { $0 == "." || $0 == ".." }) {
+            // HTTP clients (libcurl, URLSession) collapse dot segments, so such a key would address another object.
+            throw BucketError.unsafeKey(key: key, reason: "'.' or '..' path segment")
+        }
         let (scheme, host, path) = location(key: request.key)
         let query = SigV4Signer.canonicalQuery(request.query)
         let urlText = "\(scheme)://\(host)\(path)\(query.isEmpty ? "" : "?" + query)"

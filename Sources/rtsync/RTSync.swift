@@ -12,7 +12,9 @@ struct RTSync: AsyncParsableCommand {
         databases named by KSUID) through a bucket, and merges them column by column on other devices.
         """,
         version: "0.1.0",
-        subcommands: [Sync.self, Init.self, Compact.self, Share.self, Request.self, Inbound.self, Status.self, Track.self, Untrack.self, Diff.self, Conflicts.self, BackupCommand.self, Demo.self, Keys.self, Snapshot.self, KSUIDCommand.self]
+        subcommands: [Sync.self, Init.self, Status.self, Share.self, Request.self, Inbound.self, Compact.self,
+                      Track.self, Untrack.self, Diff.self, Conflicts.self, BackupCommand.self, Demo.self, Keys.self,
+                      Bucket.self, Media.self, Snapshot.self, KSUIDCommand.self]
     )
 }
 

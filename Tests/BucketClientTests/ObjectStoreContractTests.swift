@@ -33,6 +33,18 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     }
 
     @Test(arguments: Backend.allCases)
+    func emptyObject_roundTripsThroughGetAndDownload(_ backend: Backend) async throws {
+        guard let store = try await backend.makeStore() else { return }
+        try await store.put(key: "empty", data: Data())
+        #expect(try await store.get(key: "empty").isEmpty)
+        #expect(try await store.head(key: "empty").size == 0)
+        let target = try makeTemporaryFolder().appendingPathComponent("empty")
+        let info = try await store.download(key: "empty", to: target)
+        #expect(info.size == 0)
+        #expect(try Data(contentsOf: target).isEmpty)
+    }
+
+    @Test(arguments: Backend.allCases)
     func missingKey_throwsNotFound_fromGetHeadAndDownload(_ backend: Backend) async throws {
         guard let store = try await backend.makeStore() else { return }
         await #expect(throws: BucketError.notFound(key: "nope.bin")) { try await store.get(key: "nope.bin") }

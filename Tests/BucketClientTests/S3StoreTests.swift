@@ -56,6 +56,39 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: stateFolder.path).isEmpty)
     }
 
+    @Test func interruptedUpload_ofAFileThatChanged_abortsOldUploadAndStartsOver() async throws {
+        guard let moto = try await server() else { return }
+        let prefix = "t-\(UUID().uuidString.prefix(8))-"
+        let folder = try makeTemporaryFolder()
+        let source = folder.appendingPathComponent("changing.bin")
+        try randomBytes(11 << 20).write(to: source)
+        let crashing = moto.store(prefix: prefix) {
+            $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.maxConcurrency = 1; $0.stopAfterPartsForTesting = 1
+        }
+        await #expect(throws: BucketError.self) { try await crashing.put(key: "changing.bin", fileURL: source) }
+        let changed = randomBytes(11 << 20)
+        try changed.write(to: source)
+        let resumed = moto.store(prefix: prefix) { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }
+        try await resumed.put(key: "changing.bin", fileURL: source)
+        #expect(resumed.requestCounter.count("AbortMultipartUpload") == 1)
+        #expect(resumed.requestCounter.count("CreateMultipartUpload") == 1)
+        #expect(resumed.requestCounter.count("UploadPart") == 3)
+        #expect(try await resumed.get(key: "changing.bin") == changed)
+    }
+
+    @Test func manyChunkDownload_fetchesConcurrently_andWritesBytesInOrder() async throws {
+        guard let moto = try await server() else { return }
+        let store = moto.store { $0.downloadChunkSize = 64 << 10; $0.maxConcurrency = 4 }
+        let data = randomBytes((1 << 20) + 12_345)
+        try await store.put(key: "chunks.bin", data: data)
+        let target = try makeTemporaryFolder().appendingPathComponent("chunks.bin")
+        store.requestCounter.reset()
+        let info = try await store.download(key: "chunks.bin", to: target)
+        #expect(info.size == Int64(data.count))
+        #expect(store.requestCounter.count("GetObject") == 17)
+        #expect(try Data(contentsOf: target) == data)
+    }
+
     @Test func interruptedDownload_resumesFromPartialFile() async throws {
         guard let moto = try await server() else { return }
         let store = moto.store { $0.downloadChunkSize = 64 << 10 }

@@ -46,11 +46,12 @@ struct MotoServer: Sendable {
         guard let python = findExecutable("python3") else { throw TestSetupError("python3 not found on PATH") }
         let port = try freeLoopbackPort()
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-moto-\(port).log")
-        // A watchdog shell keeps moto only as long as this test process lives.
+        // A watchdog shell keeps moto only as long as this test process lives. SIGKILL, because
+        // children of Foundation's Process may inherit a blocked SIGTERM.
         let script = """
         "$0" -H 127.0.0.1 -p \(port) >"\(log.path)" 2>&1 &
         M=$!
-        trap 'kill $M 2>/dev/null; exit 0' TERM INT EXIT
+        trap 'kill -9 $M 2>/dev/null; exit 0' EXIT
         while kill -0 \(getpid()) 2>/dev/null && kill -0 $M 2>/dev/null; do sleep 0.5; done
         """
         let process = Process()
@@ -59,8 +60,11 @@ struct MotoServer: Sendable {
         var environment = ProcessInfo.processInfo.environment
         environment["INITIAL_NO_AUTH_ACTION_COUNT"] = auth ? "4" : nil
         process.environment = environment
+        // Never inherit the test runner's pipes: `swift test` waits for them to close.
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
         try process.run()
-        ChildProcesses.register(process)
         try await waitForPort(port, seconds: 30, log: log)
         let endpoint = URL(string: "http://127.0.0.1:\(port)")!
         let output = try runProcess(python, ["-c", motoSetupScript, endpoint.absoluteString, auth ? "auth" : "anon", bucketName])
@@ -103,19 +107,25 @@ struct HostileServer: Sendable {
     static let shared = Task<HostileServer, Error> { try await start() }
 
     static func start() async throws -> HostileServer {
+        try await startWithProcess().0
+    }
+
+    /// Starts a private instance the caller may stop (with SIGKILL: Foundation children may block SIGTERM).
+    static func startWithProcess() async throws -> (HostileServer, Process) {
         guard let python = findExecutable("python3") else { throw TestSetupError("python3 not found on PATH") }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: python)
         process.arguments = ["-c", script, String(getpid())]
         let pipe = Pipe()
         process.standardOutput = pipe
+        process.standardInput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
         try process.run()
-        ChildProcesses.register(process)
         let line = String(decoding: pipe.fileHandleForReading.availableData, as: UTF8.self)
         guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
             throw TestSetupError("hostile server did not start: \(line)")
         }
-        return HostileServer(port: port)
+        return (HostileServer(port: port), process)
     }
 
     /// Paths: /junk/... truncated XML (200), /notxml/... plain text, /wrongroot/... valid XML with the wrong root,
@@ -150,6 +160,12 @@ struct HostileServer: Sendable {
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
+            elif p.startswith("/always500"):
+                self.send_body(500, b"<Error><Code>InternalError</Code><Message>boom</Message></Error>")
+            elif p.startswith("/always429"):
+                self.send_body(429, b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>")
+            elif p.startswith("/always400"):
+                self.send_body(400, b"<Error><Code>InvalidArgument</Code><Message>bad</Message></Error>")
             elif p.startswith("/files/"):
                 name = p[len("/files/"):].split("?")[0]
                 body = (name * 1000).encode()[:4000]
@@ -175,25 +191,6 @@ struct HostileServer: Sendable {
 struct TestSetupError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
-}
-
-/// Child processes to terminate when the test process exits normally (the watchdogs cover crashes).
-enum ChildProcesses {
-    nonisolated(unsafe) static var pids: [pid_t] = []
-    nonisolated(unsafe) static var installed = false
-    static let lock = NSLock()
-
-    static func register(_ process: Process) {
-        lock.lock()
-        defer { lock.unlock() }
-        pids.append(process.processIdentifier)
-        if !installed {
-            installed = true
-            atexit {
-                for pid in ChildProcesses.pids { kill(pid, SIGTERM) }
-            }
-        }
-    }
 }
 
 func findExecutable(_ name: String) -> String? {

@@ -1,0 +1,225 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A folder cache for media fetched from HTTP(S) or `file://` URLs (CDN images and recordings).
+///
+/// Each fetch of a cached URL revalidates with `If-None-Match` / `If-Modified-Since` (a `304` costs
+/// no body); when the network fails, the cached copy is served. Past ``maxBytes`` the least recently
+/// used files are evicted. Files are written to a temporary name and renamed, so a failed or
+/// truncated download never replaces a good cached copy. Works the same in demo and normal mode.
+public actor DownloadCache {
+    /// How a fetch was satisfied.
+    public enum Status: String, Codable, Sendable {
+        /// Fetched (first time, or the resource changed).
+        case downloaded
+        /// The server confirmed the cached copy (HTTP 304, or same size and mtime for `file://`).
+        case revalidated
+        /// The server could not be reached; the cached copy was served.
+        case offline
+    }
+
+    /// The result of one fetch.
+    public struct Result: Codable, Sendable {
+        /// The URL that was fetched.
+        public var url: String
+        /// Where the cached copy is.
+        public var fileURL: URL
+        /// How it was satisfied.
+        public var status: Status
+        /// Size in bytes.
+        public var size: Int64
+    }
+
+    struct Entry: Codable {
+        var fileName: String
+        var etag: String?
+        var lastModified: String?
+        var size: Int64
+        var lastAccess: Date
+    }
+
+    struct Index: Codable {
+        var version = 1
+        var entries: [String: Entry] = [:]
+    }
+
+    /// The cache folder.
+    public let folder: URL
+    /// Size cap in bytes; least recently used files are evicted past it.
+    public let maxBytes: Int64
+    /// Counts network requests (`GET`) and file copies (`COPY`).
+    public nonisolated let requestCounter = RequestCounter()
+    private var index: Index
+    private let session: URLSession
+    private let retry: RetryPolicy
+
+    /// Opens (or creates) a cache in `folder` holding at most `maxBytes`.
+    /// - Throws: ``BucketError/localIO(path:description:)`` when the folder cannot be created.
+    public init(folder: URL, maxBytes: Int64, retry: RetryPolicy = RetryPolicy()) throws {
+        self.folder = folder
+        self.maxBytes = maxBytes
+        self.retry = retry
+        do {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        } catch {
+            throw BucketError.localIO(path: folder.path, description: error.localizedDescription)
+        }
+        let indexURL = folder.appendingPathComponent("index.json")
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        index = (try? decoder.decode(Index.self, from: Data(contentsOf: indexURL))) ?? Index()
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.timeoutIntervalForRequest = 60
+        session = URLSession(configuration: configuration)
+    }
+
+    /// Total bytes of cached files.
+    public var totalBytes: Int64 { index.entries.values.reduce(0) { $0 + $1.size } }
+
+    /// The cached file for `url`, if any, without any request.
+    public func cachedFile(for url: URL) -> URL? {
+        index.entries[url.absoluteString].map { folder.appendingPathComponent($0.fileName) }
+    }
+
+    /// Fetches `url` into the cache (revalidating a cached copy) and returns where it is.
+    /// - Throws: ``BucketError`` when it cannot be fetched and nothing is cached.
+    public func fetch(_ url: URL) async throws -> Result {
+        let key = url.absoluteString
+        let result: Result
+        switch url.scheme?.lowercased() {
+        case "http", "https": result = try await fetchHTTP(url, key: key)
+        case "file": result = try fetchFile(url, key: key)
+        default: throw BucketError.unsupportedURL(url: key, reason: "the download cache fetches http, https and file URLs")
+        }
+        evict(keeping: key)
+        try saveIndex()
+        return result
+    }
+
+    // MARK: - Fetching
+
+    private func fileName(for key: String, url: URL) -> String {
+        let ext = url.pathExtension.isEmpty || url.pathExtension.count > 8 ? "" : "." + url.pathExtension
+        return String(Hashing.sha256Hex(Data(key.utf8)).prefix(32)) + ext
+    }
+
+    private func fetchHTTP(_ url: URL, key: String) async throws -> Result {
+        let cached = index.entries[key].flatMap { entry in
+            FileManager.default.fileExists(atPath: folder.appendingPathComponent(entry.fileName).path) ? entry : nil
+        }
+        var request = URLRequest(url: url)
+        if let cached {
+            if let etag = cached.etag { request.setValue(etag, forHTTPHeaderField: "If-None-Match") }
+            if let lastModified = cached.lastModified { request.setValue(lastModified, forHTTPHeaderField: "If-Modified-Since") }
+        }
+        var attempt = 0
+        while true {
+            requestCounter.record("GET")
+            do {
+                let (data, response) = try await session.data(for: request)
+                guard let http = response as? HTTPURLResponse else {
+                    throw BucketError.invalidResponse(request: "GET \(key)", reason: "not an HTTP response")
+                }
+                if RetryPolicy.isRetryable(status: http.statusCode), attempt + 1 < retry.maxAttempts {
+                    try await retry.wait(beforeRetry: attempt)
+                    attempt += 1
+                    continue
+                }
+                if http.statusCode == 304, let cached {
+                    index.entries[key]?.lastAccess = Date()
+                    return Result(url: key, fileURL: folder.appendingPathComponent(cached.fileName), status: .revalidated, size: cached.size)
+                }
+                if http.statusCode == 404 { throw BucketError.notFound(key: key) }
+                guard (200..<300).contains(http.statusCode) else {
+                    throw BucketError.httpError(request: "GET \(key)", status: http.statusCode, code: nil, message: nil)
+                }
+                if http.value(forHTTPHeaderField: "Content-Encoding") == nil,
+                   let length = http.value(forHTTPHeaderField: "Content-Length").flatMap({ Int64($0) }), length != Int64(data.count) {
+                    throw BucketError.truncated(key: key, expected: length, received: Int64(data.count))
+                }
+                let name = cached?.fileName ?? fileName(for: key, url: url)
+                let destination = folder.appendingPathComponent(name)
+                let tmp = try LocalFiles.writeTemporary(data, beside: destination)
+                try LocalFiles.moveAtomically(tmp, to: destination)
+                index.entries[key] = Entry(fileName: name, etag: http.value(forHTTPHeaderField: "ETag"),
+                                           lastModified: http.value(forHTTPHeaderField: "Last-Modified"),
+                                           size: Int64(data.count), lastAccess: Date())
+                return Result(url: key, fileURL: destination, status: .downloaded, size: Int64(data.count))
+            } catch let error as BucketError {
+                if case .truncated = error, attempt + 1 < retry.maxAttempts {
+                    try await retry.wait(beforeRetry: attempt)
+                    attempt += 1
+                    continue
+                }
+                throw error
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                if RetryPolicy.isRetryable(error), attempt + 1 < retry.maxAttempts {
+                    try await retry.wait(beforeRetry: attempt)
+                    attempt += 1
+                    continue
+                }
+                if let cached {
+                    // Offline-first: serve what we have.
+                    index.entries[key]?.lastAccess = Date()
+                    return Result(url: key, fileURL: folder.appendingPathComponent(cached.fileName), status: .offline, size: cached.size)
+                }
+                throw BucketError.transport(request: "GET \(key)", description: error.localizedDescription)
+            }
+        }
+    }
+
+    private func fetchFile(_ url: URL, key: String) throws -> Result {
+        guard let st = FileStat.of(url.path), st.isRegularFile else { throw BucketError.notFound(key: key) }
+        let validator = "\(st.size)-\(st.mtimeNanoseconds)"
+        if let cached = index.entries[key], cached.etag == validator,
+           FileManager.default.fileExists(atPath: folder.appendingPathComponent(cached.fileName).path) {
+            index.entries[key]?.lastAccess = Date()
+            return Result(url: key, fileURL: folder.appendingPathComponent(cached.fileName), status: .revalidated, size: cached.size)
+        }
+        requestCounter.record("COPY")
+        let name = index.entries[key]?.fileName ?? fileName(for: key, url: url)
+        let destination = folder.appendingPathComponent(name)
+        let tmp = LocalFiles.temporaryURL(beside: destination)
+        do {
+            try FileManager.default.copyItem(at: url, to: tmp)
+        } catch {
+            try? FileManager.default.removeItem(at: tmp)
+            throw BucketError.localIO(path: url.path, description: error.localizedDescription)
+        }
+        try LocalFiles.moveAtomically(tmp, to: destination)
+        index.entries[key] = Entry(fileName: name, etag: validator, lastModified: nil, size: st.size, lastAccess: Date())
+        return Result(url: key, fileURL: destination, status: .downloaded, size: st.size)
+    }
+
+    // MARK: - Eviction and index
+
+    private func evict(keeping key: String) {
+        var total = totalBytes
+        guard total > maxBytes else { return }
+        let victims = index.entries.filter { $0.key != key }.sorted { $0.value.lastAccess < $1.value.lastAccess }
+        for (victimKey, entry) in victims where total > maxBytes {
+            try? FileManager.default.removeItem(at: folder.appendingPathComponent(entry.fileName))
+            index.entries[victimKey] = nil
+            total -= entry.size
+        }
+    }
+
+    private func saveIndex() throws {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .secondsSince1970
+        encoder.outputFormatting = [.sortedKeys]
+        let url = folder.appendingPathComponent("index.json")
+        let data: Data
+        do { data = try encoder.encode(index) } catch {
+            throw BucketError.localIO(path: url.path, description: error.localizedDescription)
+        }
+        let tmp = try LocalFiles.writeTemporary(data, beside: url)
+        try LocalFiles.moveAtomically(tmp, to: url)
+    }
+}

@@ -1,0 +1,41 @@
+import Foundation
+
+/// What a media sync run does: which folders and files, which way, and whether deletions propagate.
+public struct MediaSyncOptions: Sendable {
+    /// Folders to sync.
+    public var kinds: Set<MediaKind> = Set(MediaKind.allCases)
+    /// Direction of copying.
+    public var direction: SyncDirection = .both
+    /// When not empty, only files matching one of these globs (on the documents-relative path) sync.
+    public var include: [Glob] = []
+    /// Files matching any of these globs never sync.
+    public var exclude: [Glob] = []
+    /// When not empty, only these documents-relative files or folders sync.
+    public var select: [String] = []
+    /// Selective mode: only `select` paths sync, and an empty selection syncs nothing.
+    public var selective = false
+    /// Plan and report only; change nothing.
+    public var dryRun = false
+    /// Propagate deletions (never done after an I/O error in the same run).
+    public var delete = false
+    /// Show a progress line on standard error when it is a terminal.
+    public var showProgress = false
+    /// Transfers running at the same time.
+    public var concurrency = 8
+
+    /// Default options: both folders, both ways, no deletions.
+    public init() {}
+
+    /// Whether a documents-relative path passes the include/exclude/select filters.
+    public func accepts(_ path: String) -> Bool {
+        if selective || !select.isEmpty {
+            let hit = select.contains { sel in
+                let s = sel.hasSuffix("/") ? String(sel.dropLast()) : sel
+                return path == s || path.hasPrefix(s + "/")
+            }
+            if !hit { return false }
+        }
+        if !include.isEmpty && !include.contains(where: { $0.matches(path) }) { return false }
+        return !exclude.contains { $0.matches(path) }
+    }
+}

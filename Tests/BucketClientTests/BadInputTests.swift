@@ -1,0 +1,146 @@
+import Foundation
+import Testing
+@testable import BucketClient
+
+@Suite struct BadInputTests {
+    @Test(arguments: ["../x", "a/../../x", "/etc/passwd", "a//b", "a/", "", "a\u{0}b", "./a", "a\\b"])
+    func safeKey_refusesKeysThatCouldEscape(_ key: String) {
+        #expect(throws: BucketError.self) { try SafeKey.segments(of: key) }
+    }
+
+    @Test func safeKey_acceptsOrdinaryNestedKeys() throws {
+        #expect(try SafeKey.segments(of: "alice/recordings/2024/é a@b+c%d.m4a").count == 4)
+    }
+
+    @Test func localFolderStore_refusesHostileKeys_andWritesNothingOutside() async throws {
+        let root = try makeTemporaryFolder()
+        let store = try LocalFolderStore(root: root.appendingPathComponent("bucket"))
+        for key in ["../escaped", "/tmp/abs-\(UUID().uuidString)", "a//b"] {
+            await #expect(throws: BucketError.self) { try await store.put(key: key, data: Data("x".utf8)) }
+            await #expect(throws: BucketError.self) { try await store.get(key: key) }
+            await #expect(throws: BucketError.self) { try await store.download(key: key, to: root.appendingPathComponent("out")) }
+        }
+        #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("escaped").path))
+    }
+
+    @Test func localFolderListing_skipsSymlinksLeadingOutside() async throws {
+        let root = try makeTemporaryFolder()
+        let outside = root.appendingPathComponent("outside")
+        try FileManager.default.createDirectory(at: outside, withIntermediateDirectories: true)
+        try Data("secret".utf8).write(to: outside.appendingPathComponent("secret.txt"))
+        let store = try LocalFolderStore(root: root.appendingPathComponent("bucket"))
+        try await store.put(key: "real.txt", data: Data("r".utf8))
+        try FileManager.default.createSymbolicLink(at: store.root.appendingPathComponent("link"), withDestinationURL: outside)
+        #expect(try await store.listAll(prefix: "").map(\.key) == ["real.txt"])
+    }
+
+    func junkStore(bucket: String) async throws -> S3Store {
+        let server = try await HostileServer.shared.value
+        var configuration = S3Configuration(bucket: bucket, endpoint: server.endpoint, addressingStyle: .path,
+                                            credentials: AWSCredentials(accessKeyId: "AKID", secretAccessKey: "secret"))
+        configuration.retry = RetryPolicy(maxAttempts: 2, baseDelay: 0.01, maxDelay: 0.05)
+        return S3Store(configuration: configuration)
+    }
+
+    @Test(arguments: ["junk", "notxml", "wrongroot"])
+    func garbageListingXML_throwsInvalidResponse(bucket: String) async throws {
+        let store = try await junkStore(bucket: bucket)
+        do {
+            _ = try await store.list(prefix: "", startAfter: nil, maxKeys: nil, continuationToken: nil)
+            Issue.record("garbage was accepted")
+        } catch let error as BucketError {
+            guard case .invalidResponse(let request, let reason) = error else { Issue.record("got \(error)"); return }
+            #expect(request.contains("ListObjectsV2 s3://\(bucket)/"))
+            #expect(reason.contains("XML") || reason.contains("expected <ListBucketResult>"))
+            #expect(error.hint?.contains("AWS_ENDPOINT_URL") == true)
+        }
+    }
+
+    @Test func truncatedDownload_neverReplacesAGoodFile() async throws {
+        let store = try await junkStore(bucket: "trunc")
+        let target = try makeTemporaryFolder().appendingPathComponent("good.bin")
+        try Data("good contents".utf8).write(to: target)
+        await #expect(throws: BucketError.self) { try await store.download(key: "x.bin", to: target) }
+        #expect(try Data(contentsOf: target) == Data("good contents".utf8))
+        let truncatedGet = await #expect(throws: BucketError.self) { try await store.get(key: "x.bin") }
+        #expect(truncatedGet != nil)
+    }
+
+    @Test(arguments: [("always500", 500), ("always429", 429)])
+    func serverErrorsAndThrottling_areRetriedWithBackoff_thenReported(bucket: String, status: Int) async throws {
+        let store = try await junkStore(bucket: bucket)
+        await #expect(throws: BucketError.httpError(request: "GetObject s3://\(bucket)/k", status: status,
+                                                    code: status == 500 ? "InternalError" : "SlowDown",
+                                                    message: status == 500 ? "boom" : "slow down")) {
+            try await store.get(key: "k")
+        }
+        #expect(store.requestCounter.count("GetObject") == 2)  // maxAttempts of junkStore
+    }
+
+    @Test func clientErrors_areNeverRetried() async throws {
+        let store = try await junkStore(bucket: "always400")
+        await #expect(throws: BucketError.self) { try await store.get(key: "k") }
+        #expect(store.requestCounter.count("GetObject") == 1)
+    }
+
+    @Test func connectionRefused_isRetried_thenReportedAsTransport() async throws {
+        var configuration = S3Configuration(bucket: "b", endpoint: URL(string: "http://127.0.0.1:\(try freeLoopbackPort())")!,
+                                            credentials: AWSCredentials(accessKeyId: "AKID", secretAccessKey: "secret"))
+        configuration.retry = RetryPolicy(maxAttempts: 3, baseDelay: 0.01, maxDelay: 0.02)
+        let store = S3Store(configuration: configuration)
+        do {
+            _ = try await store.head(key: "k")
+            Issue.record("no error from a closed port")
+        } catch let error as BucketError {
+            guard case .transport(let request, _) = error else { Issue.record("got \(error)"); return }
+            #expect(request == "HeadObject s3://b/k")
+        }
+        #expect(store.requestCounter.count("HeadObject") == 3)
+    }
+
+    @Test(arguments: ["a/../b", "./x", "a/."])
+    func s3KeyWithDotSegment_isRefusedBeforeAnyRequest(_ key: String) async throws {
+        let store = S3Store(configuration: S3Configuration(bucket: "b", endpoint: URL(string: "http://127.0.0.1:9")!,
+                                                           credentials: AWSCredentials(accessKeyId: "A", secretAccessKey: "S")))
+        await #expect(throws: BucketError.unsafeKey(key: key, reason: "'.' or '..' path segment")) {
+            try await store.put(key: key, data: Data())
+        }
+        #expect(store.requestCounter.total == 0)
+    }
+
+    @Test func unknownURLScheme_isRefusedWithHint() {
+        #expect(throws: BucketError.self) { try makeObjectStore(urlString: "ftp://host/x") }
+        let error = BucketError.unsupportedURL(url: "ftp://host/x", reason: "unknown scheme ftp")
+        #expect(error.hint?.contains("s3://") == true)
+    }
+
+    @Test func factory_choosesBackendByScheme() throws {
+        let folder = try makeTemporaryFolder()
+        #expect(try makeObjectStore(urlString: folder.absoluteString) is LocalFolderStore)
+        let s3 = try makeObjectStore(urlString: "s3://my-bucket/some/prefix", environment: [
+            "AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+            "AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"])
+        let store = try #require(s3 as? S3Store)
+        #expect(store.configuration.prefix == "some/prefix/")
+        #expect(store.configuration.region == "eu-west-1")
+        #expect(store.configuration.addressingStyle == .path)
+        #expect(store.displayName == "s3://my-bucket/some/prefix/")
+        let aws = try #require(try makeObjectStore(urlString: "s3://plain", environment: [:]) as? S3Store)
+        #expect(aws.configuration.addressingStyle == .virtualHosted)
+        #expect(aws.location(key: "a b").host == "plain.s3.us-east-1.amazonaws.com")
+        #expect(aws.location(key: "a b").path == "/a%20b")
+    }
+}
+
+@Suite struct GlobTests {
+    @Test func glob_matchesSegmentsAndNames() {
+        #expect(Glob("*.m4a").matches("recordings/2024/a.m4a"))
+        #expect(!Glob("*.m4a").matches("recordings/a.wav"))
+        #expect(Glob("recordings/*.m4a").matches("recordings/a.m4a"))
+        #expect(!Glob("recordings/*.m4a").matches("recordings/x/a.m4a"))
+        #expect(Glob("recordings/**/*.m4a").matches("recordings/a.m4a"))
+        #expect(Glob("recordings/**").matches("recordings/x/y/z"))
+        #expect(Glob("images/?.jpg").matches("images/a.jpg"))
+        #expect(!Glob("images/?.jpg").matches("images/ab.jpg"))
+    }
+}

@@ -1,0 +1,92 @@
+import Foundation
+import Testing
+@testable import BucketClient
+
+/// Runs the built `rtsync` binary (beside the test bundle) and checks output and exit codes.
+@Suite struct CLITests {
+    struct Run { var status: Int32; var out: String; var err: String }
+
+    static var binary: URL? {
+        let bundleFolder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for candidate in [bundleFolder, Bundle.main.bundleURL.deletingLastPathComponent(), Bundle.main.bundleURL] {
+            let url = candidate.appendingPathComponent("rtsync")
+            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+        }
+        return nil
+    }
+
+    func rtsync(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
+        let binary = try #require(Self.binary, "the rtsync binary was not built beside the tests")
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env["RTSYNC_BUCKET"] = nil
+        for (k, v) in environment { env[k] = v }
+        process.environment = env
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        nonisolated(unsafe) var errData = Data()
+        let errThread = Thread { errData = err.fileHandleForReading.readDataToEndOfFile() }
+        errThread.start()
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        while !errThread.isFinished { usleep(1000) }
+        return Run(status: process.terminationStatus, out: String(decoding: outData, as: UTF8.self),
+                   err: String(decoding: errData, as: UTF8.self))
+    }
+
+    @Test func bucketHelp_listsSubcommands() throws {
+        let run = try rtsync(["bucket", "--help"])
+        #expect(run.status == 0)
+        for word in ["ls", "get", "put", "rm", "presign"] { #expect(run.out.contains(word)) }
+    }
+
+    @Test func putLsGetRm_onLocalFolderBucket_roundTrip() throws {
+        let folder = try makeTemporaryFolder()
+        let bucket = folder.appendingPathComponent("bucket").absoluteString
+        let file = folder.appendingPathComponent("in.txt")
+        try Data("payload".utf8).write(to: file)
+        #expect(try rtsync(["bucket", "put", file.path, "a/in.txt", "--bucket", bucket]).status == 0)
+        let ls = try rtsync(["bucket", "ls", "--json"], environment: ["RTSYNC_BUCKET": bucket])
+        #expect(ls.status == 0)
+        #expect(ls.out.contains("\"key\" : \"a/in.txt\""))
+        let get = try rtsync(["bucket", "get", "a/in.txt", "-", "--bucket", bucket])
+        #expect(get.out == "payload")
+        #expect(try rtsync(["bucket", "rm", "a/in.txt", "--bucket", bucket]).status == 0)
+        #expect(try rtsync(["bucket", "ls", "--bucket", bucket]).out.isEmpty)
+    }
+
+    @Test func missingKey_printsErrorWithKeyAndHint_andExitsNonZero() throws {
+        let bucket = try makeTemporaryFolder().absoluteString
+        let run = try rtsync(["bucket", "get", "no/such.bin", "--bucket", bucket])
+        #expect(run.status == 1)
+        #expect(run.err.contains("error: object not found (no/such.bin)"))
+        #expect(run.err.contains("hint: "))
+    }
+
+    @Test func mediaSync_pushThenJSONReportShowsIdle() throws {
+        let folder = try makeTemporaryFolder()
+        let documents = folder.appendingPathComponent("docs")
+        try FileManager.default.createDirectory(at: documents.appendingPathComponent("recordings"), withIntermediateDirectories: true)
+        try Data("r".utf8).write(to: documents.appendingPathComponent("recordings/r.m4a"))
+        let common = ["media", "sync", "--documents", documents.path, "--user", "u1",
+                      "--bucket", folder.appendingPathComponent("bucket").absoluteString]
+        let first = try rtsync(common + ["--push"])
+        #expect(first.status == 0)
+        #expect(first.out.contains("1 uploaded"))
+        let second = try rtsync(common + ["--json"])
+        let json = try JSONSerialization.jsonObject(with: Data(second.out.utf8)) as? [String: Any]
+        #expect(json?["unchanged"] as? Int == 1)
+        #expect(json?["requests"] as? Int == 2)
+    }
+
+    @Test func mediaSync_conflictingDirections_isAUsageError() throws {
+        let run = try rtsync(["media", "sync", "--push", "--pull", "--documents", "/", "--user", "u", "--bucket", "file:///tmp/x"])
+        #expect(run.status == 64)
+        #expect(run.err.contains("at most one of --push, --pull, --both"))
+    }
+}

@@ -1,0 +1,214 @@
+import Foundation
+import Testing
+@testable import BucketClient
+
+@Suite struct MediaSyncTests {
+    struct Fixture {
+        let root: URL
+        let documents: URL
+        let store: any ObjectStore
+        let manifest: URL
+        func sync(_ configure: (inout MediaSyncOptions) -> Void = { _ in }) async throws -> MediaSyncReport {
+            var options = MediaSyncOptions()
+            configure(&options)
+            return try await MediaSync(store: store, documents: documents, user: "alice", manifestURL: manifest).run(options)
+        }
+        func write(_ path: String, _ text: String) throws {
+            let url = documents.appendingPathComponent(path)
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(text.utf8).write(to: url)
+        }
+        func read(_ path: String) -> String? {
+            (try? Data(contentsOf: documents.appendingPathComponent(path))).map { String(decoding: $0, as: UTF8.self) }
+        }
+    }
+
+    func makeFixture(store: (any ObjectStore)? = nil) throws -> Fixture {
+        let root = try makeTemporaryFolder()
+        return Fixture(root: root, documents: root.appendingPathComponent("Documents"),
+                       store: try store ?? LocalFolderStore(root: root.appendingPathComponent("bucket")),
+                       manifest: root.appendingPathComponent("media-manifest.json"))
+    }
+
+    @Test func push_thenUnchangedResync_costsOneListPerFolderAndNoTransfers() async throws {
+        let f = try makeFixture()
+        try f.write("recordings/a.m4a", "aaa")
+        try f.write("recordings/2024/b.m4a", "bbbb")
+        try f.write("images/c.jpg", "cc")
+        let first = try await f.sync { $0.direction = .push }
+        #expect(first.uploaded == ["images/c.jpg", "recordings/2024/b.m4a", "recordings/a.m4a"])
+        #expect(first.bytesUploaded == 9)
+        #expect(try await f.store.get(key: "alice/recordings/2024/b.m4a") == Data("bbbb".utf8))
+        let again = try await f.sync()
+        #expect(again.uploaded.isEmpty && again.downloaded.isEmpty)
+        #expect(again.unchanged == 3)
+        #expect(again.requests == 2)  // one LIST per folder
+        let recordingsOnly = try await f.sync { $0.kinds = [.recordings] }
+        #expect(recordingsOnly.requests == 1)
+    }
+
+    @Test func pull_intoEmptyDocuments_restoresFilesThenIsIdle() async throws {
+        let f = try makeFixture()
+        try f.write("recordings/a.m4a", "hello")
+        _ = try await f.sync { $0.direction = .push }
+        let other = Fixture(root: f.root, documents: f.root.appendingPathComponent("Other"), store: f.store,
+                            manifest: f.root.appendingPathComponent("other-manifest.json"))
+        let pulled = try await other.sync { $0.direction = .pull }
+        #expect(pulled.downloaded == ["recordings/a.m4a"])
+        #expect(other.read("recordings/a.m4a") == "hello")
+        let idle = try await other.sync { $0.direction = .pull }
+        #expect(idle.downloaded.isEmpty && idle.unchanged == 1 && idle.requests == 2)
+    }
+
+    @Test func localEdit_isUploaded_remoteEdit_isDownloaded() async throws {
+        let f = try makeFixture()
+        try f.write("images/x.jpg", "v1")
+        _ = try await f.sync()
+        try await Task.sleep(nanoseconds: 10_000_000)
+        try f.write("images/x.jpg", "v2-local")
+        let pushed = try await f.sync()
+        #expect(pushed.uploaded == ["images/x.jpg"])
+        #expect(try await f.store.get(key: "alice/images/x.jpg") == Data("v2-local".utf8))
+        try await Task.sleep(nanoseconds: 10_000_000)
+        try await f.store.put(key: "alice/images/x.jpg", data: Data("v3-remote".utf8))
+        let pulled = try await f.sync()
+        #expect(pulled.downloaded == ["images/x.jpg"])
+        #expect(f.read("images/x.jpg") == "v3-remote")
+    }
+
+    @Test func deletions_areNotPropagatedUnlessAsked() async throws {
+        let f = try makeFixture()
+        try f.write("recordings/keep.m4a", "k")
+        _ = try await f.sync()
+        try FileManager.default.removeItem(at: f.documents.appendingPathComponent("recordings/keep.m4a"))
+        let restored = try await f.sync()
+        #expect(restored.downloaded == ["recordings/keep.m4a"])
+        #expect(restored.deletedRemote.isEmpty)
+        try FileManager.default.removeItem(at: f.documents.appendingPathComponent("recordings/keep.m4a"))
+        let deleted = try await f.sync { $0.delete = true }
+        #expect(deleted.deletedRemote == ["recordings/keep.m4a"])
+        #expect(try await f.store.exists(key: "alice/recordings/keep.m4a") == false)
+    }
+
+    @Test func deletions_areSkipped_afterAnIOErrorInTheSameRun() async throws {
+        let f = try makeFixture()
+        try f.write("recordings/gone.m4a", "g")
+        _ = try await f.sync()
+        try FileManager.default.removeItem(at: f.documents.appendingPathComponent("recordings/gone.m4a"))
+        // A remote file whose local path is a folder: its download must fail.
+        try await f.store.put(key: "alice/recordings/blocker", data: Data("b".utf8))
+        try f.write("recordings/blocker/inner.txt", "i")
+        let report = try await f.sync { $0.delete = true }
+        #expect(report.errors.map(\.path).contains("recordings/blocker"))
+        #expect(report.deletionsSkipped)
+        #expect(report.deletedRemote.isEmpty)
+        #expect(try await f.store.exists(key: "alice/recordings/gone.m4a"))
+    }
+
+    @Test func includeExcludeAndSelect_limitWhatSyncs() async throws {
+        let f = try makeFixture()
+        try f.write("recordings/a.m4a", "a")
+        try f.write("recordings/b.wav", "b")
+        try f.write("recordings/sub/c.m4a", "c")
+        try f.write("images/d.jpg", "d")
+        let filtered = try await f.sync {
+            $0.direction = .push
+            $0.include = [Glob("*.m4a")]
+            $0.exclude = [Glob("recordings/sub/**")]
+        }
+        #expect(filtered.uploaded == ["recordings/a.m4a"])
+        let selected = try await f.sync { $0.direction = .push; $0.select = ["recordings/sub"] }
+        #expect(selected.uploaded == ["recordings/sub/c.m4a"])
+    }
+
+    @Test func settingsFile_selectiveMode_syncsOnlySelectedPaths_andEmptySelectionSyncsNothing() async throws {
+        let f = try makeFixture()
+        try f.write("recordings/keep/a.m4a", "a")
+        try f.write("recordings/other/b.m4a", "b")
+        let json = #"{"mode": "selective", "select": ["recordings/keep"], "direction": "push"}"#
+        let file = f.root.appendingPathComponent("media.json")
+        try Data(json.utf8).write(to: file)
+        let settings = try MediaSyncSettings.load(from: file)
+        let report = try await MediaSync(store: f.store, documents: f.documents, user: "alice", manifestURL: f.manifest)
+            .run(settings.options())
+        #expect(report.uploaded == ["recordings/keep/a.m4a"])
+        var empty = MediaSyncSettings()
+        empty.mode = .selective
+        let none = try await MediaSync(store: f.store, documents: f.documents, user: "alice", manifestURL: f.manifest)
+            .run(empty.options())
+        #expect(none.uploaded.isEmpty && none.downloaded.isEmpty && none.unchanged == 0)
+    }
+
+    @Test func dryRun_reportsPlanAndChangesNothing() async throws {
+        let f = try makeFixture()
+        try f.write("recordings/a.m4a", "abc")
+        let report = try await f.sync { $0.dryRun = true }
+        #expect(report.uploaded == ["recordings/a.m4a"])
+        #expect(report.bytesUploaded == 3)
+        #expect(try await f.store.listAll(prefix: "").isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: f.manifest.path))
+        let json = try JSONSerialization.jsonObject(with: report.jsonData()) as? [String: Any]
+        #expect(json?["dryRun"] as? Bool == true)
+    }
+
+    @Test func hostileRemoteKeys_areRefusedAndNothingIsWrittenOutsideDocuments() async throws {
+        let f = try makeFixture()
+        let hostile = HostileListingStore(keys: ["alice/recordings/../../escaped.txt", "alice/recordings//double",
+                                                 "alice/recordings/a\u{0}b", "alice/recordings/./dot", "alice/recordings/ok.m4a"])
+        let sync = try MediaSync(store: hostile, documents: f.documents, user: "alice", manifestURL: f.manifest)
+        var options = MediaSyncOptions()
+        options.direction = .pull
+        options.kinds = [.recordings]
+        let report = try await sync.run(options)
+        #expect(report.refused.count == 4)
+        #expect(report.downloaded == ["recordings/ok.m4a"])
+        #expect(!FileManager.default.fileExists(atPath: f.root.appendingPathComponent("escaped.txt").path))
+        #expect(!FileManager.default.fileExists(atPath: f.documents.appendingPathComponent("escaped.txt").path))
+        #expect(hostile.downloadedKeys.snapshot.keys.sorted() == ["alice/recordings/ok.m4a"])
+    }
+
+    @Test func idleSyncOnS3_costsOneListing() async throws {
+        guard !MotoServer.skipRequested else { return }
+        // Listing prefixes here contain "/", which moto's signature checker mishandles: use the server without auth.
+        let f = try makeFixture(store: try await MotoServer.anonymous.value.store())
+        for i in 0..<20 { try f.write("recordings/r\(i).m4a", String(repeating: "x", count: i + 1)) }
+        let first = try await f.sync { $0.kinds = [.recordings] }
+        #expect(first.uploaded.count == 20)
+        let idle = try await f.sync { $0.kinds = [.recordings] }
+        #expect(idle.unchanged == 20)
+        #expect(idle.requests == 1)
+    }
+
+    @Test func userIdWithSlash_isRefused() throws {
+        let f = try makeFixture()
+        #expect(throws: BucketError.self) {
+            _ = try MediaSync(store: f.store, documents: f.documents, user: "../bob", manifestURL: f.manifest)
+        }
+    }
+}
+
+/// A store whose listing returns the given keys; downloads write the key's bytes.
+struct HostileListingStore: ObjectStore {
+    let keys: [String]
+    let requestCounter = RequestCounter()
+    let downloadedKeys = RequestCounter()
+    var displayName: String { "hostile://" }
+
+    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        requestCounter.record("ListObjectsV2")
+        return ObjectPage(objects: keys.filter { $0.hasPrefix(prefix) }.map {
+            ObjectInfo(key: $0, size: Int64($0.utf8.count), etag: "e", lastModified: nil)
+        }, nextContinuationToken: nil)
+    }
+    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { Data(key.utf8) }
+    func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
+        downloadedKeys.record(key)
+        try FileManager.default.createDirectory(at: fileURL.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(key.utf8).write(to: fileURL)
+        return ObjectInfo(key: key, size: Int64(key.utf8.count), etag: "e", lastModified: nil)
+    }
+    func head(key: String) async throws -> ObjectInfo { throw BucketError.notFound(key: key) }
+    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { throw BucketError.accessDenied(request: "PUT", hint: "") }
+    func put(key: String, fileURL: URL) async throws -> ObjectInfo { throw BucketError.accessDenied(request: "PUT", hint: "") }
+    func delete(key: String) async throws {}
+}
