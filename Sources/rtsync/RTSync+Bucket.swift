@@ -30,20 +30,6 @@ func reportingBucketErrors<T>(_ body: () async throws -> T) async throws -> T {
     }
 }
 
-func printError(_ what: String, hint: String?) {
-    var text = "error: \(what)\n"
-    if let hint { text += "hint: \(hint)\n" }
-    FileHandle.standardError.write(Data(text.utf8))
-}
-
-func printJSON<T: Encodable>(_ value: T) throws {
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    encoder.dateEncodingStrategy = .iso8601
-    FileHandle.standardOutput.write(try encoder.encode(value))
-    FileHandle.standardOutput.write(Data("\n".utf8))
-}
-
 extension RTSync {
     /// `rtsync bucket`: low-level object commands for users and scripts.
     struct Bucket: AsyncParsableCommand {

@@ -20,18 +20,24 @@ struct RTSync: AsyncParsableCommand {
 
 // MARK: - Output helpers shared by commands
 
-/// Prints `error: <what> (<file or key>)` and a `hint:` line to standard error, then exits non-zero.
-func fail(_ message: String, hint: String? = nil, code: Int32 = 1) -> ExitCode {
-    var text = "error: \(message)\n"
+/// Prints `error: <what>` and an optional `hint:` line to standard error.
+func printError(_ what: String, hint: String?) {
+    var text = "error: \(what)\n"
     if let hint { text += "hint: \(hint)\n" }
     FileHandle.standardError.write(Data(text.utf8))
+}
+
+/// Prints `error: <what> (<file or key>)` and a `hint:` line to standard error; returns the exit code to throw.
+func fail(_ message: String, hint: String? = nil, code: Int32 = 1) -> ExitCode {
+    printError(message, hint: hint)
     return ExitCode(code)
 }
 
-/// Prints a value as pretty, key-sorted JSON on standard output.
+/// Prints a value as pretty, key-sorted JSON on standard output (dates as ISO-8601).
 func printJSON<T: Encodable>(_ value: T) {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    encoder.dateEncodingStrategy = .iso8601
     if let data = try? encoder.encode(value) { print(String(decoding: data, as: UTF8.self)) }
 }
 
