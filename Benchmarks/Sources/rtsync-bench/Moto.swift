@@ -43,7 +43,11 @@ final class MotoServer: @unchecked Sendable {
     }
 
     func stop() {
-        if process.isRunning { process.terminate(); process.waitUntilExit() }
+        // moto_server may ignore SIGTERM when started from here; give it a moment, then SIGKILL.
+        if process.isRunning { process.terminate() }
+        for _ in 0..<20 where process.isRunning { usleep(50_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        for _ in 0..<40 where process.isRunning { usleep(50_000) }
         try? FileManager.default.removeItem(at: logURL)
     }
 

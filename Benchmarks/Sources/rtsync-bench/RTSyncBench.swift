@@ -33,6 +33,7 @@ struct RTSyncBench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        setvbuf(stdout, nil, _IOLBF, 0)  // tables appear as they are printed, also when piped to a file
         let selected = suites.isEmpty ? Self.suites : Self.suites.filter { suites.contains($0) }
         let scratchURL = scratch.map { URL(fileURLWithPath: $0, isDirectory: true) }
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-bench-\(ProcessInfo.processInfo.processIdentifier)", isDirectory: true)
