@@ -55,14 +55,17 @@ private func syncCases(_ ctx: BenchContext, bucketLabel: String, dir: URL, remot
     var offset = 0
     var editSeed: UInt64 = 1
     for n in [1, 100, 10_000] {
-        var total: [Double] = [], partA: [Double] = [], partB: [Double] = [], uploaded: Int64 = 0, requests = 0, serverRequests = 0
+        var total: [Double] = [], partA: [Double] = [], partB: [Double] = [], uploaded: Int64 = 0, requests = 0, serverRequests = 0, changesetBytes = 0
         let runs = n >= 10_000 ? min(ctx.runs, 3) : ctx.runs
         for _ in 0..<runs {
             let edited = (0..<n).map { keys[(offset + $0) % keys.count] }
             offset += n
             editSeed += 1
             let args = Items.updates(keys: edited, seed: editSeed)
-            try Items.bulkUpdate(dbA, args)            // the edit on A (untimed)
+            // The edit on A (untimed), recorded also by a session so the bytes compare with SQLite's changeset.
+            let session = try PlainSession(db: dbA, table: "items")
+            try Items.bulkUpdate(dbA, args)
+            changesetBytes = try session.changeset().count
             let before = moto?.totalRequests() ?? 0
             var ra: SyncReport?, rb: SyncReport?
             let tA = try await timeOnceAsync { ra = try await syncA.sync() }
@@ -86,7 +89,7 @@ private func syncCases(_ ctx: BenchContext, bucketLabel: String, dir: URL, remot
         }
         let label = n == 1 ? "1 row" : "\(n.formatted()) rows"
         var extra = "A \(formatTime(Stat(samples: partA).median)) + B \(formatTime(Stat(samples: partB).median)); "
-        extra += "uploaded \(formatBytes(Double(uploaded))) = \(Int((Double(uploaded) / Double(n)).rounded())) B/row; \(requests) requests"
+        extra += "uploaded \(formatBytes(Double(uploaded))) = \(Int((Double(uploaded) / Double(n)).rounded())) B/row (changeset of the same edit: \(Int((Double(changesetBytes) / Double(n)).rounded())) B/row); \(requests) requests"
         if moto != nil { extra += " (server saw \(serverRequests))" }
         var r = Row(suite: "sync", name: "[\(bucketLabel)] edit \(label) on A → visible on B", rtsync: Stat(samples: total),
                     baselineName: "-", baselineNote: "n/a", extra: extra)
