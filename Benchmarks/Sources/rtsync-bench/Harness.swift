@@ -257,7 +257,13 @@ func fileSize(_ path: String) -> Int64 {
     ((try? FileManager.default.attributesOfItem(atPath: path)[.size]) as? NSNumber)?.int64Value ?? 0
 }
 
-/// Filesystem type of a folder as `stat -f -c %T` prints it.
+/// Filesystem type of a folder: findmnt's name when it has one (stat -f calls ext4 "ext2/ext3"), with stat's beside it.
 func filesystemType(_ url: URL) -> String {
-    (try? runProcess("/usr/bin/stat", ["-f", "-c", "%T", url.path]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? "unknown"
+    let stat = (try? runProcess("/usr/bin/stat", ["-f", "-c", "%T", url.path]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? "unknown"
+    if let findmnt = which("findmnt"),
+       let type = try? runProcess(findmnt, ["-no", "FSTYPE", "-T", url.path]).stdout.trimmingCharacters(in: .whitespacesAndNewlines),
+       !type.isEmpty, type != stat {
+        return "\(type) (stat -f: \(stat))"
+    }
+    return stat
 }
