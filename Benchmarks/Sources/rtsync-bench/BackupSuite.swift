@@ -1,0 +1,134 @@
+import Foundation
+import SyncEngine
+
+/// backup: rtsync backup (copy-on-write clone when the filesystem has it; the online-backup path forced with
+/// preferClone: false) vs `cp` vs `sqlite3 DB ".backup OUT"`, on seeded databases of 100 MB and 1 GB; and init
+/// from the bundled demo asset.
+func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
+    var out: [Row] = []
+    let dir = try ctx.freshDir("backup")
+    let fs = filesystemType(dir)
+    let sqlite3 = which("sqlite3")
+    let sizes: [(String, Int)] = ctx.quick ? [("100 MB", 100_000_000)] : [("100 MB", 100_000_000), ("1 GB", 1_000_000_000)]
+    for (label, bytes) in sizes {
+        let db = dir.appendingPathComponent("source-\(label.replacingOccurrences(of: " ", with: "")).sqlite")
+        ctx.log("backup: generating \(label) database")
+        let genTime = try timeOnce { try generateDatabase(db.path, bytes: bytes, seed: 0xBAC0 + UInt64(bytes)) }
+        let size = fileSize(db.path)
+        ctx.log("backup: \(formatBytes(Double(size))) in \(formatTime(genTime))")
+        // The big case costs seconds per repetition; 3 are enough for median and min.
+        let runs = bytes >= 1_000_000_000 ? min(ctx.runs, 3) : ctx.runs
+        let folder = dir.appendingPathComponent("backups", isDirectory: true)
+        let copy = dir.appendingPathComponent("copy.sqlite")
+        func freshFolder() throws {
+            try? FileManager.default.removeItem(at: folder)
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            removeDatabase(copy.path)
+        }
+        var clone: [Double] = [], online: [Double] = [], cp: [Double] = [], cpSync: [Double] = [], dotBackup: [Double] = [], verify: [Double] = []
+        var cloneMethod = "", onlineMethod = ""
+        for run in 0..<runs {
+            try freshFolder()
+            clone.append(try timeOnce { cloneMethod = try BackupManager(database: db, folder: folder, keep: 1, preferClone: true).create().method })
+            try freshFolder()
+            var made: BackupInfo?
+            online.append(try timeOnce { made = try BackupManager(database: db, folder: folder, keep: 1, preferClone: false).create() })
+            onlineMethod = made?.method ?? ""
+            // The part of create() that is verification: PRAGMA quick_check(5) over the copy.
+            if let made {
+                let v = try PlainDB(path: folder.appendingPathComponent(made.file).path)
+                verify.append(try timeOnce { _ = try v.scalarText("PRAGMA quick_check(5)") })
+            }
+            try freshFolder()
+            cp.append(try timeOnce {
+                let r = try runProcess("/bin/cp", [db.path, copy.path])
+                if r.status != 0 { throw BenchSQLiteError(code: r.status, message: "cp: \(r.stderr)") }
+            })
+            // cp then fsync of the copy: the same durability rtsync's backup pays for (Durable.sync).
+            try freshFolder()
+            cpSync.append(try timeOnce {
+                let r = try runProcess("/bin/cp", [db.path, copy.path])
+                let s = try runProcess("/bin/sync", [copy.path])
+                if r.status != 0 || s.status != 0 { throw BenchSQLiteError(code: r.status, message: "cp/sync: \(r.stderr) \(s.stderr)") }
+            })
+            if let sqlite3 {
+                try freshFolder()
+                dotBackup.append(try timeOnce {
+                    let r = try runProcess(sqlite3, [db.path, ".backup '\(copy.path)'"])
+                    if r.status != 0 { throw BenchSQLiteError(code: r.status, message: "sqlite3 .backup: \(r.stderr)") }
+                })
+            }
+            ctx.log("backup \(label): run \(run + 1)/\(runs)")
+        }
+        try freshFolder()
+        let sizeCell = formatBytes(Double(size))
+        if cloneMethod == "clone" {
+            var r = Row(suite: "backup", name: "\(label): rtsync backup (clone)", rtsync: Stat(samples: clone), baselineName: "cp",
+                        baseline: Stat(samples: cp), extra: sizeCell, aim: "clone < 100 ms")
+            r.aimMet = r.rtsync!.median < 0.1
+            out.append(r)
+        } else {
+            out.append(Row(suite: "backup", name: "\(label): rtsync backup (clone)", rtsyncNote: "clone unavailable on \(fs)",
+                           baselineName: "cp", baseline: Stat(samples: cp), extra: sizeCell, aim: "clone < 100 ms"))
+            out.append(Row(suite: "backup", name: "\(label): rtsync backup, default (fell back to \(cloneMethod))", rtsync: Stat(samples: clone),
+                           baselineName: "cp", baseline: Stat(samples: cp), extra: sizeCell))
+        }
+        var o = Row(suite: "backup", name: "\(label): rtsync backup (\(onlineMethod), preferClone: false)", rtsync: Stat(samples: online),
+                    baselineName: "cp", baseline: Stat(samples: cp), extra: sizeCell, aim: "online ≤ 1.5x cp")
+        o.aimMet = o.ratio.map { $0 <= 1.5 }
+        out.append(o)
+        out.append(Row(suite: "backup", name: "\(label): rtsync backup (\(onlineMethod), preferClone: false)", rtsync: Stat(samples: online),
+                       baselineName: "cp + fsync of copy", baseline: Stat(samples: cpSync), extra: sizeCell))
+        if sqlite3 != nil {
+            out.append(Row(suite: "backup", name: "\(label): rtsync backup (\(onlineMethod), preferClone: false)", rtsync: Stat(samples: online),
+                           baselineName: "sqlite3 .backup", baseline: Stat(samples: dotBackup), extra: sizeCell))
+        } else {
+            out.append(Row(suite: "backup", name: "\(label): rtsync backup (\(onlineMethod))", rtsync: Stat(samples: online),
+                           baselineName: "sqlite3 .backup", baselineNote: "not installed", extra: sizeCell))
+        }
+        let share = Stat(samples: verify).median / Stat(samples: online).median * 100
+        out.append(Row(suite: "backup", name: "\(label): of which verification (quick_check of the copy)", rtsync: Stat(samples: verify),
+                       baselineName: "-", baselineNote: "n/a", extra: String(format: "%.0f%% of the online backup's median", share)))
+        removeDatabase(db.path)
+    }
+
+    // Init from the bundled asset into a fresh home (no bucket), vs copying the asset file.
+    let asset = ctx.repoRoot.appendingPathComponent("Fixtures/databases/record-thing-demo.sqlite")
+    if FileManager.default.fileExists(atPath: asset.path) {
+        var initTimes: [Double] = [], copyTimes: [Double] = []
+        for run in 0..<ctx.runs {
+            let home = try ctx.freshDir("init-home-\(run)")
+            var result: InitResult?
+            initTimes.append(try await timeOnceAsync {
+                result = try await InitChain(home: RTSyncHome(root: home), remote: nil, bundledAsset: asset).run()
+            })
+            guard result?.source == .bundled else { throw BenchSQLiteError(code: 0, message: "init used \(String(describing: result?.source))") }
+            let target = home.appendingPathComponent("copy.sqlite")
+            copyTimes.append(try timeOnce { try FileManager.default.copyItem(at: asset, to: target) })
+            try? FileManager.default.removeItem(at: home)
+        }
+        var r = Row(suite: "backup", name: "init from bundled asset", rtsync: Stat(samples: initTimes), baselineName: "copy asset file",
+                    baseline: Stat(samples: copyTimes), extra: formatBytes(Double(fileSize(asset.path))), aim: "init < 2 s")
+        r.aimMet = r.rtsync!.median < 2
+        out.append(r)
+    } else {
+        out.append(Row(suite: "backup", name: "init from bundled asset", rtsyncNote: "asset missing at \(asset.path)"))
+    }
+    try? FileManager.default.removeItem(at: dir)
+    return out
+}
+
+/// A database of about `bytes` bytes: rows of a key, a short text and a 4,000-byte seeded random blob.
+func generateDatabase(_ path: String, bytes: Int, seed: UInt64) throws {
+    removeDatabase(path)
+    let db = try PlainDB(path: path)
+    try db.exec("PRAGMA journal_mode=DELETE; PRAGMA synchronous=OFF; CREATE TABLE blobs(id TEXT PRIMARY KEY NOT NULL, label TEXT, data BLOB NOT NULL)")
+    var rng = SplitMix64(seed: seed)
+    let blob = 4_000
+    let count = bytes / (blob + 80)
+    try db.exec("BEGIN")
+    let s = try db.prepare("INSERT INTO blobs(id, label, data) VALUES (?, ?, ?)")
+    for i in 0..<count { try s.run([.text(String(format: "%09d", i) + rng.word(18)), .text(rng.word(24)), .blob(rng.bytes(blob))]) }
+    try db.exec("COMMIT")
+}
+
