@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "DiffFormat", targets: ["DiffFormat"]),
         .library(name: "SyncEngine", targets: ["SyncEngine"]),
         .library(name: "BucketClient", targets: ["BucketClient"]),
+        .library(name: "BucketSync", targets: ["BucketSync"]),
         .executable(name: "rtsync", targets: ["rtsync"]),
     ],
     dependencies: [

@@ -21,6 +21,7 @@ let package = Package(
                 .product(name: "DiffFormat", package: "rtsync"),
                 .product(name: "SyncEngine", package: "rtsync"),
                 .product(name: "BucketClient", package: "rtsync"),
+                .product(name: "BucketSync", package: "rtsync"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

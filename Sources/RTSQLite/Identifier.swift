@@ -2,10 +2,13 @@
 ///
 /// Every table and column name that reaches SQL text goes through this, whatever its source.
 public func quoteIdentifier(_ name: String) -> String {
-    "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    // Most names have no quote in them; skip Foundation's (slow on Linux) replacement for those.
+    guard name.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + name + "\"" }
+    return "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
 }
 
 /// Quotes a string as an SQL text literal: `'text'` with inner quotes doubled.
 public func quoteLiteral(_ text: String) -> String {
-    "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+    guard text.utf8.contains(UInt8(ascii: "'")) else { return "'" + text + "'" }
+    return "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
 }

@@ -7,19 +7,26 @@ import RTSQLite
 extension Merger {
     mutating func merge(_ change: RowChange) throws {
         let file = reader.url.path
-        guard let info = tracked[change.table] ?? tracked.values.first(where: { $0.table.name.lowercased() == change.table.lowercased() }),
-              let remoteDef = reader.tables.first(where: { $0.name == change.table }) else {
-            throw SyncEngineError.diffRejected(file: file, reason: "table '\(change.table)' is neither in this database nor defined by the diff")
+        let plan: TablePlan
+        if let cachedPlan = plans[change.table] {
+            plan = cachedPlan
+        } else {
+            guard let info = tracked[change.table] ?? tracked.values.first(where: { $0.table.name.lowercased() == change.table.lowercased() }),
+                  let remoteDef = reader.tables.first(where: { $0.name == change.table }) else {
+                throw SyncEngineError.diffRejected(file: file, reason: "table '\(change.table)' is neither in this database nor defined by the diff")
+            }
+            plan = TablePlan(info: info, remoteDef: remoteDef)
+            plans[change.table] = plan
         }
-        var remote: [String: SQLValue] = [:]
-        for (i, c) in remoteDef.columns.enumerated() { remote[c.name.lowercased()] = change.values[i] }
-        let def = info.definition
-        let keyValues = def.primaryKeyColumns.map { remote[$0.lowercased()] ?? .null }
+        let info = plan.info
+        var remote: [String: SQLValue] = Dictionary(minimumCapacity: plan.remoteLower.count)
+        for (i, c) in plan.remoteLower.enumerated() { remote[c] = change.values[i] }
+        let keyValues = plan.keyLower.map { remote[$0] ?? .null }
         for clock in [change.clock, change.born] + change.columnClocks.values where clock.site == meta.authorSite {
             maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue)
         }
-        let local = try localRow(info, keyValues: keyValues)
-        let ctx = RowContext(info: info, remote: remote, remoteColumns: remoteDef.columnNames, change: change, keyValues: keyValues)
+        let local = try localRow(info, keyValues: keyValues, plan: plan)
+        let ctx = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         // Rows this user shared read-only with the author may not be changed by the author's diffs.
         if readOnlyShares.contains("\(info.table.id)|" + local.key) {
             let reason = "read-only share: user '\(meta.authorUser)' may not change rows shared with them"
@@ -33,24 +40,71 @@ extension Merger {
         }
     }
 
+    /// Names and SQL of one table, worked out once per diff instead of once per row.
+    final class TablePlan {
+        let info: TrackedInfo
+        let remoteDef: TableDefinition
+        /// Incoming column names, lower-cased, in diff order.
+        let remoteLower: [String]
+        /// Primary key columns, lower-cased, in key order.
+        let keyLower: [String]
+        /// Every incoming column that exists locally, named as in the local table.
+        let allColumns: [String]
+        /// Local column index by lower-cased name.
+        let localIndex: [String: Int]
+        /// Local column name by lower-cased name.
+        let localName: [String: String]
+        let selectSQL: String
+        let insertAllSQL: String
+        let deleteSQL: String
+        let whereKey: String
+
+        init(info: TrackedInfo, remoteDef: TableDefinition) {
+            self.info = info
+            self.remoteDef = remoteDef
+            let def = info.definition
+            remoteLower = remoteDef.columnNames.map { $0.lowercased() }
+            keyLower = def.primaryKeyColumns.map { $0.lowercased() }
+            var index: [String: Int] = [:]
+            var names: [String: String] = [:]
+            for (i, c) in def.columnNames.enumerated() where index[c.lowercased()] == nil {
+                index[c.lowercased()] = i
+                names[c.lowercased()] = c
+            }
+            localIndex = index
+            localName = names
+            allColumns = remoteLower.compactMap { names[$0] }
+            let table = quoteIdentifier(def.name)
+            whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
+            selectSQL = "SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + table + " WHERE " + whereKey
+            insertAllSQL = "INSERT INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+                + Array(repeating: "?", count: allColumns.count).joined(separator: ", ") + ")"
+            deleteSQL = "DELETE FROM " + table + " WHERE " + whereKey
+        }
+    }
+
     /// What one incoming row change is about.
     struct RowContext {
-        var info: TrackedInfo
+        var plan: TablePlan
         var remote: [String: SQLValue]          // lower-cased column name -> incoming value
-        var remoteColumns: [String]
         var change: RowChange
         var keyValues: [SQLValue]
-        var def: TableDefinition { info.definition }
-        var table: String { info.table.name }
+        var info: TrackedInfo { plan.info }
+        var def: TableDefinition { plan.info.definition }
+        var table: String { plan.info.table.name }
         /// Changed columns named as in the local table.
         var changedColumns: [String] {
-            (change.changedColumns ?? remoteColumns).compactMap { c in def.columnIndex(c).map { def.columns[$0].name } }
+            guard let changed = change.changedColumns else { return plan.allColumns }
+            return changed.compactMap { plan.localName[$0.lowercased()] }
         }
         /// Every incoming column named as in the local table.
-        var allColumns: [String] { remoteColumns.compactMap { c in def.columnIndex(c).map { def.columns[$0].name } } }
+        var allColumns: [String] { plan.allColumns }
+        /// Index of a local column by name (case-insensitive).
+        func index(_ column: String) -> Int? { plan.localIndex[column.lowercased()] }
         func value(_ column: String) -> SQLValue { remote[column.lowercased()] ?? .null }
         func clock(_ column: String) -> Clock {
-            change.columnClocks.first(where: { $0.key.lowercased() == column.lowercased() })?.value ?? change.clock
+            if change.columnClocks.isEmpty { return change.clock }
+            return change.columnClocks.first(where: { $0.key.lowercased() == column.lowercased() })?.value ?? change.clock
         }
     }
 
@@ -67,7 +121,7 @@ extension Merger {
             return try insertWhole(r, local)
         case .ownerOnly:
             let ownerColumn = policy.ownerColumn ?? "owner_id"
-            let owner = local.values.flatMap { v in r.def.columnIndex(ownerColumn).map { v[$0] } } ?? r.value(ownerColumn)
+            let owner = local.values.flatMap { v in r.index(ownerColumn).map { v[$0] } } ?? r.value(ownerColumn)
             if owner != .text(meta.authorUser) {
                 return try refuse(r, local, columns: r.changedColumns, reason: "owner-only table: user '\(meta.authorUser)' is not the row's owner (\(owner))")
             }
@@ -116,7 +170,7 @@ extension Merger {
         var taken: [String] = []
         var refused: [String] = []
         for c in r.changedColumns {
-            guard let li = r.def.columnIndex(c) else { continue }
+            guard let li = r.index(c) else { continue }
             let lv = local.values![li], rv = r.value(c)
             let lc = localClock(local, c), rc = r.clock(c)
             var remoteWins = rc > lc
@@ -155,7 +209,7 @@ extension Merger {
             return try refuseDelete(r, local, reason: "append-only table: remote delete refused")
         case .ownerOnly:
             let ownerColumn = policy.ownerColumn ?? "owner_id"
-            let owner = r.def.columnIndex(ownerColumn).map { values[$0] } ?? .null
+            let owner = r.index(ownerColumn).map { values[$0] } ?? .null
             if owner != .text(meta.authorUser) {
                 return try refuseDelete(r, local, reason: "owner-only table: user '\(meta.authorUser)' is not the row's owner (\(owner))")
             }
@@ -182,8 +236,7 @@ extension Merger {
 
     mutating func insertWhole(_ r: RowContext, _ local: LocalRow) throws {
         let cols = r.allColumns
-        let sql = "INSERT INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
-            + Array(repeating: "?", count: cols.count).joined(separator: ", ") + ")"
+        let sql = r.plan.insertAllSQL
         let newRow = Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a })
         guard try writeResolvingUnique(r, local, newRow: newRow, { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
         try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
@@ -196,7 +249,7 @@ extension Merger {
     mutating func replaceWhole(_ r: RowContext, _ local: LocalRow, reason: String) throws {
         let cols = r.allColumns
         for c in cols {
-            guard let li = r.def.columnIndex(c) else { continue }
+            guard let li = r.index(c) else { continue }
             if local.values![li] != r.value(c) {
                 try log(r, local, column: c, localValue: local.values![li], remoteValue: r.value(c), localClock: localClock(local, c), winner: "remote", reason: reason)
             }
@@ -214,7 +267,7 @@ extension Merger {
         guard !columns.isEmpty, let values = local.values else { return }
         var changedAny = false
         for c in columns {
-            guard let li = r.def.columnIndex(c) else { continue }
+            guard let li = r.index(c) else { continue }
             let lc = localClock(local, c)
             if values[li] != r.value(c) {
                 changedAny = true
@@ -234,7 +287,7 @@ extension Merger {
 
     mutating func refuse(_ r: RowContext, _ local: LocalRow, columns: [String], reason: String) throws {
         for c in columns {
-            let lv = local.values.flatMap { v in r.def.columnIndex(c).map { v[$0] } } ?? .null
+            let lv = local.values.flatMap { v in r.index(c).map { v[$0] } } ?? .null
             if local.values != nil && lv == r.value(c) { continue }
             try log(r, local, column: c, localValue: lv, remoteValue: r.value(c), localClock: localClock(local, c), winner: "local", reason: reason)
         }
@@ -251,8 +304,7 @@ extension Merger {
                         reason: "row deleted on another device while changed here")
             }
         }
-        let sql = "DELETE FROM " + quoteIdentifier(r.table) + " WHERE " + r.def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
-        try cached(sql).run(r.keyValues)
+        try cached(r.plan.deleteSQL).run(r.keyValues)
         try setRowMeta(r, local.key, born: max(r.change.born, local.born == Merger.unexported ? r.change.born : local.born), deleted: r.change.clock)
         try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
         try purgePending(r, local)
@@ -297,7 +349,7 @@ extension Merger {
                     try captureResolutionDelete(r.info, key: local.key)
                     return false
                 }
-                let otherContext = RowContext(info: r.info, remote: [:], remoteColumns: [], change: r.change, keyValues: other)
+                let otherContext = RowContext(plan: r.plan, remote: [:], change: r.change, keyValues: other)
                 for (i, c) in r.def.columnNames.enumerated() {
                     try log(otherContext, otherRow, column: c, localValue: otherRow.values?[i] ?? .null, remoteValue: .null,
                             localClock: localClock(otherRow, c), winner: "remote", reason: reason)

@@ -101,6 +101,7 @@ struct Merger {
     var statements: [String: Statement] = [:]
     var maxRemoteHLC: Int64 = 0
     var readOnlyShares = Set<String>()
+    var plans: [String: TablePlan] = [:]
     let now = ISO8601.format(Date(), fractional: true)
 
     /// A clock that beats every real one: a local change not yet exported will be stamped later than anything seen.
@@ -226,19 +227,24 @@ struct Merger {
         return s
     }
 
+    /// The row key text the capture triggers make with SQLite's `quote()`: built here for integers, text
+    /// and blobs (whose `quote()` form is exact), asked of SQLite for REALs (whose formatting is SQLite's own).
     mutating func keyText(_ values: [SQLValue]) throws -> String {
+        if !values.contains(where: { if case .real = $0 { return true } else { return false } }) {
+            return values.map(\.sqlLiteral).joined(separator: ",")
+        }
         let s = try cached("SELECT " + (1...values.count).map { "quote(?\($0))" }.joined(separator: " || ',' || "))
         try s.bind(values)
         _ = try s.step()
         return s.column(0).string ?? ""
     }
 
-    mutating func localRow(_ info: TrackedInfo, keyValues: [SQLValue]) throws -> LocalRow {
+    mutating func localRow(_ info: TrackedInfo, keyValues: [SQLValue], plan: TablePlan? = nil) throws -> LocalRow {
         let def = info.definition
         let key = try keyText(keyValues)
         let tid = info.table.id
-        let select = try cached("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name)
-                                + " WHERE " + def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND "))
+        let select = try cached(plan?.selectSQL ?? ("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name)
+                                + " WHERE " + def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")))
         try select.bind(keyValues)
         let values = try select.step() ? select.row() : nil
         select.reset()
@@ -252,10 +258,13 @@ struct Merger {
         }
         metaStmt.reset()
         var clocks: [String: Clock] = [:]
-        let clockStmt = try cached("SELECT col, hlc, site FROM rtsync_clocks WHERE tid = ? AND pk = ?")
-        try clockStmt.bind([.integer(tid), .text(key)])
-        while try clockStmt.step() {
-            clocks[(clockStmt.column(0).string ?? "").lowercased()] = Clock(hlc: HLC(rawValue: clockStmt.column(1).int64 ?? 0), site: clockStmt.column(2).string ?? "")
+        // Column clocks only matter for a row that exists here (a missing row's clocks are cleared on insert).
+        if values != nil {
+            let clockStmt = try cached("SELECT col, hlc, site FROM rtsync_clocks WHERE tid = ? AND pk = ?")
+            try clockStmt.bind([.integer(tid), .text(key)])
+            while try clockStmt.step() {
+                clocks[(clockStmt.column(0).string ?? "").lowercased()] = Clock(hlc: HLC(rawValue: clockStmt.column(1).int64 ?? 0), site: clockStmt.column(2).string ?? "")
+            }
         }
         let p = pending["\(tid)|" + key]
         var pendingColumns = Set<String>()

@@ -1,4 +1,5 @@
 import BucketClient
+import BucketSync
 import Foundation
 import SyncEngine
 
@@ -8,11 +9,11 @@ func runSyncSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) asyn
     var rows: [Row] = []
     let dir = try ctx.freshDir("sync-local")
     let local = try LocalFolderStore(root: dir.appendingPathComponent("bucket", isDirectory: true))
-    rows += try await syncCases(ctx, bucketLabel: "local folder", dir: dir, remote: BenchRemote(store: local, isLocal: true), moto: nil)
+    rows += try await syncCases(ctx, bucketLabel: "local folder", dir: dir, remote: ObjectStoreRemote(store: local, isLocal: true), moto: nil)
     try? FileManager.default.removeItem(at: dir)
     if let moto {
         let dir = try ctx.freshDir("sync-s3")
-        rows += try await syncCases(ctx, bucketLabel: "moto S3", dir: dir, remote: BenchRemote(store: moto.store(prefix: "sync/"), isLocal: false), moto: moto)
+        rows += try await syncCases(ctx, bucketLabel: "moto S3", dir: dir, remote: ObjectStoreRemote(store: moto.store(prefix: "sync/"), isLocal: false), moto: moto)
         try? FileManager.default.removeItem(at: dir)
     } else {
         rows.append(Row(suite: "sync", name: "S3 bucket cases", rtsyncNote: "skipped: \(motoNote)"))
@@ -35,7 +36,7 @@ private func makeHome(_ root: URL, seedRows: [[BenchValue]]) throws -> RTSyncHom
     return home
 }
 
-private func syncCases(_ ctx: BenchContext, bucketLabel: String, dir: URL, remote: BenchRemote, moto: MotoServer?) async throws -> [Row] {
+private func syncCases(_ ctx: BenchContext, bucketLabel: String, dir: URL, remote: ObjectStoreRemote, moto: MotoServer?) async throws -> [Row] {
     let base = 10_000
     let seed = Items.rows(base, seed: 0x5EED)
     let keys = Items.keys(of: seed)
