@@ -152,28 +152,55 @@ public struct DiffLimits: Sendable {
 // MARK: - Content digest
 
 /// Feeds values into SHA-256 in the canonical encoding of docs/diff-format.md.
+///
+/// Small values are gathered in a buffer and hashed in blocks: one SHA-256 update per value would cost
+/// more than the hashing itself.
 struct CanonicalHasher {
     private var sha = SHA256()
+    private var buffer: [UInt8] = []
 
-    mutating func add(_ value: SQLValue) {
-        switch value {
-        case .null: sha.update(data: [0])
-        case .integer(let v): sha.update(data: [1] + Self.bigEndian(UInt64(bitPattern: v)))
-        case .real(let v): sha.update(data: [2] + Self.bigEndian(v.bitPattern))
-        case .text(let s):
-            let bytes = Array(s.utf8)
-            sha.update(data: [3] + Self.bigEndian(UInt64(bytes.count)))
-            sha.update(data: bytes)
-        case .blob(let b):
-            sha.update(data: [4] + Self.bigEndian(UInt64(b.count)))
-            sha.update(data: b)
+    init() { buffer.reserveCapacity(Self.flushSize) }
+
+    static let flushSize = 16 * 1024
+
+    private mutating func append(tag: UInt8, _ v: UInt64) {
+        buffer.append(tag)
+        for shift in stride(from: 56, through: 0, by: -8) { buffer.append(UInt8(truncatingIfNeeded: v >> UInt64(shift))) }
+    }
+
+    private mutating func flushIfNeeded() {
+        if buffer.count >= Self.flushSize {
+            sha.update(data: buffer)
+            buffer.removeAll(keepingCapacity: true)
         }
     }
 
-    mutating func add(_ values: [SQLValue]) { for v in values { add(v) } }
-    mutating func addRaw(_ bytes: [UInt8]) { sha.update(data: bytes) }
+    mutating func add(_ value: SQLValue) {
+        switch value {
+        case .null: buffer.append(0)
+        case .integer(let v): append(tag: 1, UInt64(bitPattern: v))
+        case .real(let v): append(tag: 2, v.bitPattern)
+        case .text(let s):
+            append(tag: 3, UInt64(s.utf8.count))
+            buffer.append(contentsOf: s.utf8)
+        case .blob(let b):
+            append(tag: 4, UInt64(b.count))
+            buffer.append(contentsOf: b)
+        }
+        flushIfNeeded()
+    }
 
-    func finalize() -> [UInt8] { Array(sha.finalize()) }
+    mutating func add(_ values: [SQLValue]) { for v in values { add(v) } }
+    mutating func addRaw(_ bytes: [UInt8]) {
+        buffer.append(contentsOf: bytes)
+        flushIfNeeded()
+    }
+
+    func finalize() -> [UInt8] {
+        var copy = sha
+        if !buffer.isEmpty { copy.update(data: buffer) }
+        return Array(copy.finalize())
+    }
 
     static func bigEndian(_ v: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: v >> (56 - 8 * $0)) } }
 

@@ -304,6 +304,7 @@ public final class DiffReader {
 private struct CarriedTables {
     let tables: [Int64: TableDefinition]
     let lookups: [Int64: Statement]
+    let keyIndexes: [Int64: [Int]]
 
     init(db: Connection, tables: [Int64: TableDefinition]) throws {
         self.tables = tables
@@ -313,6 +314,7 @@ private struct CarriedTables {
             lookups[tid] = try db.prepare("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " WHERE " + alias + " = ?")
         }
         self.lookups = lookups
+        keyIndexes = tables.mapValues(\.primaryKeyIndexes)
     }
 
     /// Validates one `rtsync_rows` row (rowid, tid, rid, op, born, born_site, hlc, site, changed) and returns its table and values.
@@ -340,7 +342,7 @@ private struct CarriedTables {
         guard try lookup.step() else { throw bad("references carried row \(rid), which does not exist") }
         let values = lookup.row()
         lookup.reset()
-        for i in def.primaryKeyIndexes where values[i].isNull { throw bad("primary key column '\(def.columns[i].name)' is NULL") }
+        for i in keyIndexes[tid] ?? [] where values[i].isNull { throw bad("primary key column '\(def.columns[i].name)' is NULL") }
         return (def, values, changed)
     }
 }

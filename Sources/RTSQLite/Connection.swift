@@ -30,6 +30,7 @@ public final class Connection {
         }
         flags |= SQLITE_OPEN_NOMUTEX
         if uri { flags |= SQLITE_OPEN_URI }
+        _ = Connection.configureOnce
         var db: OpaquePointer?
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
@@ -44,6 +45,9 @@ public final class Connection {
     }
 
     deinit { sqlite3_close_v2(handle) }
+
+    /// Process-wide settings applied before the first connection opens.
+    private static let configureOnce: Void = { _ = rtsync_disable_memstatus() }()
 
     // MARK: - Executing
 

@@ -22,7 +22,7 @@ public enum SQLValue: Sendable, Hashable {
             if v.isNaN { return "NULL" }
             if v.isInfinite { return v < 0 ? "-9e999" : "9e999" }
             return "\(v)"
-        case .text(let s): return "'" + s.replacingOccurrences(of: "'", with: "''") + "'"
+        case .text(let s): return quoteLiteral(s)
         case .blob(let b):
             let hex = "0123456789ABCDEF".utf8.map { $0 }
             var out = [UInt8]("X'".utf8)
