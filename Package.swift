@@ -56,10 +56,12 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // Process and loopback-port helpers shared by the test targets (not a product).
+        .target(name: "RTSyncTestSupport", path: "Tests/Support"),
         .testTarget(name: "DiffFormatTests", dependencies: ["DiffFormat", "RTSQLite"]),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "DiffFormat", "RTSQLite"]),
-        .testTarget(name: "BucketClientTests", dependencies: ["BucketClient"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient", "BucketSync",
+        .testTarget(name: "BucketClientTests", dependencies: ["BucketClient", "RTSyncTestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient", "BucketSync", "RTSyncTestSupport",
                                                            .product(name: "Crypto", package: "swift-crypto")]),
     ]
 )

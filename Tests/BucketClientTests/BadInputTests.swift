@@ -1,4 +1,5 @@
 import Foundation
+import RTSyncTestSupport
 import Testing
 @testable import BucketClient
 

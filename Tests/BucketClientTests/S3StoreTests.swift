@@ -1,4 +1,5 @@
 import Foundation
+import RTSyncTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

@@ -1,4 +1,5 @@
 import Foundation
+import RTSyncTestSupport
 import Testing
 @testable import BucketClient
 #if canImport(Glibc)
@@ -186,90 +187,6 @@ struct HostileServer: Sendable {
     threading.Thread(target=watchdog, daemon=True).start()
     srv.serve_forever()
     """#
-}
-
-struct TestSetupError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
-
-func findExecutable(_ name: String) -> String? {
-    let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-    for dir in path.split(separator: ":") {
-        let candidate = "\(dir)/\(name)"
-        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-    }
-    return nil
-}
-
-@discardableResult
-func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    if let environment { process.environment = environment }
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    // Read stderr on another thread so a chatty child cannot block on a full pipe.
-    nonisolated(unsafe) var errData = Data()
-    let errThread = Thread { errData = err.fileHandleForReading.readDataToEndOfFile() }
-    errThread.start()
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    while !errThread.isFinished { usleep(1000) }
-    guard process.terminationStatus == 0 else {
-        throw TestSetupError("\(executable) \(arguments.prefix(1)) failed (\(process.terminationStatus)): \(String(decoding: errData, as: UTF8.self))")
-    }
-    return String(decoding: outData, as: UTF8.self)
-}
-
-func freeLoopbackPort() throws -> Int {
-    #if canImport(Glibc)
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    #else
-    let fd = socket(AF_INET, SOCK_STREAM, 0)
-    #endif
-    guard fd >= 0 else { throw TestSetupError("socket() failed") }
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = 0
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
-    }
-    guard bound == 0 else { throw TestSetupError("bind() failed") }
-    _ = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-    }
-    return Int(UInt16(bigEndian: addr.sin_port))
-}
-
-func waitForPort(_ port: Int, seconds: Double, log: URL) async throws {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = UInt16(port).bigEndian
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        close(fd)
-        if connected == 0 { return }
-        try await Task.sleep(nanoseconds: 100_000_000)
-    }
-    let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-    throw TestSetupError("moto_server did not listen on port \(port) within \(Int(seconds)) s: \(text.suffix(500))")
 }
 
 /// A fresh temporary folder.

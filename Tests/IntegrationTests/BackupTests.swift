@@ -1,5 +1,6 @@
 import DiffFormat
 import Foundation
+import RTSyncTestSupport
 import RTSQLite
 import SyncEngine
 import Testing
@@ -23,7 +24,7 @@ struct BackupTests {
     // MARK: - Consistency under a concurrent writer
 
     @Test func backup_whileAnotherProcessInserts_isConsistentPrefixOfCommits() async throws {
-        let sqlite3 = try #require(ltFindExecutable("sqlite3"), "the sqlite3 shell is needed to write from another process")
+        let sqlite3 = try #require(findExecutable("sqlite3"), "the sqlite3 shell is needed to write from another process")
         let dir = try TemporaryDirectory()
         let db = dir.file("app.sqlite")
         try makeLogDatabase(db)
@@ -57,7 +58,7 @@ struct BackupTests {
         let countAfterBackups = try rowCount(db)
         try await Task.sleep(for: .milliseconds(100))
         FileManager.default.createFile(atPath: stop.path, contents: nil)
-        await ltWaitForExit(writer)
+        await waitForExit(writer)
         let writerMax = try ltScalar(db, "SELECT max(id) FROM log")?.int64 ?? 0
 
         #expect(stillWriting, "the writer stopped before the backups were done")
@@ -257,9 +258,9 @@ struct BackupTests {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         // Room for one backup and its list, not two.
         let kib = (size * 3 / 2) / 1024 + 8
-        let mount = try ltRun("/bin/mount", ["-t", "tmpfs", "-o", "size=\(kib)k", "tmpfs", folder.path])
+        let mount = try runCapturing("/bin/mount", ["-t", "tmpfs", "-o", "size=\(kib)k", "tmpfs", folder.path])
         try #require(mount.status == 0, "mount tmpfs failed: \(mount.output)")
-        defer { _ = try? ltRun("/bin/umount", [folder.path]) }
+        defer { _ = try? runCapturing("/bin/umount", [folder.path]) }
         let manager = BackupManager(database: db, folder: folder)
         let existing = try manager.create()
         let existingBytes = try Data(contentsOf: folder.appendingPathComponent(existing.file))
@@ -311,10 +312,10 @@ struct BackupTests {
         #expect(backup.method == "clone")
         let file = folder.appendingPathComponent(backup.file)
         #expect(try rowCount(file) == 2000)
-        let frag = try ltRun(try #require(ltFindExecutable("filefrag")), ["-v", file.path])
+        let frag = try runCapturing(try #require(findExecutable("filefrag")), ["-v", file.path])
         #expect(frag.output.contains("shared"), "filefrag shows no shared extents:\n\(frag.output)")
-        if let btrfs = ltFindExecutable("btrfs") {
-            let du = try ltRun(btrfs, ["filesystem", "du", "--raw", file.path])
+        if let btrfs = findExecutable("btrfs") {
+            let du = try runCapturing(btrfs, ["filesystem", "du", "--raw", file.path])
             // Columns: Total, Exclusive, Set shared, Filename; a clone's data is mostly not exclusive.
             let numbers = du.output.split(separator: "\n").last?.split(separator: " ").compactMap { Int($0) } ?? []
             #expect(numbers.count >= 2 && numbers[1] < numbers[0] / 2, "btrfs du: \(du.output)")
@@ -329,17 +330,17 @@ enum LTMounts {
         guard getuid() == 0, let dir = try? TemporaryDirectory() else { return false }
         let point = dir.file("probe")
         try? FileManager.default.createDirectory(at: point, withIntermediateDirectories: true)
-        guard let r = try? ltRun("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", point.path]), r.status == 0 else {
+        guard let r = try? runCapturing("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", point.path]), r.status == 0 else {
             print("LTMounts: mounting is not permitted here; skipping mount-based tests")
             return false
         }
-        _ = try? ltRun("/bin/umount", [point.path])
+        _ = try? runCapturing("/bin/umount", [point.path])
         return true
     }()
 
     /// Whether a btrfs image can be made and loop-mounted here (tried once).
     static let canMountBtrfs: Bool = {
-        guard canMount, ltFindExecutable("mkfs.btrfs") != nil else {
+        guard canMount, findExecutable("mkfs.btrfs") != nil else {
             print("LTMounts: mkfs.btrfs missing (apt-get install -y btrfs-progs) or mounting not permitted; skipping the btrfs test")
             return false
         }
@@ -356,16 +357,16 @@ enum LTMounts {
         let image = dir.file("btrfs.img")
         let point = dir.file("mnt")
         try FileManager.default.createDirectory(at: point, withIntermediateDirectories: true)
-        let t = try ltRun("/usr/bin/truncate", ["-s", size, image.path])
-        guard t.status == 0 else { throw LTSetupError("truncate failed: \(t.output)") }
-        let mkfs = try ltRun(ltFindExecutable("mkfs.btrfs") ?? "mkfs.btrfs", ["-q", "-f", image.path])
-        guard mkfs.status == 0 else { throw LTSetupError("mkfs.btrfs failed: \(mkfs.output)") }
-        let m = try ltRun("/bin/mount", ["-o", "loop", image.path, point.path])
-        guard m.status == 0 else { throw LTSetupError("mount -o loop failed: \(m.output)") }
+        let t = try runCapturing("/usr/bin/truncate", ["-s", size, image.path])
+        guard t.status == 0 else { throw TestSetupError("truncate failed: \(t.output)") }
+        let mkfs = try runCapturing(findExecutable("mkfs.btrfs") ?? "mkfs.btrfs", ["-q", "-f", image.path])
+        guard mkfs.status == 0 else { throw TestSetupError("mkfs.btrfs failed: \(mkfs.output)") }
+        let m = try runCapturing("/bin/mount", ["-o", "loop", image.path, point.path])
+        guard m.status == 0 else { throw TestSetupError("mount -o loop failed: \(m.output)") }
         return point
     }
 
     static func unmount(_ point: URL) {
-        _ = try? ltRun("/bin/umount", [point.path])
+        _ = try? runCapturing("/bin/umount", [point.path])
     }
 }

@@ -2,6 +2,7 @@ import BucketClient
 import BucketSync
 import DiffFormat
 import Foundation
+import RTSyncTestSupport
 import RTSQLite
 import SyncEngine
 import Testing
@@ -140,58 +141,6 @@ final class LTFaultyRemote: RemoteStore, @unchecked Sendable {
 
 // MARK: - Processes
 
-struct LTSetupError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
-
-func ltFindExecutable(_ name: String) -> String? {
-    let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-    for dir in (path + ":/usr/sbin:/sbin").split(separator: ":") {
-        let candidate = "\(dir)/\(name)"
-        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-    }
-    return nil
-}
-
-/// Runs a program to completion; returns status and combined output.
-@discardableResult
-func ltRun(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let outFile = FileManager.default.temporaryDirectory.appendingPathComponent("lt-run-\(UUID().uuidString)")
-    _ = FileManager.default.createFile(atPath: outFile.path, contents: nil)
-    defer { try? FileManager.default.removeItem(at: outFile) }
-    let handle = try FileHandle(forWritingTo: outFile)
-    process.standardOutput = handle
-    process.standardError = handle
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    process.waitUntilExit()
-    try handle.close()
-    return (process.terminationStatus, String(decoding: (try? Data(contentsOf: outFile)) ?? Data(), as: UTF8.self))
-}
-
-/// Waits for a started process without blocking a thread of the (small) cooperative pool.
-func ltWaitForExit(_ process: Process) async {
-    final class Once: @unchecked Sendable {
-        let lock = NSLock()
-        var continuation: CheckedContinuation<Void, Never>?
-        func resume() {
-            lock.lock(); defer { lock.unlock() }
-            continuation?.resume()
-            continuation = nil
-        }
-    }
-    let once = Once()
-    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-        once.continuation = done
-        process.terminationHandler = { _ in once.resume() }
-        if !process.isRunning { once.resume() }
-    }
-}
-
 /// Runs the built `rtsync` with extra environment variables (RTSyncBinary.run inherits the test's environment
 /// and blocks a thread while it waits).
 func ltRTSync(_ arguments: [String], environment extra: [String: String] = [:]) async throws -> CommandResult {
@@ -212,7 +161,7 @@ func ltRTSync(_ arguments: [String], environment extra: [String: String] = [:]) 
     process.standardError = err
     process.standardInput = FileHandle.nullDevice
     try process.run()
-    await ltWaitForExit(process)
+    await waitForExit(process)
     process.waitUntilExit()
     try out.close(); try err.close()
     return CommandResult(status: process.terminationStatus,
@@ -251,11 +200,11 @@ struct LTMoto: Sendable {
     }
 
     static func start() async throws -> LTMoto {
-        guard let moto = ltFindExecutable("moto_server") else {
-            throw LTSetupError("moto_server not found on PATH: install it with `pip install 'moto[server]'` (or set RTSYNC_SKIP_S3=1 to skip the S3 tests)")
+        guard let moto = findExecutable("moto_server") else {
+            throw TestSetupError("moto_server not found on PATH: install it with `pip install 'moto[server]'` (or set RTSYNC_SKIP_S3=1 to skip the S3 tests)")
         }
-        guard let python = ltFindExecutable("python3") else { throw LTSetupError("python3 not found on PATH (needed to create the test bucket)") }
-        let port = try ltFreeLoopbackPort()
+        guard let python = findExecutable("python3") else { throw TestSetupError("python3 not found on PATH (needed to create the test bucket)") }
+        let port = try freeLoopbackPort()
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-lifetests-moto-\(port).log")
         // A watchdog shell keeps moto only as long as this test process lives.
         let script = """
@@ -269,14 +218,14 @@ struct LTMoto: Sendable {
         process.arguments = ["-c", script, moto]
         try process.run()
         LTChildren.register(process)
-        try await ltWaitForPort(port, seconds: 30, log: log)
+        try await waitForPort(port, seconds: 30, log: log)
         let endpoint = URL(string: "http://127.0.0.1:\(port)")!
-        let made = try ltRun(python, ["-c", """
+        let made = try runCapturing(python, ["-c", """
             import boto3, sys
             boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1", aws_access_key_id="x",
                          aws_secret_access_key="x").create_bucket(Bucket=sys.argv[2])
             """, endpoint.absoluteString, bucket])
-        guard made.status == 0 else { throw LTSetupError("could not create the test bucket on moto: \(made.output)") }
+        guard made.status == 0 else { throw TestSetupError("could not create the test bucket on moto: \(made.output)") }
         return LTMoto(endpoint: endpoint)
     }
 }
@@ -298,48 +247,4 @@ enum LTChildren {
     }
 }
 
-func ltFreeLoopbackPort() throws -> Int {
-    #if canImport(Glibc)
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    #else
-    let fd = socket(AF_INET, SOCK_STREAM, 0)
-    #endif
-    guard fd >= 0 else { throw LTSetupError("socket() failed") }
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = 0
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
-    }
-    guard bound == 0 else { throw LTSetupError("bind() failed") }
-    _ = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-    }
-    return Int(UInt16(bigEndian: addr.sin_port))
-}
 
-func ltWaitForPort(_ port: Int, seconds: Double, log: URL) async throws {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = UInt16(port).bigEndian
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        close(fd)
-        if connected == 0 { return }
-        try await Task.sleep(nanoseconds: 100_000_000)
-    }
-    let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-    throw LTSetupError("moto_server did not listen on port \(port) within \(Int(seconds)) s: \(text.suffix(500))")
-}

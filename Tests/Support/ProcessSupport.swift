@@ -1,0 +1,136 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// Process and loopback-port helpers shared by the test targets (BucketClientTests, IntegrationTests).
+
+/// A test could not set up what it needs (a server, a tool).
+public struct TestSetupError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// The full path of a program on PATH (or in /usr/sbin, /sbin), or nil.
+public func findExecutable(_ name: String) -> String? {
+    let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+    for dir in (path + ":/usr/sbin:/sbin").split(separator: ":") {
+        let candidate = "\(dir)/\(name)"
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+    }
+    return nil
+}
+
+/// Runs a program to completion and returns its standard output; throws with its standard error when it fails.
+@discardableResult
+public func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    if let environment { process.environment = environment }
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    // Read stderr on another thread so a chatty child cannot block on a full pipe.
+    nonisolated(unsafe) var errData = Data()
+    let errThread = Thread { errData = err.fileHandleForReading.readDataToEndOfFile() }
+    errThread.start()
+    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    while !errThread.isFinished { usleep(1000) }
+    guard process.terminationStatus == 0 else {
+        throw TestSetupError("\(executable) \(arguments.prefix(1)) failed (\(process.terminationStatus)): \(String(decoding: errData, as: UTF8.self))")
+    }
+    return String(decoding: outData, as: UTF8.self)
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+public func freeLoopbackPort() throws -> Int {
+    #if canImport(Glibc)
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    #else
+    let fd = socket(AF_INET, SOCK_STREAM, 0)
+    #endif
+    guard fd >= 0 else { throw TestSetupError("socket() failed") }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = 0
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
+    }
+    guard bound == 0 else { throw TestSetupError("bind() failed") }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+    }
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+/// Waits until something listens on the loopback port; throws with the end of `log` when nothing does in time.
+public func waitForPort(_ port: Int, seconds: Double, log: URL) async throws {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = UInt16(port).bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        close(fd)
+        if connected == 0 { return }
+        try await Task.sleep(nanoseconds: 100_000_000)
+    }
+    let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+    throw TestSetupError("nothing listened on port \(port) within \(Int(seconds)) s: \(text.suffix(500))")
+}
+
+/// Runs a program to completion; returns status and combined output.
+@discardableResult
+public func runCapturing(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let outFile = FileManager.default.temporaryDirectory.appendingPathComponent("lt-run-\(UUID().uuidString)")
+    _ = FileManager.default.createFile(atPath: outFile.path, contents: nil)
+    defer { try? FileManager.default.removeItem(at: outFile) }
+    let handle = try FileHandle(forWritingTo: outFile)
+    process.standardOutput = handle
+    process.standardError = handle
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    process.waitUntilExit()
+    try handle.close()
+    return (process.terminationStatus, String(decoding: (try? Data(contentsOf: outFile)) ?? Data(), as: UTF8.self))
+}
+
+/// Waits for a started process without blocking a thread of the (small) cooperative pool.
+public func waitForExit(_ process: Process) async {
+    final class Once: @unchecked Sendable {
+        let lock = NSLock()
+        var continuation: CheckedContinuation<Void, Never>?
+        func resume() {
+            lock.lock(); defer { lock.unlock() }
+            continuation?.resume()
+            continuation = nil
+        }
+    }
+    let once = Once()
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        once.continuation = done
+        process.terminationHandler = { _ in once.resume() }
+        if !process.isRunning { once.resume() }
+    }
+}
+
