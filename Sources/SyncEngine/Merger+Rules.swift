@@ -146,7 +146,7 @@ extension Merger {
             if let deleted = local.deleted {
                 if r.change.born > local.born { return try insertWhole(r, local) }
                 if r.change.born == local.born {
-                    if policy.onDeleteConflict == .lastWriterWins && r.change.clock > deleted { return try insertWhole(r, local) }
+                    if policy.onDeleteConflict == .lastWriterWins && r.change.clock > deleted { return try resurrect(r, local, deletedAt: deleted) }
                     return try refuse(r, local, columns: r.changedColumns, reason: "row was deleted; the delete wins over a concurrent update")
                 }
                 return try refuse(r, local, columns: r.changedColumns, reason: "change to an older version of a row deleted here")
@@ -227,9 +227,72 @@ extension Merger {
         }
         if change.born == local.born && policy.onDeleteConflict == .lastWriterWins,
            r.def.columnNames.contains(where: { localClock(local, $0) > change.clock }) {
-            return try refuseDelete(r, local, reason: "the row was changed after it was deleted (last writer wins)")
+            return try eraseOlderColumns(r, local, deletedAt: change.clock)
         }
         try deleteRow(r, local, logConcurrent: true)
+    }
+
+    // MARK: Last-writer-wins deletes
+
+    // With `last-writer-wins` for update versus delete, a delete erases every column older than it and
+    // only columns changed after it survive, whichever arrives first: a late update brings a deleted row
+    // back with just its own changes, and a delete that meets later changes keeps the row but erases the
+    // rest. Erased columns become NULL (NOT NULL columns keep a value) with the delete's clock, so
+    // changes older than the delete arriving later are refused. Every replica ends the same.
+
+    /// Brings back a row deleted here because an update arrived that is later than the delete.
+    mutating func resurrect(_ r: RowContext, _ local: LocalRow, deletedAt: Clock) throws {
+        let changed = Set(r.changedColumns.map { $0.lowercased() })
+        let keys = Set(r.def.primaryKeyColumns.map { $0.lowercased() })
+        // Keys, the changed columns, and NOT NULL columns (which cannot be erased to NULL) take incoming values.
+        let cols = r.def.columns.filter { c in
+            let l = c.name.lowercased()
+            return r.plan.localName[l] != nil && r.remote[l] != nil && (keys.contains(l) || changed.contains(l) || c.notNull)
+        }.map(\.name)
+        let sql = "INSERT INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+            + Array(repeating: "?", count: cols.count).joined(separator: ", ") + ")"
+        let newRow = Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a })
+        guard try writeResolvingUnique(r, local, newRow: newRow, { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
+        try setRowMeta(r, local.key, born: local.born, deleted: nil)
+        try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
+        let erased = r.def.columnNames.filter { !changed.contains($0.lowercased()) && !keys.contains($0.lowercased()) }
+        try setClocks(r, local.key, columns: erased, clock: deletedAt)
+        try purgePending(r, local)
+        report.inserted += 1
+    }
+
+    /// A delete met a row changed after it: erase the columns older than the delete, keep the later ones.
+    mutating func eraseOlderColumns(_ r: RowContext, _ local: LocalRow, deletedAt: Clock) throws {
+        guard let values = local.values else { return }
+        let keys = Set(r.def.primaryKeyColumns.map { $0.lowercased() })
+        var erase: [String] = []
+        var clockOnly: [String] = []
+        for (i, c) in r.def.columns.enumerated() where !keys.contains(c.name.lowercased()) {
+            let lc = localClock(local, c.name)
+            guard lc < deletedAt else { continue }
+            if c.notNull || values[i] == .null {
+                clockOnly.append(c.name)
+            } else {
+                erase.append(c.name)
+                if isConcurrent(lc) {
+                    try log(r, local, column: c.name, localValue: values[i], remoteValue: .null, localClock: lc, winner: "remote",
+                            reason: "deleted on another device; only changes made after the delete survive")
+                }
+            }
+        }
+        if !erase.isEmpty {
+            let sql = "UPDATE " + quoteIdentifier(r.table) + " SET " + erase.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ") + " WHERE " + r.plan.whereKey
+            try cached(sql).run(r.keyValues)
+            report.updated += 1
+        }
+        try setClocks(r, local.key, columns: erase + clockOnly, clock: deletedAt)
+    }
+
+    mutating func setClocks(_ r: RowContext, _ key: String, columns: [String], clock: Clock) throws {
+        let set = try cached("INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site) VALUES (?,?,?,?,?)")
+        for c in columns {
+            try set.run([.integer(r.info.table.id), .text(key), .text(c), .integer(clock.hlc.rawValue), .text(clock.site)])
+        }
     }
 
     // MARK: Writes

@@ -201,7 +201,7 @@ struct LifecycleTests {
     }
 
     @Test func retryPolicy_failingBody_stopsAtMaxAttempts() async throws {
-        let retry = SyncEngine.RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(1), maxDelay: .milliseconds(2), totalTimeout: .seconds(30))
+        let retry = SyncEngine.RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(1), maxDelay: .milliseconds(2), totalTimeout: .seconds(86_400))
         let counter = LTCounter()
         await #expect(throws: RemoteStoreError.self) {
             try await retry.run { () async throws -> Int in

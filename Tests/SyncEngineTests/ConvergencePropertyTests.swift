@@ -70,7 +70,7 @@ struct ConvergencePropertyTests {
         try run(seed: seed, uniqueA: true)
     }
 
-    @Test(arguments: 2000..<2015)
+    @Test(arguments: 2000..<2030)
     func randomEditsWithLastWriterWinsDeletes_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
         try run(seed: seed, uniqueA: false, policy: TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins))
     }

@@ -106,7 +106,9 @@ struct MergeScenarioTests {
         #expect(try a.dump() == b.dump())
     }
 
-    @Test func updateVersusDelete_lastWriterWins_laterUpdateKeepsRowOnBoth() throws {
+    /// The later update keeps the row alive on both; what the delete erased (columns not changed after it,
+    /// here `brand`) stays erased, so every arrival order gives the same row.
+    @Test func updateVersusDelete_lastWriterWins_laterUpdateKeepsRowWithItsChangesOnBoth() throws {
         let box = try Sandbox("upddel-lww")
         let policy = ["things": TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins)]
         let a = try box.replica("A", fixture: "record-thing-demo", policies: policy)
@@ -120,7 +122,7 @@ struct MergeScenarioTests {
         #expect(a.apply(fb).status == .applied)
         #expect(b.apply(fa).status == .applied)
         for r in [a, b] {
-            #expect(try r.rows("SELECT title, brand FROM things WHERE \(Self.laptop)") == [[.text("renamed later"), .text("Apple")]], "on \(r.name)")
+            #expect(try r.rows("SELECT title, brand FROM things WHERE \(Self.laptop)") == [[.text("renamed later"), .null]], "on \(r.name)")
         }
         try expectSameData(a, b)
     }
@@ -278,11 +280,8 @@ struct KnownLimitationTests {
     /// Update before a delete, delete, and an update after it (last-writer-wins deletes), from three devices.
     /// Found by the convergence property test (seed 2189 of the last-writer-wins variant).
     ///
-    /// A row resurrected by a later update takes the updater's whole row, including columns it did not change,
-    /// with the row's born clock. Where the earlier update (b = 99, older than the delete) arrives after the
-    /// resurrection it wins over that born clock; where it arrives before the delete the delete removes it.
-    /// So the result depends on arrival order. Fixing it needs a rule for what a delete erases
-    /// (see the report of the synctests branch); until then this is recorded as a known issue.
+    /// With last-writer-wins deletes, a delete erases every column older than it: an update older than the
+    /// delete (b = 99) is gone whatever the arrival order, and the later update (a) keeps the row alive.
     @Test func lastWriterWinsDeletes_updateBeforeDeleteArrivingAfterResurrection_convergesRegardlessOfOrder() throws {
         let box = try Sandbox("lww-resurrect")
         let base = box.path("base.sqlite")
@@ -310,10 +309,10 @@ struct KnownLimitationTests {
         }
         // The later update keeps the row alive everywhere (this part holds).
         #expect(dumps.allSatisfy { $0["items"]?.rows.first?[1] == .text("after delete") })
-        withKnownIssue("resurrection by a later update is order-dependent for columns it did not change") {
-            for dump in dumps.dropFirst() {
-                #expect(dump == dumps[0], "\(firstDifference(dumps[0], dump) ?? "")")
-            }
+        for dump in dumps.dropFirst() {
+            #expect(dump == dumps[0], "\(firstDifference(dumps[0], dump) ?? "")")
         }
+        // The update older than the delete did not survive it.
+        #expect(dumps.allSatisfy { $0["items"]?.rows.first?[2] == .null })
     }
 }
