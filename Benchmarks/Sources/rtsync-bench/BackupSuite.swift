@@ -6,7 +6,12 @@ import SyncEngine
 /// from the bundled demo asset.
 func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
     var out: [Row] = []
-    let dir = try ctx.freshDir("backup")
+    var dir = try ctx.freshDir("backup")
+    // Copy-on-write clones need btrfs/XFS: where this machine allows it (root, mkfs.btrfs, loop mounts),
+    // run the suite on a loop-mounted btrfs image made for the purpose, unmounted afterwards.
+    let btrfs = BtrfsScratch.make(in: dir, bytes: ctx.quick ? 1 << 30 : 4 << 30, log: ctx.log)
+    defer { btrfs?.remove() }
+    if let btrfs { dir = btrfs.mountPoint }
     let fs = filesystemType(dir)
     let sqlite3 = which("sqlite3")
     let sizes: [(String, Int)] = ctx.quick ? [("100 MB", 100_000_000)] : [("100 MB", 100_000_000), ("1 GB", 1_000_000_000)]
@@ -132,3 +137,42 @@ func generateDatabase(_ path: String, bytes: Int, seed: UInt64) throws {
     try db.exec("COMMIT")
 }
 
+
+/// A btrfs filesystem image mounted on loopback for the backup suite, when the machine permits it.
+struct BtrfsScratch {
+    let image: URL
+    let mountPoint: URL
+
+    static func make(in dir: URL, bytes: Int, log: (String) -> Void) -> BtrfsScratch? {
+        guard getuid() == 0, let mkfs = which("mkfs.btrfs"), let mount = which("mount") else {
+            log("backup: no btrfs scratch (needs root, mkfs.btrfs and mount); clone cases will say unavailable")
+            return nil
+        }
+        let image = dir.appendingPathComponent("btrfs.img")
+        let mountPoint = dir.appendingPathComponent("btrfs", isDirectory: true)
+        do {
+            try FileManager.default.createDirectory(at: mountPoint, withIntermediateDirectories: true)
+            guard FileManager.default.createFile(atPath: image.path, contents: nil) else { return nil }
+            let handle = try FileHandle(forWritingTo: image)
+            try handle.truncate(atOffset: UInt64(bytes))
+            try handle.close()
+            let f = try runProcess(mkfs, ["-q", image.path])
+            let m = try runProcess(mount, ["-o", "loop", image.path, mountPoint.path])
+            guard f.status == 0, m.status == 0 else {
+                log("backup: could not mount a btrfs image (\(m.stderr.trimmingCharacters(in: .whitespacesAndNewlines))); clone cases will say unavailable")
+                try? FileManager.default.removeItem(at: image)
+                return nil
+            }
+            log("backup: running on a loop-mounted btrfs image")
+            return BtrfsScratch(image: image, mountPoint: mountPoint)
+        } catch {
+            log("backup: no btrfs scratch: \(error)")
+            return nil
+        }
+    }
+
+    func remove() {
+        if let umount = which("umount") { _ = try? runProcess(umount, [mountPoint.path]) }
+        try? FileManager.default.removeItem(at: image)
+    }
+}
