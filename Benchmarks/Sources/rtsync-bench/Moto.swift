@@ -20,9 +20,16 @@ final class MotoServer: @unchecked Sendable {
         let log = scratch.appendingPathComponent("moto-\(port).log")
         FileManager.default.createFile(atPath: log.path, contents: nil)
         guard let handle = try? FileHandle(forWritingTo: log) else { return (nil, "cannot write \(log.path)") }
+        // A watchdog shell ends moto when this harness ends, even if it is killed (moto can ignore SIGTERM).
+        let script = """
+        "$0" -H 127.0.0.1 -p \(port) &
+        M=$!
+        trap 'kill -9 $M 2>/dev/null; exit 0' TERM INT EXIT
+        while kill -0 \(getpid()) 2>/dev/null && kill -0 $M 2>/dev/null; do sleep 0.5; done
+        """
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: moto)
-        p.arguments = ["-H", "127.0.0.1", "-p", String(port)]
+        p.executableURL = URL(fileURLWithPath: "/bin/sh")
+        p.arguments = ["-c", script, moto]
         p.standardOutput = handle
         p.standardError = handle
         do { try p.run() } catch { return (nil, "moto_server failed to start: \(error)") }
