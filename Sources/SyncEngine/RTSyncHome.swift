@@ -26,6 +26,8 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     public var requireSignatures: Bool = false
     /// Media sync: "all" (automatic) or "selective".
     public var mediaMode: String = "all"
+    /// Whether `rtsync sync` also syncs recordings/ and images/ (one LIST per kind folder more per sync).
+    public var syncMedia: Bool = false
     /// Minutes between automatic backups made by sync (0 = every sync).
     public var backupIntervalMinutes: Int = 60
     /// Inbound diffs past which sync compacts automatically.
@@ -46,6 +48,7 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
         scratchTables = try c.decodeIfPresent([String].self, forKey: .scratchTables) ?? d.scratchTables
         requireSignatures = try c.decodeIfPresent(Bool.self, forKey: .requireSignatures) ?? d.requireSignatures
         mediaMode = try c.decodeIfPresent(String.self, forKey: .mediaMode) ?? d.mediaMode
+        syncMedia = try c.decodeIfPresent(Bool.self, forKey: .syncMedia) ?? d.syncMedia
         backupIntervalMinutes = try c.decodeIfPresent(Int.self, forKey: .backupIntervalMinutes) ?? d.backupIntervalMinutes
         compactThreshold = try c.decodeIfPresent(Int.self, forKey: .compactThreshold) ?? d.compactThreshold
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BucketClient
 import BucketSync
 import Foundation
 import SyncEngine
@@ -18,6 +19,7 @@ extension RTSync {
         )
         @OptionGroup var options: HomeOptions
         @Flag(help: "Only report what would be uploaded and downloaded.") var dryRun = false
+        @Flag(help: "Also sync recordings/ and images/ this time (settings: syncMedia).") var media = false
         @Flag(help: "Print JSON.") var json = false
 
         struct Output: Encodable {
@@ -38,7 +40,10 @@ extension RTSync {
                     if !json { print("init: database from \(initialized!.source.rawValue), user \(initialized!.userId)") }
                 }
                 let keys = DeviceKeys(home: home)
-                let syncer = Syncer(home: home, remote: remote, signingKey: try keys.signingKey(), trustedKeys: try keys.trustedKeys())
+                var syncer = Syncer(home: home, remote: remote, signingKey: try keys.signingKey(), trustedKeys: try keys.trustedKeys())
+                if media || settings.syncMedia {
+                    syncer.media = RTSync.mediaPhase(home: home, remote: remote, settings: settings)
+                }
                 let report = try await syncer.sync(dryRun: dryRun, progress: { progress($0) })
                 if json {
                     printJSON(Output(initialized: initialized, report: report, ok: report.ok))
@@ -75,6 +80,24 @@ extension RTSync {
                 if json { printJSON(r); return }
                 print("snapshot \(r.snapshotKey); \(r.devices.count) known device(s); pruned \(r.pruned.count) diff(s), kept \(r.kept)")
             } catch { throw reportLifecycle(error) }
+        }
+    }
+}
+
+extension RTSync {
+    /// The media phase of `rtsync sync`: recordings/ and images/ between the documents folder and the bucket.
+    /// On the free tier with a cloud bucket it only downloads (uploads to a personal cloud prefix are premium).
+    static func mediaPhase(home: RTSyncHome, remote: ObjectStoreRemote, settings: RTSyncSettings) -> @Sendable () async throws -> String {
+        {
+            var options = MediaSyncOptions()
+            options.selective = settings.mediaMode == "selective"
+            let canUpload = (try? settings.tier.require(.uploadMedia(cloud: !remote.isLocal, community: false, privateRecording: false))) != nil
+            options.direction = canUpload ? .both : .pull
+            let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID,
+                                     manifestURL: home.support.appendingPathComponent("media-manifest.json"))
+            let report = try await sync.run(options)
+            guard report.succeeded else { throw BucketError.localIO(path: home.documents.path, description: report.summary) }
+            return report.summary + (canUpload ? "" : " (downloads only: uploads to a cloud bucket need premium)")
         }
     }
 }

@@ -19,12 +19,18 @@ struct SharingSigningCompactionTests {
                                 signingKey: try keys.signingKey(), trustedKeys: trusted).sync()
     }
 
-    /// Two users, each with one device, sharing one local-folder bucket.
-    func twoUsers(_ dir: TemporaryDirectory) async throws -> (LTDevice, LTDevice) {
-        let bucket = LTBucket.local(dir)
+    /// A local-folder bucket, or a fresh prefix on the loopback S3 server.
+    func bucket(_ kind: String, _ dir: TemporaryDirectory) async throws -> LTBucket {
+        kind == "s3" ? try await LTBucket.s3() : LTBucket.local(dir)
+    }
+
+    /// Two users, each with one device, sharing one bucket.
+    func twoUsers(_ dir: TemporaryDirectory, _ bucket: LTBucket) async throws -> (LTDevice, LTDevice) {
         var devices: [LTDevice] = []
         for name in ["user1", "user2"] {
             let home = ltHome(dir, name)
+            // A cloud bucket needs the premium tier; a local folder works on free.
+            try ltEditSettings(home) { $0.tier = bucket.cloud ? .premium : .free; $0.bucket = bucket.url }
             let device = LTDevice(name: name, home: home, remote: try bucket.open())
             _ = try await InitChain(home: home, remote: device.remote, bundledAsset: try LTFixture.demoCopy(in: dir, name: "\(name).sqlite"), retry: ltShortRetry).run()
             devices.append(device)
@@ -34,9 +40,13 @@ struct SharingSigningCompactionTests {
 
     func user(_ d: LTDevice) throws -> String { try d.home.loadSettings().userID }
 
-    @Test func sync_signaturesRequired_forgedAndUnsignedDiffsRejected_trustedOneApplied() async throws {
+    /// The bucket kinds every sharing and signing scenario runs against (S3 unless RTSYNC_SKIP_S3=1).
+    static let bucketKinds = LTMoto.skipRequested ? ["local"] : ["local", "s3"]
+
+    @Test(arguments: bucketKinds)
+    func sync_signaturesRequired_forgedAndUnsignedDiffsRejected_trustedOneApplied(_ kind: String) async throws {
         let dir = try TemporaryDirectory()
-        let devices = try await LTSyncScenarios.makeDevices(dir, .local(dir))
+        let devices = try await LTSyncScenarios.makeDevices(dir, try await bucket(kind, dir))
         let (a, b) = (devices[0], devices[1])
         try ltEditSettings(b.home) { $0.requireSignatures = true }
         let userID = try user(a)
@@ -90,9 +100,10 @@ struct SharingSigningCompactionTests {
         #expect(throws: LifecycleError.self) { try keys.trust(publicKeyHex: "not-hex", label: "bad") }
     }
 
-    @Test func share_readOnly_recipientGetsRows_andWriteBackIsRefusedAndLogged() async throws {
+    @Test(arguments: bucketKinds)
+    func share_readOnly_recipientGetsRows_andWriteBackIsRefusedAndLogged(_ kind: String) async throws {
         let dir = try TemporaryDirectory()
-        let (u1, u2) = try await twoUsers(dir)
+        let (u1, u2) = try await twoUsers(dir, try await bucket(kind, dir))
         try u1.execute("UPDATE translations SET value = 'Dinge (geteilt)' WHERE lang = 'de' AND key = 'ui.things'")
         let db1 = try SyncDatabase(path: u1.db.path)
         let share = try #require(try db1.writeShare(table: "translations", filter: "lang = 'de'", to: try user(u2), permission: .readOnly,
@@ -119,9 +130,10 @@ struct SharingSigningCompactionTests {
         #expect(conflicts.contains { $0.reason.contains("read-only share") && $0.remoteValue == .text("überschrieben") && $0.winner == "local" })
     }
 
-    @Test func request_isListedWithSender_andNeverMerged() async throws {
+    @Test(arguments: bucketKinds)
+    func request_isListedWithSender_andNeverMerged(_ kind: String) async throws {
         let dir = try TemporaryDirectory()
-        let (u1, u2) = try await twoUsers(dir)
+        let (u1, u2) = try await twoUsers(dir, try await bucket(kind, dir))
         let before = try ltAppTables(u1.db)
         let db2 = try SyncDatabase(path: u2.db.path)
         let file = try ShareRequest.write(from: try user(u2), site: try db2.siteID(), table: "things", filter: "brand = 'IKEA'", message: "may I see it?",

@@ -69,3 +69,33 @@ struct SyncCLITests {
         #expect(r.stderr.contains("free tier"), "stderr: \(r.stderr)")
     }
 }
+
+@Suite("rtsync sync: media phase")
+struct SyncMediaCLITests {
+    @Test func syncWithMedia_imageOnDeviceA_arrivesOnDeviceBOfSameUser() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        let first = try await ltRTSync(["sync", "--home", a.path, "--bucket", bucket])
+        #expect(first.status == 0, "\(first.stderr)")
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        let image = a.appendingPathComponent("documents/images/receipt.jpg")
+        try FileManager.default.createDirectory(at: image.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let bytes = Data((0..<5000).map { UInt8($0 % 251) })
+        try bytes.write(to: image)
+
+        let pushed = try await ltRTSync(["sync", "--home", a.path, "--bucket", bucket, "--media"])
+        #expect(pushed.status == 0, "\(pushed.stderr)")
+        #expect(pushed.stdout.contains("media: media sync: 1 uploaded"), "\(pushed.stdout)")
+
+        let joined = try await ltRTSync(["init", "--home", b.path, "--bucket", bucket, "--user", user])
+        #expect(joined.status == 0, "\(joined.stderr)")
+        let pulled = try await ltRTSync(["sync", "--home", b.path, "--media"])
+        #expect(pulled.status == 0, "\(pulled.stderr)")
+        #expect(try Data(contentsOf: b.appendingPathComponent("documents/images/receipt.jpg")) == bytes)
+
+        // Without --media (and syncMedia off in settings) an idle sync stays one LIST.
+        let idle = try await ltRTSync(["sync", "--home", b.path])
+        #expect(idle.stdout.contains("done: 1 bucket request(s)"), "\(idle.stdout)")
+    }
+}
