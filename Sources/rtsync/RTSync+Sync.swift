@@ -12,7 +12,8 @@ extension RTSync {
             discussion: """
             Exports local changes into the outbox, uploads the outbox to <user>/inbound/ (conditional put, so \
             retries never duplicate), downloads the diffs this device has not applied, applies them in KSUID \
-            order, then makes a backup when one is due. A phase that fails leaves its work queued for the next \
+            order, syncs recordings/ and images/ when asked (--media, or syncMedia in settings), then makes a \
+            backup when one is due. A phase that fails leaves its work queued for the next \
             run and the exit status is 1. With no database yet, runs the init chain first. Refused in demo mode, \
             and on the free tier for a cloud (s3://) bucket; a local-folder bucket works on every tier.
             """
