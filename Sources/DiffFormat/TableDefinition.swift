@@ -194,9 +194,16 @@ extension TableDefinition {
         if ["NULL", "TRUE", "FALSE", "CURRENT_TIME", "CURRENT_DATE", "CURRENT_TIMESTAMP"].contains(upper) { return upper }
         if Double(v) != nil, v.utf8.allSatisfy({ "0123456789+-.eE".utf8.contains($0) }) { return v }
         if v.hasPrefix("'") && v.hasSuffix("'") && v.count >= 2 {
-            let inner = v.dropFirst().dropLast()
-            // Every quote inside must be doubled, so the literal cannot end early.
-            if inner.replacingOccurrences(of: "''", with: "").contains("'") { return nil }
+            // Every quote byte inside must be doubled, so the literal cannot end early (bytes, not Characters:
+            // a quote followed by a combining mark is one Character but still a quote to SQLite).
+            let inner = Array(v.utf8.dropFirst().dropLast())
+            var i = 0
+            while i < inner.count {
+                if inner[i] == UInt8(ascii: "'") {
+                    guard i + 1 < inner.count, inner[i + 1] == UInt8(ascii: "'") else { return nil }
+                    i += 2
+                } else { i += 1 }
+            }
             return v
         }
         if upper.hasPrefix("X'") && v.count >= 3 && v.hasSuffix("'"), [UInt8](hexString: String(v.dropFirst(2).dropLast())) != nil { return v }

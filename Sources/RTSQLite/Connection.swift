@@ -62,6 +62,28 @@ public final class Connection {
         }
     }
 
+    /// Runs exactly one statement; text after it (a second statement) is an error, so built SQL can never
+    /// smuggle in more than it says.
+    public func executeSingle(_ sql: String) throws {
+        var stmt: OpaquePointer?
+        var rest = ""
+        let rc = sql.withCString { text -> Int32 in
+            var tail: UnsafePointer<CChar>?
+            let rc = sqlite3_prepare_v2(handle, text, -1, &stmt, &tail)
+            // Read the tail while the C string is alive.
+            if let tail { rest = String(cString: tail) }
+            return rc
+        }
+        guard rc == SQLITE_OK, let stmt else {
+            throw SQLiteError(code: sqlite3_extended_errcode(handle), message: lastErrorMessage, sql: sql)
+        }
+        let statement = Statement(connection: self, handle: stmt, sql: sql)
+        if !rest.allSatisfy({ $0.isWhitespace || $0 == ";" }) {
+            throw SQLiteError(code: SQLITE_ERROR, message: "more than one statement", sql: sql)
+        }
+        while try statement.step() {}
+    }
+
     /// Runs one statement with bound arguments.
     public func execute(_ sql: String, _ arguments: [SQLValue]) throws {
         let statement = try prepare(sql)

@@ -2,13 +2,24 @@
 ///
 /// Every table and column name that reaches SQL text goes through this, whatever its source.
 public func quoteIdentifier(_ name: String) -> String {
-    // Most names have no quote in them; skip Foundation's (slow on Linux) replacement for those.
-    guard name.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + name + "\"" }
-    return "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    quoted(name, by: UInt8(ascii: "\""))
 }
 
 /// Quotes a string as an SQL text literal: `'text'` with inner quotes doubled.
 public func quoteLiteral(_ text: String) -> String {
-    guard text.utf8.contains(UInt8(ascii: "'")) else { return "'" + text + "'" }
-    return "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+    quoted(text, by: UInt8(ascii: "'"))
+}
+
+/// Wraps `text` in `quote` bytes, doubling every quote byte inside. This works on UTF-8 bytes, as SQLite's
+/// tokenizer does: a character-level replace would miss a quote followed by a combining mark (`"` + U+0301 is
+/// one Swift Character), leaving it unescaped.
+private func quoted(_ text: String, by quote: UInt8) -> String {
+    var out: [UInt8] = [quote]
+    out.reserveCapacity(text.utf8.count + 2)
+    for b in text.utf8 {
+        out.append(b)
+        if b == quote { out.append(quote) }
+    }
+    out.append(quote)
+    return String(decoding: out, as: UTF8.self)
 }

@@ -22,8 +22,13 @@ extension Merger {
         var remote: [String: SQLValue] = Dictionary(minimumCapacity: plan.remoteLower.count)
         for (i, c) in plan.remoteLower.enumerated() { remote[c] = change.values[i] }
         let keyValues = plan.keyLower.map { remote[$0] ?? .null }
-        for clock in [change.clock, change.born] + change.columnClocks.values where clock.site == meta.authorSite {
-            maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue)
+        for clock in [change.clock, change.born] + change.columnClocks.values {
+            // A clock far ahead would win every merge until wall time caught up (and Int64.max would even beat
+            // unexported local edits): such a diff comes from a badly skewed or hostile device.
+            if clock.hlc.rawValue > clockLimit {
+                throw SyncEngineError.diffRejected(file: file, reason: "clock \(clock) of a row of '\(change.table)' is more than a day ahead of this device's clock")
+            }
+            if clock.site == meta.authorSite { maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue) }
         }
         let local = try localRow(info, keyValues: keyValues, plan: plan)
         let ctx = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)

@@ -100,6 +100,8 @@ struct Merger {
     var pending: [String: PendingLocal] = [:]
     var statements: [String: Statement] = [:]
     var maxRemoteHLC: Int64 = 0
+    /// The largest clock accepted: a day ahead of this device's wall time.
+    let clockLimit = (HLC.wallMilliseconds() + 86_400_000) << 16
     var readOnlyShares = Set<String>()
     var plans: [String: TablePlan] = [:]
     let now = ISO8601.format(Date(), fractional: true)
@@ -142,8 +144,7 @@ struct Merger {
                         .integer(Int64(report.inserted)), .integer(Int64(report.updated)), .integer(Int64(report.deleted)), .integer(Int64(report.conflicts))])
         // Move the local clock past everything seen, so later local edits win over what was just applied.
         // A clock more than a day ahead of our wall time is not followed (a badly skewed or hostile device).
-        let limit = (HLC.wallMilliseconds() + 86_400_000) << 16
-        if maxRemoteHLC > 0 && maxRemoteHLC < limit {
+        if maxRemoteHLC > 0 {
             try db.execute("UPDATE rtsync_site SET hlc = max(hlc, ?)", [.integer(maxRemoteHLC)])
             try db.execute("INSERT INTO rtsync_seen(site, hlc) VALUES (?, ?) ON CONFLICT(site) DO UPDATE SET hlc = max(hlc, excluded.hlc)",
                            [.text(meta.authorSite), .integer(maxRemoteHLC)])
@@ -158,18 +159,22 @@ struct Merger {
         let file = reader.url.path
         for def in reader.tables {
             if let local = try TableDefinition.read(table: def.name, from: db) {
+                // A table that exists here but is not tracked was left out on purpose (local-only data):
+                // a diff may neither write into it nor start exporting it.
+                guard try db.scalar("SELECT 1 FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(def.name)]) != nil else {
+                    throw SyncEngineError.diffRejected(file: file, reason: "table '\(def.name)' exists here but is not tracked; rtsync does not write to untracked tables (track it first if it should sync)")
+                }
                 let lp = local.primaryKeyColumns.map { $0.lowercased() }, rp = def.primaryKeyColumns.map { $0.lowercased() }
                 guard lp == rp else {
                     throw SyncEngineError.diffRejected(file: file, reason: "incompatible schema for table '\(def.name)': primary key (\(rp.joined(separator: ", "))) in the diff, (\(lp.joined(separator: ", "))) here")
                 }
                 for column in def.columns where local.columnIndex(column.name) == nil {
-                    do { try db.execute(def.addColumnSQL(column)) } catch {
+                    do { try db.executeSingle(def.addColumnSQL(column)) } catch {
                         throw SyncEngineError.diffRejected(file: file, reason: "cannot add column '\(column.name)' to '\(def.name)': \(error)")
                     }
                     report.columnsAdded.append(def.name + "." + column.name)
                 }
-                let isTracked = try db.scalar("SELECT 1 FROM rtsync_tracked WHERE name = ?", [.text(def.name)]) != nil
-                if !isTracked || report.columnsAdded.contains(where: { $0.hasPrefix(def.name + ".") }) {
+                if report.columnsAdded.contains(where: { $0.hasPrefix(def.name + ".") }) {
                     _ = try SyncDatabaseInternals.trackTable(db, def.name)
                 }
             } else {
@@ -177,7 +182,7 @@ struct Merger {
                 do { sql = try def.createTableSQL(file: file) } catch let e as DiffFormatError {
                     throw SyncEngineError.diffRejected(file: file, reason: e.reason)
                 }
-                try db.execute(sql)
+                try db.executeSingle(sql)
                 _ = try SyncDatabaseInternals.trackTable(db, def.name)
                 report.tablesCreated.append(def.name)
             }

@@ -174,6 +174,11 @@ extension SyncDatabase {
                 }
             }
             try db.execute("DELETE FROM rtsync_changes WHERE seq <= ?", [.integer(maxSeq)])
+            // The diff is this device's own: recorded with the watermark, so a file whose id is not recorded
+            // is an orphan of an export that crashed before committing (its changes are still pending).
+            try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'changes', ?, ?, ?, ?, ?)",
+                           [.text(writer.metadata.id.string), .text(user), .text(site), .integer(sequence), .integer(sequence),
+                            .text(ISO8601.format(Date(), fractional: true))])
             try db.execute("UPDATE rtsync_site SET hlc = ?, diff_seq = ?, last_export = ?",
                            [.integer(stamp.hlc.rawValue), .integer(sequence), .text(ISO8601.format(Date(), fractional: true))])
         } catch {

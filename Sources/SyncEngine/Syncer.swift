@@ -87,6 +87,17 @@ public struct Syncer: Sendable {
         var report = SyncReport()
         let startRequests = remote.requestsMade
 
+        // 0. A diff in the outbox that the database does not record as its own was left by an export that
+        // crashed before committing; its changes are still pending and go into the next export instead.
+        if !dryRun {
+            let own = Set(try db.query("SELECT diff_id FROM rtsync_applied WHERE author_site = ?", [.text(try db.siteID())]).compactMap { $0[0].string })
+            for name in ((try? fm.contentsOfDirectory(atPath: home.outbox.path)) ?? []) {
+                if let id = DiffFile.diffID(fromFileName: name), !own.contains(id.string) {
+                    try? fm.removeItem(at: home.outbox.appendingPathComponent(name))
+                }
+            }
+        }
+
         // 1. Export local changes into the outbox (kept there until an upload is confirmed).
         if dryRun {
             report.phases.append(SyncPhase(name: "export", ok: true, summary: "\(try db.pendingChangeCount()) change(s) would be exported"))
@@ -94,7 +105,6 @@ public struct Syncer: Sendable {
             do {
                 if let result = try db.exportChanges(to: home.outbox, signingKey: signingKey) {
                     report.exported = result
-                    try db.recordOwnDiff(id: result.diffID)
                     report.phases.append(SyncPhase(name: "export", ok: true, summary: "exported \(result.rows) row(s) to \(URL(fileURLWithPath: result.file).lastPathComponent)"))
                 } else {
                     report.phases.append(SyncPhase(name: "export", ok: true, summary: "nothing to export"))
@@ -272,14 +282,6 @@ public struct Syncer: Sendable {
 }
 
 extension SyncDatabase {
-    /// Records a diff this device exported as applied, so sync never downloads its own diffs.
-    public func recordOwnDiff(id: String) throws {
-        let (site, user) = try locked {
-            (try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? "", try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? "")
-        }
-        try recordApplied(id: id, kind: DiffKind.changes.rawValue, authorUser: user, authorSite: site)
-    }
-
     /// Marks a diff as handled without merging it (own diffs, requests).
     public func recordApplied(id: String, kind: String, authorUser: String, authorSite: String) throws {
         try locked {

@@ -187,3 +187,34 @@ struct SharingSigningCompactionTests {
         #expect(try d.thingTitle("cmp-late") == "not yet on C")
     }
 }
+
+@Suite("sync: crash leftovers")
+struct SyncCrashLeftoverTests {
+    @Test func orphanDiffInOutbox_fromExportThatNeverCommitted_isDiscarded_andChangesSentOnce() async throws {
+        let dir = try TemporaryDirectory()
+        let devices = try await LTSyncScenarios.makeDevices(dir, .local(dir))
+        let (a, b) = (devices[0], devices[1])
+        try a.insertThing("crash-1", title: "made before the crash")
+        // An export that wrote its file but crashed before committing: keep the file, roll the database back
+        // to its state before the export (the change is pending again and the diff id is not recorded).
+        let snapshot = dir.file("before-export.sqlite")
+        do {
+            let live = try Connection(path: a.db.path), copy = try Connection(path: snapshot.path)
+            _ = try Backup(from: live, to: copy).step()
+        }
+        let orphan = try #require(try SyncDatabase(path: a.db.path).exportChanges(to: dir.url.appendingPathComponent("scratch")))
+        do {
+            let live = try Connection(path: a.db.path), copy = try Connection(path: snapshot.path, mode: .readOnly)
+            _ = try Backup(from: copy, to: live).step()
+        }
+        #expect(try SyncDatabase(path: a.db.path).pendingChangeCount() > 0)
+        try FileManager.default.moveItem(atPath: orphan.file, toPath: a.home.outbox.appendingPathComponent(URL(fileURLWithPath: orphan.file).lastPathComponent).path)
+
+        let report = try await a.sync()
+        #expect(report.ok, "\(report.phases)")
+        let inbound = try await a.remote.list(prefix: Syncer.inboundPrefix(user: try a.home.loadSettings().userID)).map(\.key)
+        #expect(!inbound.contains { $0.hasSuffix(orphan.diffID + ".sqlite") }, "the orphan was not uploaded")
+        #expect(try await b.sync().ok)
+        #expect(try b.thingTitle("crash-1") == "made before the crash")
+    }
+}
