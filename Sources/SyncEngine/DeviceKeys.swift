@@ -46,7 +46,18 @@ public struct DeviceKeys: Sendable {
         return keys
     }
 
-    /// Trusts a public key (64 hex characters) under a label (e.g. the user or device it belongs to).
+    /// Trusted keys with the user each one speaks for: this device's key speaks for `ownUser`; a key trusted
+    /// with `trust(publicKeyHex:label:)` speaks for the user id given as its label.
+    public func trustedIdentities(ownUser: String) throws -> [String: String] {
+        var out = [Array(try signingKey().publicKey.rawRepresentation).map { String(format: "%02x", $0) }.joined(): ownUser]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: trustedFolder.path)) ?? [] where name.hasSuffix(".pub") {
+            let text = (try? String(contentsOf: trustedFolder.appendingPathComponent(name), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+            if let bytes = Self.parse(text) { out[bytes.map { String(format: "%02x", $0) }.joined()] = String(name.dropLast(4)) }
+        }
+        return out
+    }
+
+    /// Trusts a public key (64 hex characters) as speaking for a user (the label is that user's id).
     /// - Throws: `LifecycleError.invalidSettings` when the key is not 32 bytes of hex.
     public func trust(publicKeyHex: String, label: String) throws {
         guard let bytes = Self.parse(publicKeyHex) else {

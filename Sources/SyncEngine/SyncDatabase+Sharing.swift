@@ -1,3 +1,4 @@
+import Crypto
 import DiffFormat
 import Foundation
 import RTSQLite
@@ -50,7 +51,7 @@ extension SyncDatabase {
     /// columns, written by the local user) and records what was shared with whom and how.
     /// - Returns: nil when no row matched.
     public func writeShare(table: String, filter: String?, arguments: [SQLValue] = [], to recipient: String,
-                           permission: SharePermission, directory: URL) throws -> ShareResult? {
+                           permission: SharePermission, directory: URL, signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> ShareResult? {
         try locked {
             try requireTracked()
             try db.execute(Self.sharingDDL)
@@ -90,7 +91,7 @@ extension SyncDatabase {
                     }
                 }
             }
-            let url = try writer.finish()
+            let url = try writer.finish(signingKey: signingKey)
             try db.execute("UPDATE rtsync_site SET hlc = max(hlc, ?)", [.integer(stamp.hlc.rawValue)])
             return ShareResult(file: url.path, diffID: writer.metadata.id.string, rows: rows.count, media: Array(Set(media)).sorted())
         }
@@ -127,7 +128,8 @@ public enum ShareRequest {
     ])
 
     /// Writes a request diff into `directory`.
-    public static func write(from user: String, site: String, table: String, filter: String?, message: String?, directory: URL) throws -> URL {
+    public static func write(from user: String, site: String, table: String, filter: String?, message: String?, directory: URL,
+                             signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> URL {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let writer = try DiffWriter(directory: directory, kind: .request, authorUser: user, authorSite: site, expectedRows: 1)
         try writer.addTable(Self.table)
@@ -135,7 +137,7 @@ public enum ShareRequest {
         try writer.append(RowChange(table: Self.table.name, operation: .upsert,
                                     values: [.text(writer.metadata.id.string), .text(table), filter.map { .text($0) } ?? .null, message.map { .text($0) } ?? .null],
                                     clock: clock, born: clock))
-        return try writer.finish()
+        return try writer.finish(signingKey: signingKey)
     }
 
     /// A one-line summary of a request diff.

@@ -49,6 +49,8 @@ public struct Syncer: Sendable {
     public var signingKey: Curve25519.Signing.PrivateKey?
     /// Raw Ed25519 public keys accepted; with `requireSignatures`, unsigned or otherwise signed diffs are rejected.
     public var trustedKeys: [[UInt8]]
+    /// The user each trusted key (lower-case hex) speaks for; a signed diff whose author differs is refused.
+    public var keyUsers: [String: String] = [:]
     /// Media phase, supplied by the caller (BucketClient's media sync); nil skips it.
     public var media: (@Sendable () async throws -> String)?
 
@@ -277,7 +279,13 @@ public struct Syncer: Sendable {
         guard settings.requireSignatures else { return nil }
         guard let reader = try? DiffReader(url: url) else { return nil }  // apply reports the format error itself
         if reader.metadata.signature == nil { return "unsigned diff (signatures are required)" }
-        return reader.isSigned(byOneOf: trustedKeys) ? nil : "signature is not valid or not from a trusted key"
+        guard reader.isSigned(byOneOf: trustedKeys) else { return "signature is not valid or not from a trusted key" }
+        // The author a diff names is what owner-only and read-only-share checks go by: it must be the signer's user.
+        if let signer = reader.metadata.signerKey?.map({ String(format: "%02x", $0) }).joined(), let user = keyUsers[signer],
+           user != reader.metadata.authorUser {
+            return "signed by a key of user '\(user)' but claims to be from user '\(reader.metadata.authorUser)'"
+        }
+        return nil
     }
 }
 

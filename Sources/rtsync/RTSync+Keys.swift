@@ -23,7 +23,7 @@ extension RTSync {
             static let configuration = CommandConfiguration(abstract: "Trust another device's or user's public key.")
             @OptionGroup var options: HomeOptions
             @Argument(help: "The public key: 64 hex characters, as printed by `rtsync keys show`.") var publicKey: String
-            @Option(help: "A label for the key, e.g. the user or device name.") var label = "key"
+            @Option(name: [.customLong("user"), .customLong("label")], help: "The user id this key speaks for (diffs it signs must name this user as author).") var label: String
             func run() throws {
                 do {
                     try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: publicKey, label: label)

@@ -60,7 +60,8 @@ extension RTSync {
                     args = key.map { Int64($0).map(SQLValue.integer) ?? .text($0) }
                 }
                 guard let share = try db.writeShare(table: table, filter: filter, arguments: args, to: to, permission: SharePermission(rawValue: permission)!,
-                                                    directory: home.support.appendingPathComponent("shares")) else {
+                                                    directory: home.support.appendingPathComponent("shares"),
+                                                    signingKey: try DeviceKeys(home: home).signingKey()) else {
                     throw fail("no rows matched (\(table))", hint: "check --where / --key")
                 }
                 let sent = try await RTSync.sendToUser(options, recipient: to, file: URL(fileURLWithPath: share.file), media: withMedia ? share.media : [])
@@ -85,7 +86,8 @@ extension RTSync {
                 let home = options.resolvedHome
                 let db = try SyncDatabase(path: home.database.path)
                 let file = try ShareRequest.write(from: try db.userID(), site: try db.siteID(), table: table, filter: `where`, message: message,
-                                                  directory: home.support.appendingPathComponent("shares"))
+                                                  directory: home.support.appendingPathComponent("shares"),
+                                                  signingKey: try DeviceKeys(home: home).signingKey())
                 _ = try await RTSync.sendToUser(options, recipient: to, file: file)
                 print("request sent to \(to): \(file.lastPathComponent)")
             } catch { throw reportLifecycle(error) }

@@ -42,6 +42,7 @@ extension RTSync {
                 }
                 let keys = DeviceKeys(home: home)
                 var syncer = Syncer(home: home, remote: remote, signingKey: try keys.signingKey(), trustedKeys: try keys.trustedKeys())
+                syncer.keyUsers = try keys.trustedIdentities(ownUser: settings.userID)
                 if media || settings.syncMedia {
                     syncer.media = RTSync.mediaPhase(home: home, remote: remote, settings: settings)
                 }

@@ -90,6 +90,44 @@ struct SharingSigningCompactionTests {
         #expect(quarantined.count == 2)
     }
 
+    @Test func sync_signaturesRequired_diffClaimingAnotherUsersIdentity_isRejected_genuineOneApplied() async throws {
+        let dir = try TemporaryDirectory()
+        let (u1, u2) = try await twoUsers(dir, .local(dir))
+        let (user1, user2) = (try user(u1), try user(u2))
+        try ltEditSettings(u1.home) { $0.requireSignatures = true }
+        let keys1 = DeviceKeys(home: u1.home), keys2 = DeviceKeys(home: u2.home)
+        try keys1.trust(publicKeyHex: try keys2.publicKeyHex(), label: user2)
+        let key2 = try keys2.signingKey()
+        let inbound1 = Syncer.inboundPrefix(user: user1)
+        let db2 = try SyncDatabase(path: u2.db.path)
+
+        // user2 signs a diff that claims to come from user1 (to pass owner-only / read-only-share checks).
+        try u2.execute("UPDATE translations SET value = 'spoofed' WHERE lang = 'en' AND key = 'ui.things'")
+        let spoofDir = dir.url.appendingPathComponent("spoof")
+        try FileManager.default.createDirectory(at: spoofDir, withIntermediateDirectories: true)
+        let w = try DiffWriter(directory: spoofDir, kind: .share, authorUser: user1, authorSite: try db2.siteID(), expectedRows: 1)
+        let def = try #require(try TableDefinition.read(table: "translations", from: Connection(path: u2.db.path, mode: .readOnly)))
+        try w.appendRows(from: Connection(path: u2.db.path, mode: .readOnly), table: def, filter: "lang = 'en' AND key = 'ui.things'",
+                         clock: Clock(hlc: HLC(milliseconds: HLC.wallMilliseconds(), counter: 0), site: try db2.siteID()))
+        let spoof = try w.finish(signingKey: key2)
+        try await u2.remote.upload(file: spoof, key: inbound1 + spoof.lastPathComponent, ifAbsent: true)
+
+        // And a genuine share from user2, signed by user2 (as `rtsync share` does).
+        let genuine = try #require(try db2.writeShare(table: "translations", filter: "lang = 'de'", to: user1, permission: .readOnly,
+                                                      directory: dir.url.appendingPathComponent("genuine"), signingKey: key2))
+        let signed = URL(fileURLWithPath: genuine.file)
+        try await u2.remote.upload(file: signed, key: inbound1 + signed.lastPathComponent, ifAbsent: true)
+
+        var syncer = Syncer(home: u1.home, remote: u1.remote, retry: ltShortRetry, signingKey: try keys1.signingKey(), trustedKeys: try keys1.trustedKeys())
+        syncer.keyUsers = try keys1.trustedIdentities(ownUser: user1)
+        let report = try await syncer.sync()
+        let rejected = report.applied.filter { $0.status == .rejected }
+        #expect(rejected.count == 1)
+        #expect(rejected.first?.reason?.contains("claims to be from user") == true, "\(report.applied)")
+        #expect(report.applied.contains { $0.status == .applied && $0.diffID == DiffFile.diffID(fromFileName: signed.lastPathComponent)?.string })
+        #expect(try ltScalar(u1.db, "SELECT value FROM translations WHERE lang = 'en' AND key = 'ui.things'")?.string != "spoofed")
+    }
+
     @Test func deviceKey_isCreatedOwnerOnly_andStable() throws {
         let dir = try TemporaryDirectory()
         let keys = DeviceKeys(home: ltHome(dir, "k"))
