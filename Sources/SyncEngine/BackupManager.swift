@@ -222,8 +222,8 @@ public struct BackupManager: Sendable {
         return m.backups[i]
     }
 
-    /// Restores a backup (default: last-known-good) over the database. The replaced database is kept
-    /// beside it as `<name>.replaced-<KSUID>`; the new file is written aside and renamed into place.
+    /// Restores a backup (default: last-known-good) over the database, in place through SQLite (one
+    /// transaction, so never half-written). The replaced content is kept beside it as `<name>.replaced-<KSUID>`.
     /// - Returns: the backup restored and where the replaced database went.
     /// - Throws: `LifecycleError.backupCorrupt` naming the next good backup when the chosen one is damaged.
     @discardableResult
@@ -236,11 +236,37 @@ public struct BackupManager: Sendable {
             let next = loadManifest().backups.filter { $0.verified && $0.id != chosenID }.max { $0.id < $1.id }
             throw LifecycleError.backupCorrupt(id: chosenID, reason: Self.verificationProblem(folder.appendingPathComponent(checked.file), immutable: true) ?? "failed quick_check", nextGood: next?.id)
         }
-        let replaced = try Self.install(folder.appendingPathComponent(checked.file), as: database)
+        let replaced = try Self.restoreInPlace(folder.appendingPathComponent(checked.file), into: database)
         // A restored copy is a copy: it must not reuse the site id (and sequence numbers) it had.
         let restored = try SyncDatabase(path: database.path)
         if restored.isTracked { try restored.regenerateSiteID() }
         return (checked, replaced)
+    }
+
+    /// Restores `backup` into the live database through SQLite's backup API, so connections other processes
+    /// hold see the restored content (or wait on SQLite's locks) instead of writing into a file moved aside.
+    /// The current content is first copied aside, consistently, as `<name>.replaced-<KSUID>`.
+    static func restoreInPlace(_ backup: URL, into database: URL) throws -> URL? {
+        guard FileManager.default.fileExists(atPath: database.path) else { return try install(backup, as: database) }
+        let aside = database.deletingLastPathComponent().appendingPathComponent(database.lastPathComponent + ".replaced-" + KSUID.generate().string)
+        try onlineBackup(database: database, to: aside)
+        try makeSelfContained(aside)
+        try Durable.sync(file: aside)
+        let live = try Connection(path: database.path, mode: .readWrite)
+        live.setBusyTimeout(milliseconds: 10_000)
+        let source = try Connection(path: DiffReader.immutableURI(for: backup.path), mode: .readOnly, uri: true)
+        do {
+            let copy = try Backup(from: source, to: live)
+            var spins = 0
+            while try !copy.step(pages: -1) {
+                spins += 1
+                if spins > 200 { throw LifecycleError.backupFailed(path: database.path, reason: "database stayed locked by another connection") }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+        } catch let e as SQLiteError where e.code == 8 {  // SQLITE_READONLY: WAL database with another page size
+            return try install(backup, as: database)
+        }
+        return aside
     }
 
     /// Copies `source` next to `target`, syncs it, moves any existing target (and its WAL files) aside,
