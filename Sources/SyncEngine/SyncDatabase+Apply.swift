@@ -157,7 +157,12 @@ struct Merger {
     /// never runs SQL text from the file. A different primary key rejects the diff.
     mutating func adjustSchema() throws {
         let file = reader.url.path
-        for def in reader.tables {
+        for incoming in reader.tables {
+            // SQLite matches table and column names case-insensitively: use the local spelling throughout.
+            var def = incoming
+            if let localName = try db.scalar("SELECT name FROM sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE", [.text(incoming.name)])?.string {
+                def.name = localName
+            }
             if let local = try TableDefinition.read(table: def.name, from: db) {
                 // A table that exists here but is not tracked was left out on purpose (local-only data):
                 // a diff may neither write into it nor start exporting it.

@@ -115,3 +115,34 @@ struct ClockBoundTests {
         #expect(try db.query("SELECT body FROM notes").first?.first == .text("one"))
     }
 }
+
+@Suite("Table name case")
+struct TableNameCaseTests {
+    @Test func diffSpellingTableInOtherCase_withNewColumn_addsColumnAndKeepsOneTrackingEntry() throws {
+        let box = try Sandbox("name-case")
+        let path = box.path("local.sqlite")
+        do {
+            let c = try Connection(path: path.path)
+            try c.execute("CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT); INSERT INTO notes VALUES ('n1', 'one')")
+        }
+        let db = try SyncDatabase(path: path.path)
+        try db.track(tables: ["notes"])
+        let dir = box.path("in")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let writer = try DiffWriter(directory: dir, kind: .changes, authorUser: "u", authorSite: "other", expectedRows: 1)
+        try writer.addTable(TableDefinition(name: "Notes", columns: [
+            ColumnDefinition(name: "id", type: "TEXT", primaryKey: 1),
+            ColumnDefinition(name: "body", type: "TEXT"),
+            ColumnDefinition(name: "tag", type: "TEXT"),
+        ]))
+        let clock = Clock(hlc: HLC(milliseconds: HLC.wallMilliseconds(), counter: 0), site: "other")
+        try writer.append(RowChange(table: "Notes", operation: .upsert, values: [.text("n2"), .text("two"), .text("x")], clock: clock, born: clock))
+        let report = db.apply(diff: try writer.finish(), quarantine: box.path("q"))
+        #expect(report.status == .applied, "\(report)")
+        #expect(try db.trackedTables().map(\.name) == ["notes"])
+        #expect(try db.query("SELECT tag FROM notes WHERE id = 'n2'").first?.first == .text("x"))
+        // Capture still works after the column was added (triggers re-made for the new column list).
+        try db.execute("UPDATE notes SET tag = 'y' WHERE id = 'n1'")
+        #expect(try db.pendingChangeCount() == 1)
+    }
+}
