@@ -95,17 +95,9 @@ struct UntrackedTableTests {
 struct ClockBoundTests {
     @Test func diffWithClockTwoDaysAhead_isRejected_andDatabaseUnchanged() throws {
         let box = try Sandbox("future-clock")
-        let path = box.path("local.sqlite")
-        do {
-            let c = try Connection(path: path.path)
-            try c.execute("CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT); INSERT INTO notes VALUES ('n1', 'one')")
-        }
-        let db = try SyncDatabase(path: path.path)
-        try db.track(tables: ["notes"])
-        let dir = box.path("in")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let writer = try DiffWriter(directory: dir, kind: .changes, authorUser: "u", authorSite: "skewed", expectedRows: 1)
-        try writer.addTable(try #require(try TableDefinition.read(table: "notes", from: Connection(path: path.path, mode: .readOnly))))
+        let db = try notesDatabase(box)
+        let writer = try incomingWriter(box, site: "skewed")
+        try writer.addTable(notesTable())
         let future = Clock(hlc: HLC(milliseconds: HLC.wallMilliseconds() + 2 * 86_400_000, counter: 0), site: "skewed")
         try writer.append(RowChange(table: "notes", operation: .upsert, values: [.text("n1"), .text("from the future")],
                                     changedColumns: ["body"], clock: future, born: .zero))
@@ -120,21 +112,9 @@ struct ClockBoundTests {
 struct TableNameCaseTests {
     @Test func diffSpellingTableInOtherCase_withNewColumn_addsColumnAndKeepsOneTrackingEntry() throws {
         let box = try Sandbox("name-case")
-        let path = box.path("local.sqlite")
-        do {
-            let c = try Connection(path: path.path)
-            try c.execute("CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT); INSERT INTO notes VALUES ('n1', 'one')")
-        }
-        let db = try SyncDatabase(path: path.path)
-        try db.track(tables: ["notes"])
-        let dir = box.path("in")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let writer = try DiffWriter(directory: dir, kind: .changes, authorUser: "u", authorSite: "other", expectedRows: 1)
-        try writer.addTable(TableDefinition(name: "Notes", columns: [
-            ColumnDefinition(name: "id", type: "TEXT", primaryKey: 1),
-            ColumnDefinition(name: "body", type: "TEXT"),
-            ColumnDefinition(name: "tag", type: "TEXT"),
-        ]))
+        let db = try notesDatabase(box)
+        let writer = try incomingWriter(box, site: "other")
+        try writer.addTable(notesTable(name: "Notes", extra: [ColumnDefinition(name: "tag", type: "TEXT")]))
         let clock = Clock(hlc: HLC(milliseconds: HLC.wallMilliseconds(), counter: 0), site: "other")
         try writer.append(RowChange(table: "Notes", operation: .upsert, values: [.text("n2"), .text("two"), .text("x")], clock: clock, born: clock))
         let report = db.apply(diff: try writer.finish(), quarantine: box.path("q"))
@@ -145,4 +125,30 @@ struct TableNameCaseTests {
         try db.execute("UPDATE notes SET tag = 'y' WHERE id = 'n1'")
         #expect(try db.pendingChangeCount() == 1)
     }
+}
+
+// MARK: - Shared setup
+
+/// A tracked database with `notes(id TEXT PRIMARY KEY, body TEXT)` holding row n1.
+func notesDatabase(_ box: Sandbox) throws -> SyncDatabase {
+    let path = box.path("local.sqlite")
+    do {
+        let c = try Connection(path: path.path)
+        try c.execute("CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT); INSERT INTO notes VALUES ('n1', 'one')")
+    }
+    let db = try SyncDatabase(path: path.path)
+    try db.track(tables: ["notes"])
+    return db
+}
+
+/// The `notes` definition as a diff from another device would carry it.
+func notesTable(name: String = "notes", extra: [ColumnDefinition] = []) -> TableDefinition {
+    TableDefinition(name: name, columns: [ColumnDefinition(name: "id", type: "TEXT", primaryKey: 1), ColumnDefinition(name: "body", type: "TEXT")] + extra)
+}
+
+/// A writer for a diff from another device (`site`) in the sandbox's `in` folder.
+func incomingWriter(_ box: Sandbox, site: String) throws -> DiffWriter {
+    let dir = box.path("in")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    return try DiffWriter(directory: dir, kind: .changes, authorUser: "u", authorSite: site, expectedRows: 1)
 }
