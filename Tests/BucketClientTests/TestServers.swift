@@ -47,25 +47,7 @@ struct MotoServer: Sendable {
         guard let python = findExecutable("python3") else { throw TestSetupError("python3 not found on PATH") }
         let port = try freeLoopbackPort()
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-moto-\(port).log")
-        // A watchdog shell keeps moto only as long as this test process lives. SIGKILL, because
-        // children of Foundation's Process may inherit a blocked SIGTERM.
-        let script = """
-        "$0" -H 127.0.0.1 -p \(port) >"\(log.path)" 2>&1 &
-        M=$!
-        trap 'kill -9 $M 2>/dev/null; exit 0' EXIT
-        while kill -0 \(getpid()) 2>/dev/null && kill -0 $M 2>/dev/null; do sleep 0.5; done
-        """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", script, moto]
-        var environment = ProcessInfo.processInfo.environment
-        environment["INITIAL_NO_AUTH_ACTION_COUNT"] = auth ? "4" : nil
-        process.environment = environment
-        // Never inherit the test runner's pipes: `swift test` waits for them to close.
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        try startMotoServer(moto, port: port, log: log, environment: ["INITIAL_NO_AUTH_ACTION_COUNT": auth ? "4" : nil])
         try await waitForPort(port, seconds: 30, log: log)
         let endpoint = URL(string: "http://127.0.0.1:\(port)")!
         let output = try runProcess(python, ["-c", motoSetupScript, endpoint.absoluteString, auth ? "auth" : "anon", bucketName])

@@ -206,18 +206,7 @@ struct LTMoto: Sendable {
         guard let python = findExecutable("python3") else { throw TestSetupError("python3 not found on PATH (needed to create the test bucket)") }
         let port = try freeLoopbackPort()
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-lifetests-moto-\(port).log")
-        // A watchdog shell keeps moto only as long as this test process lives. moto_server does not always
-        // exit on SIGTERM when started this way, so it gets SIGKILL.
-        let script = """
-        "$0" -H 127.0.0.1 -p \(port) >"\(log.path)" 2>&1 &
-        M=$!
-        trap 'kill -9 $M 2>/dev/null; exit 0' TERM INT EXIT
-        while kill -0 \(getpid()) 2>/dev/null && kill -0 $M 2>/dev/null; do sleep 0.5; done
-        """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", script, moto]
-        try process.run()
+        let process = try startMotoServer(moto, port: port, log: log)
         LTChildren.register(process)
         try await waitForPort(port, seconds: 30, log: log)
         let endpoint = URL(string: "http://127.0.0.1:\(port)")!

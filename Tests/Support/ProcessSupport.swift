@@ -134,3 +134,27 @@ public func waitForExit(_ process: Process) async {
     }
 }
 
+
+/// Starts `moto_server` on 127.0.0.1:`port` under a watchdog shell that kills it as soon as this test
+/// process (or the shell) ends. SIGKILL, because moto started from Foundation's Process can ignore SIGTERM.
+/// Output goes to `log`; the runner's pipes are never inherited (`swift test` would wait for them).
+@discardableResult
+public func startMotoServer(_ moto: String, port: Int, log: URL, environment changes: [String: String?] = [:]) throws -> Process {
+    let script = """
+    "$0" -H 127.0.0.1 -p \(port) >"\(log.path)" 2>&1 &
+    M=$!
+    trap 'kill -9 $M 2>/dev/null; exit 0' TERM INT EXIT
+    while kill -0 \(getpid()) 2>/dev/null && kill -0 $M 2>/dev/null; do sleep 0.5; done
+    """
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/bin/sh")
+    process.arguments = ["-c", script, moto]
+    var environment = ProcessInfo.processInfo.environment
+    for (key, value) in changes { environment[key] = value }
+    process.environment = environment
+    process.standardInput = FileHandle.nullDevice
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    return process
+}
