@@ -29,8 +29,7 @@ public struct DemoReset: Sendable {
         if let remote {
             let temp = home.support.appendingPathComponent(".demo-\(KSUID.generate().string).sqlite")
             defer { try? FileManager.default.removeItem(at: temp) }
-            if let newest = try? await retry.run({ try await remote.list(prefix: "demo/") }).filter({ $0.key.hasSuffix(".sqlite") }).max(by: { $0.key < $1.key }),
-               (try? await retry.run({ try await remote.download(key: newest.key, to: temp) })) != nil,
+            if let newest = try? await remote.downloadNewestDatabase(prefix: "demo/", to: temp, retry: retry),
                BackupManager.verificationProblem(temp, immutable: true) == nil {
                 _ = try BackupManager.install(temp, as: home.database)
                 source = "bucket \(newest.key)"

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import RTSQLite
 
 /// The device's Ed25519 signing key and the public keys it trusts, kept in `<home>/keys/` outside the
 /// database: the private key file is readable only by the user (0600, folder 0700).
@@ -34,25 +35,20 @@ public struct DeviceKeys: Sendable {
     }
 
     /// This device's public key as lower-case hex (safe to share).
-    public func publicKeyHex() throws -> String { Array(try signingKey().publicKey.rawRepresentation).map { String(format: "%02x", $0) }.joined() }
+    public func publicKeyHex() throws -> String { Array(try signingKey().publicKey.rawRepresentation).hexString }
 
     /// Public keys trusted for incoming diffs: this device's own plus every `trusted/*.pub` (hex text).
     public func trustedKeys() throws -> [[UInt8]] {
-        var keys = [Array(try signingKey().publicKey.rawRepresentation)]
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: trustedFolder.path)) ?? [] where name.hasSuffix(".pub") {
-            let text = (try? String(contentsOf: trustedFolder.appendingPathComponent(name), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
-            if let bytes = Self.parse(text) { keys.append(bytes) }
-        }
-        return keys
+        try trustedIdentities(ownUser: "").keys.compactMap { [UInt8](hexString: $0) }
     }
 
-    /// Trusted keys with the user each one speaks for: this device's key speaks for `ownUser`; a key trusted
-    /// with `trust(publicKeyHex:label:)` speaks for the user id given as its label.
+    /// Trusted keys (lower-case hex) with the user each one speaks for: this device's key speaks for
+    /// `ownUser`; a key trusted with `trust(publicKeyHex:label:)` speaks for the user id given as its label.
     public func trustedIdentities(ownUser: String) throws -> [String: String] {
-        var out = [Array(try signingKey().publicKey.rawRepresentation).map { String(format: "%02x", $0) }.joined(): ownUser]
+        var out = [Array(try signingKey().publicKey.rawRepresentation).hexString: ownUser]
         for name in (try? FileManager.default.contentsOfDirectory(atPath: trustedFolder.path)) ?? [] where name.hasSuffix(".pub") {
-            let text = (try? String(contentsOf: trustedFolder.appendingPathComponent(name), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
-            if let bytes = Self.parse(text) { out[bytes.map { String(format: "%02x", $0) }.joined()] = String(name.dropLast(4)) }
+            let text = (try? String(contentsOf: trustedFolder.appendingPathComponent(name), encoding: .utf8)) ?? ""
+            if let bytes = Self.parse(text) { out[bytes.hexString] = String(name.dropLast(4)) }
         }
         return out
     }
@@ -65,20 +61,12 @@ public struct DeviceKeys: Sendable {
         }
         try FileManager.default.createDirectory(at: trustedFolder, withIntermediateDirectories: true)
         let safe = String(label.unicodeScalars.map { CharacterSet.alphanumerics.contains($0) || $0 == "-" || $0 == "_" ? Character($0) : "_" })
-        try Data((bytes.map { String(format: "%02x", $0) }.joined() + "\n").utf8).write(to: trustedFolder.appendingPathComponent((safe.isEmpty ? "key" : safe) + ".pub"), options: .atomic)
+        try Data((bytes.hexString + "\n").utf8).write(to: trustedFolder.appendingPathComponent((safe.isEmpty ? "key" : safe) + ".pub"), options: .atomic)
     }
 
+    /// 32 key bytes from 64 hex characters (surrounding whitespace ignored), or nil.
     static func parse(_ hex: String) -> [UInt8]? {
-        let h = hex.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard h.count == 64 else { return nil }
-        var out: [UInt8] = []
-        var i = h.startIndex
-        while i < h.endIndex {
-            let j = h.index(i, offsetBy: 2)
-            guard let b = UInt8(h[i..<j], radix: 16) else { return nil }
-            out.append(b)
-            i = j
-        }
-        return out
+        guard let bytes = [UInt8](hexString: hex.trimmingCharacters(in: .whitespacesAndNewlines)), bytes.count == 32 else { return nil }
+        return bytes
     }
 }

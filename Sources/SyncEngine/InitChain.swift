@@ -116,16 +116,14 @@ public struct InitChain: Sendable {
             guard let remote else { attempts.append(InitAttempt(source: source, outcome: "unavailable", detail: "no bucket configured")); continue }
             guard let prefix else { attempts.append(InitAttempt(source: source, outcome: "unavailable", detail: "no user id set")); continue }
             do {
-                progress("listing \(prefix) in the bucket")
-                let objects = try await retry.run { try await remote.list(prefix: prefix) }.filter { $0.key.hasSuffix(".sqlite") }
-                guard let newest = objects.max(by: { $0.key < $1.key }) else {
+                progress("looking for the newest database under \(prefix) in the bucket")
+                let temp = home.support.appendingPathComponent(".download-\(KSUID.generate().string).sqlite")
+                defer { try? fm.removeItem(at: temp) }
+                guard let newest = try await remote.downloadNewestDatabase(prefix: prefix, to: temp, retry: retry) else {
                     attempts.append(InitAttempt(source: source, outcome: "unavailable", detail: "nothing under \(prefix)"))
                     continue
                 }
-                let temp = home.support.appendingPathComponent(".download-\(KSUID.generate().string).sqlite")
-                defer { try? fm.removeItem(at: temp) }
-                progress("downloading \(newest.key) (\(newest.size) bytes)")
-                try await retry.run { try await remote.download(key: newest.key, to: temp) }
+                progress("downloaded \(newest.key) (\(newest.size) bytes)")
                 if let problem = BackupManager.verificationProblem(temp, expectedTables: expectedTables, immutable: true) {
                     attempts.append(InitAttempt(source: source, outcome: "skipped", detail: "\(newest.key): \(problem)"))
                     continue

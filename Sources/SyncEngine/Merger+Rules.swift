@@ -398,7 +398,7 @@ extension Merger {
                 return true
             } catch let e as SQLiteError where e.isUniqueViolation {
                 guard let (other, constraint) = try collidingRow(r, newRow: newRow) else { throw e }
-                let otherRow = try localRow(r.info, keyValues: other)
+                let otherRow = try localRow(r.info, keyValues: other, plan: r.plan)
                 let remoteFirst = r.change.born < otherRow.born || (r.change.born == otherRow.born && local.key < otherRow.key)
                 let reason = "UNIQUE (\(constraint.joined(separator: ", "))) collision between two rows: the row created first keeps the value"
                 if !remoteFirst {

@@ -92,3 +92,14 @@ public struct RetryPolicy: Sendable {
         }
     }
 }
+
+extension RemoteStore {
+    /// Downloads the newest `*.sqlite` under `prefix` (keys are KSUID-named, so the largest key is the newest)
+    /// into `file`, retrying network steps. Returns the object, or nil when there is none.
+    public func downloadNewestDatabase(prefix: String, to file: URL, retry: RetryPolicy) async throws -> RemoteObject? {
+        let objects = try await retry.run { try await list(prefix: prefix) }.filter { $0.key.hasSuffix(".sqlite") }
+        guard let newest = objects.max(by: { $0.key < $1.key }) else { return nil }
+        try await retry.run { try await download(key: newest.key, to: file) }
+        return newest
+    }
+}

@@ -249,12 +249,11 @@ struct Merger {
         return s.column(0).string ?? ""
     }
 
-    mutating func localRow(_ info: TrackedInfo, keyValues: [SQLValue], plan: TablePlan? = nil) throws -> LocalRow {
+    mutating func localRow(_ info: TrackedInfo, keyValues: [SQLValue], plan: TablePlan) throws -> LocalRow {
         let def = info.definition
         let key = try keyText(keyValues)
         let tid = info.table.id
-        let select = try cached(plan?.selectSQL ?? ("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name)
-                                + " WHERE " + def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")))
+        let select = try cached(plan.selectSQL)
         try select.bind(keyValues)
         let values = try select.step() ? select.row() : nil
         select.reset()

@@ -189,23 +189,24 @@ public struct Syncer: Sendable {
             var reports: [ApplyReport] = []
             var accepted: [URL] = []
             for url in toApply {
-                if let refusal = signatureRefusal(url, settings: settings) {
-                    var r = ApplyReport(file: url.path, diffID: DiffFile.diffID(fromFileName: url.lastPathComponent)?.string, status: .rejected, reason: refusal)
+                // A file that does not open as a diff goes to apply, which reports and quarantines it.
+                guard let reader = try? DiffReader(url: url) else { accepted.append(url); continue }
+                let m = reader.metadata
+                if let refusal = signatureRefusal(reader, settings: settings) {
+                    var r = ApplyReport(file: url.path, diffID: m.id.string, status: .rejected, reason: refusal)
                     r.quarantinedTo = SyncDatabase.moveToQuarantine(url, folder: home.quarantine, reason: refusal)
                     reports.append(r)
                     continue
                 }
                 // Shares and requests from other users are listed by `inbound list`; requests are never merged.
-                if let reader = try? DiffReader(url: url), reader.metadata.authorUser != user {
-                    let m = reader.metadata
+                if m.authorUser != user {
                     let summary = m.kind == .request ? ShareRequest.summary(reader)
                         : reader.tables.map { "\($0.name): \((reader.counts[$0.name]?.upserts ?? 0) + (reader.counts[$0.name]?.deletes ?? 0)) row(s)" }.joined(separator: ", ")
                     try? db.recordInbound(InboundItem(diffID: m.id.string, kind: m.kind.rawValue, fromUser: m.authorUser, summary: summary,
                                                       receivedAt: ISO8601.format(Date(), fractional: true)))
                     if m.kind == .request {
                         try? db.recordApplied(id: m.id.string, kind: m.kind.rawValue, authorUser: m.authorUser, authorSite: m.authorSite)
-                        var r = ApplyReport(file: url.path, diffID: m.id.string, status: .skipped, reason: "request from \(m.authorUser): listed by `rtsync inbound list`")
-                        reports.append(r)
+                        reports.append(ApplyReport(file: url.path, diffID: m.id.string, status: .skipped, reason: "request from \(m.authorUser): listed by `rtsync inbound list`"))
                         continue
                     }
                 }
@@ -275,13 +276,12 @@ public struct Syncer: Sendable {
     }
 
     /// Why a downloaded diff must be refused for its signature, or nil when it may be applied.
-    func signatureRefusal(_ url: URL, settings: RTSyncSettings) -> String? {
+    func signatureRefusal(_ reader: DiffReader, settings: RTSyncSettings) -> String? {
         guard settings.requireSignatures else { return nil }
-        guard let reader = try? DiffReader(url: url) else { return nil }  // apply reports the format error itself
         if reader.metadata.signature == nil { return "unsigned diff (signatures are required)" }
         guard reader.isSigned(byOneOf: trustedKeys) else { return "signature is not valid or not from a trusted key" }
         // The author a diff names is what owner-only and read-only-share checks go by: it must be the signer's user.
-        if let signer = reader.metadata.signerKey?.map({ String(format: "%02x", $0) }).joined(), let user = keyUsers[signer],
+        if let signer = reader.metadata.signerKey?.hexString, let user = keyUsers[signer],
            user != reader.metadata.authorUser {
             return "signed by a key of user '\(user)' but claims to be from user '\(reader.metadata.authorUser)'"
         }

@@ -15,7 +15,7 @@ extension RTSync {
             static let configuration = CommandConfiguration(abstract: "Print this device's public key (give it to the devices and users that should trust it).")
             @OptionGroup var options: HomeOptions
             func run() throws {
-                do { print(try DeviceKeys(home: options.resolvedHome).publicKeyHex()) } catch { throw reportLifecycle(error) }
+                do { print(try DeviceKeys(home: options.resolvedHome).publicKeyHex()) } catch { throw report(error) }
             }
         }
 
@@ -28,7 +28,7 @@ extension RTSync {
                 do {
                     try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: publicKey, label: label)
                     print("trusted \(label)")
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
 
@@ -43,7 +43,7 @@ extension RTSync {
                     s.requireSignatures = state == "on"
                     try options.resolvedHome.saveSettings(s)
                     print("signatures \(s.requireSignatures ? "required" : "not required")")
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
     }

@@ -29,12 +29,6 @@ struct HomeOptions: ParsableArguments {
     }
 }
 
-/// Turns lifecycle errors into `error:` / `hint:` output.
-func reportLifecycle(_ error: Error) -> ExitCode {
-    if let e = error as? LifecycleError { return fail(e.description, hint: e.hint) }
-    return report(error)
-}
-
 extension RTSync {
     /// `rtsync init`.
     struct Init: AsyncParsableCommand {
@@ -72,7 +66,7 @@ extension RTSync {
                 for a in result.attempts { print("  \(a.source.rawValue): \(a.outcome) — \(a.detail)") }
                 print("database ready from \(result.source.rawValue): \(result.database)")
                 print("user \(result.userId)\(result.newUser ? " (new)" : ""), site \(result.siteId)")
-            } catch { throw reportLifecycle(error) }
+            } catch { throw report(error) }
         }
     }
 
@@ -99,7 +93,7 @@ extension RTSync {
                 quarantined:     \(s.quarantined); unresolved conflicts: \(s.unresolvedConflicts)
                 missing diffs:   \(s.gaps.isEmpty ? "none" : s.gaps.map { "\($0.key): \($0.value.map(String.init).joined(separator: ","))" }.joined(separator: "; "))
                 """)
-            } catch { throw reportLifecycle(error) }
+            } catch { throw report(error) }
         }
     }
 
@@ -141,7 +135,7 @@ extension RTSync {
                     if json { printJSON(info); return }
                     print("backup \(info.id): \(info.bytes) bytes by \(info.method), verified, last known good")
                     if let uploaded { print("uploaded to \(uploaded)") }
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
 
@@ -158,7 +152,7 @@ extension RTSync {
                     if list.isEmpty { print("no backups"); return }
                     let good = m.lastKnownGood()?.id
                     for b in list { print("\(b.id)  \(b.createdAt)  \(b.bytes) bytes  \(b.method)  \(b.verified ? "verified" : "DAMAGED")\(b.id == good ? "  last-known-good" : "")") }
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
 
@@ -178,7 +172,7 @@ extension RTSync {
                         if !b.verified { bad += 1 }
                     }
                     if bad > 0 { throw fail("\(bad) backup(s) failed verification (\(options.resolvedHome.backups.path))", hint: "restore picks the newest verified backup") }
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
 
@@ -197,7 +191,7 @@ extension RTSync {
                     if db.isTracked { try db.regenerateSiteID() }
                     print("restored backup \(b.id) to \(options.resolvedHome.database.path)")
                     if let aside { print("previous database kept at \(aside.path)") }
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
     }
@@ -223,7 +217,7 @@ extension RTSync {
                     try SyncDatabase(path: home.database.path).setDemoProtection(true, scratchTables: settings.scratchTables)
                     try home.saveSettings(settings)
                     print("demo mode on: app tables are read-only\(settings.scratchTables.isEmpty ? "" : " except \(settings.scratchTables.joined(separator: ", "))"); sync is disabled")
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
 
@@ -239,7 +233,7 @@ extension RTSync {
                     try SyncDatabase(path: home.database.path).setDemoProtection(false)
                     try home.saveSettings(settings)
                     print("demo mode off")
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
 
@@ -256,7 +250,7 @@ extension RTSync {
                     let remote = try? options.openRemote(settings)
                     let source = try await DemoReset(home: home, remote: remote).run(scratchTables: settings.scratchTables, protect: settings.demo)
                     print("demo data reset from \(source)")
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
     }

@@ -51,8 +51,10 @@ extension RTSync {
                 var filter = `where`
                 var args: [SQLValue] = []
                 if !key.isEmpty {
-                    guard let def = try db.trackedTables().first(where: { $0.name == table }),
-                          let keyColumn = try TableDefinitionLookup.singleKey(db, table: def.name) else {
+                    let keys = try db.trackedTables().contains(where: { $0.name == table })
+                        ? try TableDefinition.read(table: table, from: Connection(path: home.database.path, mode: .readOnly))?.primaryKeyColumns ?? []
+                        : []
+                    guard keys.count == 1, let keyColumn = keys.first else {
                         throw fail("--key needs a tracked table with a single-column primary key (\(table))", hint: "use --where instead")
                     }
                     let inList = quoteIdentifier(keyColumn) + " IN (" + key.map { _ in "?" }.joined(separator: ", ") + ")"
@@ -68,7 +70,7 @@ extension RTSync {
                 if json { printJSON(["diff": share.diffID, "rows": String(share.rows), "sent": sent.joined(separator: ",")]); return }
                 print("shared \(share.rows) row(s) of \(table) with \(to) (\(permission)) as \(share.diffID)")
                 if sent.count > 1 { print("and \(sent.count - 1) media file(s)") }
-            } catch { throw reportLifecycle(error) }
+            } catch { throw report(error) }
         }
     }
 
@@ -90,7 +92,7 @@ extension RTSync {
                                                   signingKey: try DeviceKeys(home: home).signingKey())
                 _ = try await RTSync.sendToUser(options, recipient: to, file: file)
                 print("request sent to \(to): \(file.lastPathComponent)")
-            } catch { throw reportLifecycle(error) }
+            } catch { throw report(error) }
         }
     }
 
@@ -109,17 +111,8 @@ extension RTSync {
                     if json { printJSON(items); return }
                     if items.isEmpty { print("nothing received from other users"); return }
                     for i in items { print("\(i.diffID)  \(i.kind)  from \(i.fromUser)  \(i.receivedAt)  \(i.summary)") }
-                } catch { throw reportLifecycle(error) }
+                } catch { throw report(error) }
             }
         }
-    }
-}
-
-/// Small schema lookups for the CLI.
-enum TableDefinitionLookup {
-    /// The single primary key column of a table, or nil for composite keys.
-    static func singleKey(_ db: SyncDatabase, table: String) throws -> String? {
-        let rows = try db.query("SELECT name FROM pragma_table_info(?) WHERE pk > 0", [.text(table)])
-        return rows.count == 1 ? rows[0][0].string : nil
     }
 }

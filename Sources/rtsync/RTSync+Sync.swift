@@ -60,7 +60,7 @@ extension RTSync {
                     let failed = report.phases.filter { !$0.ok }.map(\.name).joined(separator: ", ")
                     throw fail("sync incomplete: \(failed) failed (\(options.bucketURL(settings)))", hint: "unfinished work stays queued; run rtsync sync again")
                 }
-            } catch { throw reportLifecycle(error) }
+            } catch { throw report(error) }
         }
     }
 }
@@ -81,7 +81,7 @@ extension RTSync {
                 let r = try await Compactor(home: options.resolvedHome, remote: try options.openRemote(settings)).run()
                 if json { printJSON(r); return }
                 print("snapshot \(r.snapshotKey); \(r.devices.count) known device(s); pruned \(r.pruned.count) diff(s), kept \(r.kept)")
-            } catch { throw reportLifecycle(error) }
+            } catch { throw report(error) }
         }
     }
 }

@@ -20,6 +20,7 @@ func report(_ error: Error) -> ExitCode {
     switch error {
     case let e as ExitCode: return e
     case let e as SyncEngineError: return fail(e.description, hint: e.hint)
+    case let e as LifecycleError: return fail(e.description, hint: e.hint)
     case let e as DiffFormatError: return fail(e.description, hint: e.hint)
     default: return fail("\(error)")
     }
