@@ -1,4 +1,5 @@
 import Foundation
+import RTSyncTestSupport
 import Testing
 @testable import BucketClient
 
@@ -6,37 +7,15 @@ import Testing
 @Suite struct CLITests {
     struct Run { var status: Int32; var out: String; var err: String }
 
-    static var binary: URL? {
-        let bundleFolder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for candidate in [bundleFolder, Bundle.main.bundleURL.deletingLastPathComponent(), Bundle.main.bundleURL] {
-            let url = candidate.appendingPathComponent("rtsync")
-            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
-        }
-        return nil
-    }
+    static let binary: URL? = locateBuiltBinary(packageRoot: URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent())
 
     func rtsync(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
         let binary = try #require(Self.binary, "the rtsync binary was not built beside the tests")
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
-        env["RTSYNC_BUCKET"] = nil
-        for (k, v) in environment { env[k] = v }
-        process.environment = env
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        nonisolated(unsafe) var errData = Data()
-        let errThread = Thread { errData = err.fileHandleForReading.readDataToEndOfFile() }
-        errThread.start()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        while !errThread.isFinished { usleep(1000) }
-        return Run(status: process.terminationStatus, out: String(decoding: outData, as: UTF8.self),
-                   err: String(decoding: errData, as: UTF8.self))
+        var changes: [String: String?] = ["RTSYNC_BUCKET": nil]
+        for (k, v) in environment { changes[k] = v }
+        let output = try runCommand(binary, arguments, environment: changes)
+        return Run(status: output.status, out: output.stdout, err: output.stderr)
     }
 
     @Test func bucketHelp_listsSubcommands() throws {

@@ -145,28 +145,9 @@ final class LTFaultyRemote: RemoteStore, @unchecked Sendable {
 /// and blocks a thread while it waits).
 func ltRTSync(_ arguments: [String], environment extra: [String: String] = [:]) async throws -> CommandResult {
     let binary = try #require(RTSyncBinary.url, "rtsync binary not found; build it or set RTSYNC_BIN")
-    let dir = try TemporaryDirectory()
-    let outURL = dir.file("stdout"), errURL = dir.file("stderr")
-    _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
-    _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
-    let out = try FileHandle(forWritingTo: outURL), err = try FileHandle(forWritingTo: errURL)
-    let process = Process()
-    process.executableURL = binary
-    process.arguments = arguments
-    var environment = ProcessInfo.processInfo.environment
-    environment["RTSYNC_HOME"] = nil
-    for (k, v) in extra { environment[k] = v }
-    process.environment = environment
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    await waitForExit(process)
-    process.waitUntilExit()
-    try out.close(); try err.close()
-    return CommandResult(status: process.terminationStatus,
-                         stdout: String(decoding: try Data(contentsOf: outURL), as: UTF8.self),
-                         stderr: String(decoding: try Data(contentsOf: errURL), as: UTF8.self))
+    var changes: [String: String?] = ["RTSYNC_HOME": nil]
+    for (k, v) in extra { changes[k] = v }
+    return try await runCommand(binary, arguments, environment: changes)
 }
 
 // MARK: - Loopback S3 (moto_server)

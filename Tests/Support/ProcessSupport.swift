@@ -158,3 +158,81 @@ public func startMotoServer(_ moto: String, port: Int, log: URL, environment cha
     try process.run()
     return process
 }
+
+// MARK: - The built rtsync binary
+
+/// What a finished command returned and printed.
+public struct CommandOutput: Sendable {
+    public let status: Int32
+    public let stdout: String
+    public let stderr: String
+}
+
+/// The built `rtsync`: `$RTSYNC_BIN`, else the one in the build products folder beside the test bundle, else the
+/// newest `.build*/debug/rtsync` under `packageRoot`.
+public func locateBuiltBinary(packageRoot: URL) -> URL? {
+    let fm = FileManager.default
+    if let env = ProcessInfo.processInfo.environment["RTSYNC_BIN"], !env.isEmpty { return URL(fileURLWithPath: env) }
+    let starts = [Bundle.main.bundleURL, URL(fileURLWithPath: CommandLine.arguments[0])] + Bundle.allBundles.map(\.bundleURL)
+    for start in starts {
+        var dir = start
+        for _ in 0..<4 {
+            let candidate = dir.appendingPathComponent("rtsync")
+            var isDir: ObjCBool = false
+            if fm.fileExists(atPath: candidate.path, isDirectory: &isDir), !isDir.boolValue, fm.isExecutableFile(atPath: candidate.path) {
+                return candidate
+            }
+            dir = dir.deletingLastPathComponent()
+        }
+    }
+    let builds = ((try? fm.contentsOfDirectory(atPath: packageRoot.path)) ?? []).filter { $0.hasPrefix(".build") }
+    return builds.map { packageRoot.appendingPathComponent($0).appendingPathComponent("debug/rtsync") }
+        .filter { fm.isExecutableFile(atPath: $0.path) }
+        .max { a, b in
+            let da = (try? fm.attributesOfItem(atPath: a.path)[.modificationDate] as? Date) ?? .distantPast
+            let db = (try? fm.attributesOfItem(atPath: b.path)[.modificationDate] as? Date) ?? .distantPast
+            return da < db
+        }
+}
+
+/// Starts a program with environment changes (nil removes a variable), its output going to two files.
+private func startCapturing(_ executable: URL, _ arguments: [String], environment changes: [String: String?]) throws -> (Process, URL, URL, FileHandle, FileHandle) {
+    let base = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-cmd-\(UUID().uuidString)")
+    let outURL = base.appendingPathExtension("out"), errURL = base.appendingPathExtension("err")
+    _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+    _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
+    let out = try FileHandle(forWritingTo: outURL), err = try FileHandle(forWritingTo: errURL)
+    let process = Process()
+    process.executableURL = executable
+    process.arguments = arguments
+    var environment = ProcessInfo.processInfo.environment
+    for (key, value) in changes { environment[key] = value }
+    process.environment = environment
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    return (process, outURL, errURL, out, err)
+}
+
+private func collect(_ process: Process, _ outURL: URL, _ errURL: URL, _ out: FileHandle, _ err: FileHandle) throws -> CommandOutput {
+    process.waitUntilExit()
+    try out.close(); try err.close()
+    defer { try? FileManager.default.removeItem(at: outURL); try? FileManager.default.removeItem(at: errURL) }
+    return CommandOutput(status: process.terminationStatus,
+                         stdout: String(decoding: try Data(contentsOf: outURL), as: UTF8.self),
+                         stderr: String(decoding: try Data(contentsOf: errURL), as: UTF8.self))
+}
+
+/// Runs a program to completion, capturing both output streams through files (a full pipe cannot stall it).
+public func runCommand(_ executable: URL, _ arguments: [String], environment: [String: String?] = [:]) throws -> CommandOutput {
+    let (process, outURL, errURL, out, err) = try startCapturing(executable, arguments, environment: environment)
+    return try collect(process, outURL, errURL, out, err)
+}
+
+/// The same, waiting without blocking a thread of the (small) cooperative pool.
+public func runCommand(_ executable: URL, _ arguments: [String], environment: [String: String?] = [:]) async throws -> CommandOutput {
+    let (process, outURL, errURL, out, err) = try startCapturing(executable, arguments, environment: environment)
+    await waitForExit(process)
+    return try collect(process, outURL, errURL, out, err)
+}
