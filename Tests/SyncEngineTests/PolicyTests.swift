@@ -98,13 +98,7 @@ struct PolicyTests {
         let a = try box.replica("A", fixture: "record-thing-demo", policies: p)
         let b = try box.replica("B", fixture: "record-thing-demo", policies: p)
         let key = "id = '2siF0NDzx8GWL1tBd6vx9shlVBj'"
-        try a.exec("UPDATE things SET color = 'gold' WHERE \(key)")
-        let fa = try a.exportFile()
-        tick()
-        try b.exec("UPDATE things SET title = 'Notebook' WHERE \(key)")
-        let fb = try b.exportFile()
-        a.apply(fb)
-        b.apply(fa)
+        try exchangeConcurrentEdits(a, "UPDATE things SET color = 'gold' WHERE \(key)", then: b, "UPDATE things SET title = 'Notebook' WHERE \(key)")
         // Row-level: B's later row version wins whole, so A's concurrent colour change is gone on both.
         for r in [a, b] {
             #expect(try r.rows("SELECT title, color FROM things WHERE \(key)") == [[.text("Notebook"), .text("silver")]], "on \(r.name)")
@@ -124,13 +118,7 @@ struct PolicyTests {
         a.db.setResolver(for: "things", longer)
         b.db.setResolver(for: "things", longer)
         let key = "id = '2siF0NDzx8GWL1tBd6vx9shlVBj'"
-        try a.exec("UPDATE things SET title = 'A much longer title' WHERE \(key)")
-        let fa = try a.exportFile()
-        tick()
-        try b.exec("UPDATE things SET title = 'short' WHERE \(key)")
-        let fb = try b.exportFile()
-        a.apply(fb)
-        b.apply(fa)
+        try exchangeConcurrentEdits(a, "UPDATE things SET title = 'A much longer title' WHERE \(key)", then: b, "UPDATE things SET title = 'short' WHERE \(key)")
         for r in [a, b] {
             #expect(try r.value("SELECT title FROM things WHERE \(key)") == .text("A much longer title"), "on \(r.name)")
         }

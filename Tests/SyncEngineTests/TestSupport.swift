@@ -162,6 +162,19 @@ func firstDifference(_ a: [String: TableDump], _ b: [String: TableDump]) -> Stri
 /// Waits until the wall clock has moved on, so the next export's clock is strictly later.
 func tick() { Thread.sleep(forTimeInterval: 0.003) }
 
+/// Concurrent edits: `a` runs `sqlA` and exports, then (a moment later, so its clock is later) `b` runs `sqlB`
+/// and exports; each then applies the other's diff.
+func exchangeConcurrentEdits(_ a: Replica, _ sqlA: String, then b: Replica, _ sqlB: String,
+                             sourceLocation: SourceLocation = #_sourceLocation) throws {
+    try a.exec(sqlA)
+    let fa = try a.exportFile(sourceLocation: sourceLocation)
+    tick()
+    try b.exec(sqlB)
+    let fb = try b.exportFile(sourceLocation: sourceLocation)
+    _ = a.apply(fb)
+    _ = b.apply(fa)
+}
+
 /// Exchanges all pending changes between replicas: each exports, every other applies. Returns the files.
 @discardableResult
 func exchange(_ replicas: [Replica]) throws -> [URL] {
