@@ -38,7 +38,8 @@ extension SyncDatabase {
             let meta = reader.metadata
             report.diffID = meta.id.string
             do {
-                try db.transaction { try installBookkeeping() }
+                // Bookkeeping is installed once (track does it); only a never-tracked database needs it here.
+                if (try? requireTracked()) == nil { try db.transaction { try installBookkeeping() } }
                 if try db.scalar("SELECT 1 FROM rtsync_applied WHERE diff_id = ?", [.text(meta.id.string)]) != nil {
                     report.status = .skipped
                     report.reason = "already applied"

@@ -89,12 +89,14 @@ public struct Syncer: Sendable {
         var report = SyncReport()
         let startRequests = remote.requestsMade
 
+        // Diffs this database has applied or made (read once; the export below adds its own id).
+        var applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
+
         // 0. A diff in the outbox that the database does not record as its own was left by an export that
         // crashed before committing; its changes are still pending and go into the next export instead.
         if !dryRun {
-            let own = Set(try db.query("SELECT diff_id FROM rtsync_applied WHERE author_site = ?", [.text(try db.siteID())]).compactMap { $0[0].string })
             for name in ((try? fm.contentsOfDirectory(atPath: home.outbox.path)) ?? []) {
-                if let id = DiffFile.diffID(fromFileName: name), !own.contains(id.string) {
+                if let id = DiffFile.diffID(fromFileName: name), !applied.contains(id.string) {
                     try? fm.removeItem(at: home.outbox.appendingPathComponent(name))
                 }
             }
@@ -107,6 +109,7 @@ public struct Syncer: Sendable {
             do {
                 if let result = try db.exportChanges(to: home.outbox, signingKey: signingKey) {
                     report.exported = result
+                    applied.insert(result.diffID)
                     report.phases.append(SyncPhase(name: "export", ok: true, summary: "exported \(result.rows) row(s) to \(URL(fileURLWithPath: result.file).lastPathComponent)"))
                 } else {
                     report.phases.append(SyncPhase(name: "export", ok: true, summary: "nothing to export"))
@@ -149,7 +152,6 @@ public struct Syncer: Sendable {
         do {
             let listed = try await retry.run { try await remote.list(prefix: inbound) }
             listedIDs = listed.compactMap { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count)))?.string }
-            let applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
             let wanted = listed.filter { obj in
                 let name = String(obj.key.dropFirst(inbound.count))
                 guard !name.contains("/"), let id = DiffFile.diffID(fromFileName: name) else { return false }
