@@ -38,6 +38,11 @@ extension RTSync {
                 if !FileManager.default.fileExists(atPath: home.database.path) {
                     initialized = try await InitChain(home: home, remote: remote).run(progress: { progress("init: \($0)") })
                     settings = try options.loadSettings()
+                    // As with `rtsync init --bucket`, the bucket a device was set up with is remembered.
+                    if let bucket = options.bucket {
+                        settings.bucket = bucket
+                        try home.saveSettings(settings)
+                    }
                     if !json { print("init: database from \(initialized!.source.rawValue), user \(initialized!.userId)") }
                 }
                 let keys = DeviceKeys(home: home)

@@ -256,3 +256,23 @@ struct SyncCrashLeftoverTests {
         #expect(try b.thingTitle("crash-1") == "made before the crash")
     }
 }
+
+@Suite("sync: automatic compaction")
+struct AutomaticCompactionTests {
+    @Test func syncPastCompactThreshold_compactsByItself_andPrunesWhatEveryDeviceApplied() async throws {
+        let dir = try TemporaryDirectory()
+        let devices = try await LTSyncScenarios.makeDevices(dir, .local(dir))
+        for d in devices { try ltEditSettings(d.home) { $0.compactThreshold = 3 } }
+        for (n, d) in devices.enumerated() { try d.insertThing("auto-\(n)", title: "round one") }
+        // Once a sync sees as many inbound diffs as the threshold it compacts by itself; a second round lets
+        // every device publish a cursor covering everything, so what all have applied gets pruned.
+        let reports = try await LTSyncScenarios.rounds(devices, 2)
+        let compactions = reports.flatMap(\.phases).filter { $0.name == "compact" }
+        #expect(!compactions.isEmpty, "some sync compacted: \(reports.map(\.phases))")
+        let allOK = compactions.allSatisfy { $0.ok }
+        #expect(allOK, "\(compactions)")
+        let inbound = try await devices[0].remote.list(prefix: Syncer.inboundPrefix(user: try devices[0].home.loadSettings().userID))
+        #expect(inbound.count < 3, "pruned: \(inbound.map(\.key))")
+        try LTSyncScenarios.expectIdentical(devices)
+    }
+}

@@ -99,3 +99,36 @@ struct SyncMediaCLITests {
         #expect(idle.stdout.contains("done: 1 bucket request(s)"), "\(idle.stdout)")
     }
 }
+
+@Suite("rtsync share and inbound")
+struct ShareCLITests {
+    @Test func shareWithMedia_uploadsRowsAndTheirImages_andRecipientListsIt() async throws {
+        let dir = try TemporaryDirectory()
+        let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        for home in [h1, h2] {
+            let r = try await ltRTSync(["sync", "--home", home.path, "--bucket", bucket])
+            #expect(r.status == 0, "\(r.stderr)")
+        }
+        let user1 = try RTSyncHome(root: h1).loadSettings().userID, user2 = try RTSyncHome(root: h2).loadSettings().userID
+        // The fixture's evidence rows refer to /images/receipt1.jpg and /images/laptop.png; give user1 one of them.
+        let image = h1.appendingPathComponent("documents/images/laptop.png")
+        try FileManager.default.createDirectory(at: image.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data("png bytes".utf8).write(to: image)
+
+        let shared = try await ltRTSync(["share", "--home", h1.path, "--to", user2, "--table", "evidence",
+                                         "--where", "local_file IS NOT NULL", "--with-media"])
+        #expect(shared.status == 0, "\(shared.stderr)")
+        #expect(shared.stdout.contains("shared 2 row(s) of evidence"), "\(shared.stdout)")
+        let uploaded = try Data(contentsOf: URL(fileURLWithPath: bucket).appendingPathComponent("\(user2)/images/laptop.png"))
+        #expect(uploaded == Data("png bytes".utf8))
+
+        let synced = try await ltRTSync(["sync", "--home", h2.path])
+        #expect(synced.status == 0, "\(synced.stderr)")
+        let listed = try await ltRTSync(["inbound", "list", "--home", h2.path, "--json"])
+        #expect(listed.status == 0)
+        let items = try JSONDecoder().decode([InboundItem].self, from: Data(listed.stdout.utf8))
+        #expect(items.count == 1)
+        #expect(items.first?.kind == "share" && items.first?.fromUser == user1)
+    }
+}
