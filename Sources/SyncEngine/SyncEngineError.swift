@@ -4,13 +4,11 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
     case notTracked(path: String)
     case noSuchTable(table: String)
     case untrackableTable(table: String, reason: String, hint: String)
-    case incompatibleSchema(table: String, reason: String)
     case diffRejected(file: String, reason: String)
     case unknownPolicy(String)
     case invalidConfig(file: String, reason: String)
     case conflictNotFound(id: Int64)
     case cannotRestore(id: Int64, reason: String)
-    case readOnly(reason: String)
 
     public var description: String {
         switch self {
@@ -18,13 +16,11 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
         case .notTracked(let p): return "database is not tracked yet (\(p))"
         case .noSuchTable(let t): return "no such table (\(t))"
         case .untrackableTable(let t, let r, _): return "cannot track table: \(r) (\(t))"
-        case .incompatibleSchema(let t, let r): return "incompatible schema: \(r) (\(t))"
         case .diffRejected(let f, let r): return "diff rejected: \(r) (\(f))"
         case .unknownPolicy(let p): return "unknown merge policy '\(p)' (expected lww-column, lww-row, local-wins, remote-wins, append-only, owner-only)"
         case .invalidConfig(let f, let r): return "invalid config: \(r) (\(f))"
         case .conflictNotFound(let id): return "no conflict with id \(id)"
         case .cannotRestore(let id, let r): return "cannot restore conflict \(id): \(r)"
-        case .readOnly(let r): return "database is read-only: \(r)"
         }
     }
 
@@ -34,7 +30,6 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
         case .databaseNotFound: return "check the --db path"
         case .notTracked: return "run `rtsync track --db PATH --all` first"
         case .untrackableTable(_, _, let h): return h
-        case .incompatibleSchema: return "both devices must use the same primary key for a table; migrate one side"
         case .diffRejected: return "the diff was moved to quarantine; nothing in the database changed"
         case .unknownPolicy: return "use one of the listed policies"
         case .conflictNotFound: return "list conflicts with `rtsync conflicts list`"
