@@ -190,7 +190,7 @@ struct CanonicalHasher {
         flushIfNeeded()
     }
 
-    mutating func add(_ values: [SQLValue]) { for v in values { add(v) } }
+    mutating func add<C: Collection<SQLValue>>(_ values: C) { for v in values { add(v) } }
     mutating func addRaw(_ bytes: [UInt8]) {
         buffer.append(contentsOf: bytes)
         flushIfNeeded()

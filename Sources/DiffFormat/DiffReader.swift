@@ -12,6 +12,15 @@ public struct OperationCounts: Sendable, Hashable, Codable {
     public init(upserts: Int = 0, deletes: Int = 0) { self.upserts = upserts; self.deletes = deletes }
 }
 
+/// When a `DiffReader` checks rows and the content digest.
+public enum RowValidation: Sendable {
+    /// Every row and the digest are checked before `init` returns (for callers that act on what they read).
+    case upfront
+    /// Rows are checked as `forEachChange` reads them and the digest after the last one (one pass, for
+    /// callers that can undo what they did with earlier rows, like apply inside a transaction).
+    case whileReading
+}
+
 /// Opens a diff file as untrusted input and validates all of it before any caller sees a row:
 /// read-only and immutable, defensive mode, untrusted schema, triggers and views disabled,
 /// structure, names, limits and content digest checked.
@@ -27,12 +36,19 @@ public final class DiffReader {
     /// Whether the diff carries per-column clock overrides.
     public let hasCellClocks: Bool
 
+    /// When rows are validated: `.upfront` (all of them, before `init` returns) or `.whileReading`.
+    public let rowValidation: RowValidation
+
     private let db: Connection
     private let tableIDs: [Int64: TableDefinition]
+    private let cellClocks: [Int64: [Int64: [String: Clock]]]
+    private let tablesHash: CanonicalHasher
+    private let cellsHash: CanonicalHasher
 
-    /// Opens and validates `url`.
+    /// Opens and validates `url`: the file, its structure, metadata and table definitions always, its
+    /// rows and content digest before returning (`.upfront`) or while `forEachChange` reads them.
     /// - Throws: `DiffFormatError` naming the file and the reason.
-    public init(url: URL, limits: DiffLimits = .default) throws {
+    public init(url: URL, limits: DiffLimits = .default, rowValidation: RowValidation = .upfront) throws {
         self.url = url
         let file = url.path
         func corrupt(_ error: Error) -> DiffFormatError {
@@ -183,25 +199,17 @@ public final class DiffReader {
                 throw DiffFormatError.invalidTableDefinition(file: file, table: t, reason: "table is present but not declared in rtsync_tables")
             }
 
-            // 6. Every row: well formed, and hashed for the digest.
-            var rowsHash = CanonicalHasher()
+            // 6. Row counts per table (one aggregate query); every carried row must be referenced.
             var counts: [String: OperationCounts] = [:]
             var total: Int64 = 0
-            var seenRows: [Int64: Set<Int64>] = [:]
-            let carried = try CarriedTables(db: db, tables: byID)
-            let rows = try db.prepare("SELECT rowid, tid, rid, op, born, born_site, hlc, site, changed FROM rtsync_rows ORDER BY rowid")
-            while try rows.step() {
-                total += 1
-                if total > limits.maxRows { throw DiffFormatError.limitExceeded(file: file, what: "number of rows", limit: limits.maxRows) }
-                let r = rows.row()
-                let (def, values, _) = try carried.resolve(r, file: file)
-                guard seenRows[r[1].int64 ?? 0, default: []].insert(r[2].int64 ?? 0).inserted else {
-                    throw DiffFormatError.invalidRow(file: file, table: def.name, row: r[0].int64 ?? 0, reason: "carried row \(r[2]) is referenced twice")
-                }
-                rowsHash.add(Array(r[1...]))
-                rowsHash.add(values)
-                if r[3].string == RowOperation.delete.rawValue { counts[def.name, default: .init()].deletes += 1 } else { counts[def.name, default: .init()].upserts += 1 }
+            for r in try db.rows("SELECT tid, count(*), sum(op = 'delete') FROM rtsync_rows GROUP BY tid") {
+                let n = r[1].int64 ?? 0
+                total += n
+                guard let tid = r[0].int64, let def = byID[tid] else { continue }  // an unknown table id is reported by the row check
+                let deletes = Int(r[2].int64 ?? 0)
+                counts[def.name] = OperationCounts(upserts: Int(n) - deletes, deletes: deletes)
             }
+            if total > limits.maxRows { throw DiffFormatError.limitExceeded(file: file, what: "number of rows", limit: limits.maxRows) }
             for def in defs {
                 let n = try db.scalar("SELECT count(*) FROM " + quoteIdentifier(def.name))?.int64 ?? 0
                 let c = counts[def.name] ?? .init()
@@ -209,8 +217,11 @@ public final class DiffReader {
                     throw DiffFormatError.invalidRow(file: file, table: def.name, row: 0, reason: "\(n) carried rows but \(c.upserts + c.deletes) referenced by rtsync_rows")
                 }
             }
+
+            // 7. Cell clocks: well formed, one per cell, hashed for the digest (that each names a row in
+            //    rtsync_rows is checked by the row scan).
             var cellsHash = CanonicalHasher()
-            var hasCells = false
+            var cellClocks: [Int64: [Int64: [String: Clock]]] = [:]
             if fileTables.contains(DiffFile.cellsTable) {
                 let cells = try db.prepare("SELECT tid, rid, col, hlc, site FROM rtsync_cells ORDER BY rowid")
                 var seenCells = Set<String>()
@@ -221,29 +232,28 @@ public final class DiffReader {
                     total += 1
                     if total > limits.maxRows { throw DiffFormatError.limitExceeded(file: file, what: "number of rows and cells", limit: limits.maxRows) }
                     guard let tid = c[0].int64, let def = byID[tid], let rid = c[1].int64, let col = c[2].string, let ci = def.columnIndex(col),
-                          c[3].int64 != nil, c[4].isNull || c[4].string != nil else {
+                          let hlc = c[3].int64, c[4].isNull || c[4].string != nil else {
                         throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: cellNumber, reason: "malformed cell clock")
-                    }
-                    guard seenRows[tid]?.contains(rid) == true else {
-                        throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: cellNumber, reason: "cell refers to a row not in rtsync_rows")
                     }
                     guard seenCells.insert("\(tid)|\(rid)|\(ci)").inserted else {
                         throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: cellNumber, reason: "two clocks for the same cell")
                     }
                     cellsHash.add(c)
-                    hasCells = true
+                    cellClocks[tid, default: [:]][rid, default: [:]][col] = Clock(hlc: HLC(rawValue: hlc), site: c[4].string ?? metadata.authorSite)
                 }
             }
-
-            // 7. The digest must match the content.
-            let actual = CanonicalHasher.digest(meta: metadata.digestedValues, tables: tablesHash, rows: rowsHash, cells: cellsHash)
-            guard actual == digest else { throw DiffFormatError.digestMismatch(file: file, expected: digest, actual: actual) }
 
             self.metadata = metadata
             self.tables = defs
             self.tableIDs = byID
             self.counts = counts
-            self.hasCellClocks = hasCells
+            self.hasCellClocks = !cellClocks.isEmpty
+            self.cellClocks = cellClocks
+            self.tablesHash = tablesHash
+            self.cellsHash = cellsHash
+            self.rowValidation = rowValidation
+            // 8. Every row well formed and the digest matching the content: now, or while the caller reads.
+            if rowValidation == .upfront { try scanRows({ _ in }, deliver: false) }
         } catch { throw corrupt(error) }
     }
 
@@ -270,26 +280,46 @@ public final class DiffReader {
     }
 
     /// Calls `body` with each row change in file order (the order the author made them).
+    ///
+    /// With `.whileReading` validation, rows are checked as they are read and the digest at the end: a
+    /// malformed row or a digest mismatch throws after `body` has seen earlier rows, so the caller must
+    /// be able to undo them (apply runs inside one transaction and rolls back).
     public func forEachChange(_ body: (RowChange) throws -> Void) throws {
+        try scanRows(body, deliver: true)
+    }
+
+    /// Reads `rtsync_rows` in order, validating every reference and hashing the content; checks that every
+    /// cell clock names a row, and that the digest matches. Hands each change to `body` when `deliver` is set.
+    private func scanRows(_ body: (RowChange) throws -> Void, deliver: Bool) throws {
+        let file = url.path
+        var rowsHash = CanonicalHasher()
+        var seenRows: [Int64: Set<Int64>] = [:]
         let carried = try CarriedTables(db: db, tables: tableIDs)
-        var cellClocks: [Int64: [Int64: [String: Clock]]] = [:]
-        if hasCellClocks {
-            for c in try db.rows("SELECT tid, rid, col, hlc, site FROM rtsync_cells ORDER BY rowid") {
-                let clock = Clock(hlc: HLC(rawValue: c[3].int64 ?? 0), site: c[4].string ?? metadata.authorSite)
-                cellClocks[c[0].int64 ?? 0, default: [:]][c[1].int64 ?? 0, default: [:]][c[2].string ?? ""] = clock
-            }
-        }
         let rows = try db.prepare("SELECT rowid, tid, rid, op, born, born_site, hlc, site, changed FROM rtsync_rows ORDER BY rowid")
         let author = metadata.authorSite
         while try rows.step() {
             let r = rows.row()
-            let (def, values, changed) = try carried.resolve(r, file: url.path)
+            let (def, values, changed) = try carried.resolve(r, file: file)
+            let tid = r[1].int64 ?? 0, rid = r[2].int64 ?? 0
+            guard seenRows[tid, default: []].insert(rid).inserted else {
+                throw DiffFormatError.invalidRow(file: file, table: def.name, row: r[0].int64 ?? 0, reason: "carried row \(r[2]) is referenced twice")
+            }
+            rowsHash.add(r[1...])
+            rowsHash.add(values)
+            guard deliver else { continue }
             let op = RowOperation(rawValue: r[3].string ?? "") ?? .upsert
             let born = Clock(hlc: HLC(rawValue: r[4].int64 ?? 0), site: r[5].string ?? author)
             let clock = Clock(hlc: HLC(rawValue: r[6].int64 ?? 0), site: r[7].string ?? author)
-            let overrides = cellClocks[r[1].int64 ?? 0]?[r[2].int64 ?? 0] ?? [:]
+            let overrides = hasCellClocks ? cellClocks[tid]?[rid] ?? [:] : [:]
             try body(RowChange(table: def.name, operation: op, values: values, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
         }
+        for (tid, byRow) in cellClocks {
+            for rid in byRow.keys where seenRows[tid]?.contains(rid) != true {
+                throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: 0, reason: "cell refers to a row not in rtsync_rows")
+            }
+        }
+        let actual = CanonicalHasher.digest(meta: metadata.digestedValues, tables: tablesHash, rows: rowsHash, cells: cellsHash)
+        guard actual == metadata.digest else { throw DiffFormatError.digestMismatch(file: file, expected: metadata.digest, actual: actual) }
     }
 
     /// All row changes in file order.

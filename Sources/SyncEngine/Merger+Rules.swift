@@ -18,18 +18,17 @@ extension Merger {
             plan = TablePlan(info: info, remoteDef: remoteDef)
             plans[change.table] = plan
         }
+        // A clock far ahead would win every merge until wall time caught up (and Int64.max would even beat
+        // unexported local edits): such a diff comes from a badly skewed or hostile device.
+        try checkClock(change.clock, change.table)
+        try checkClock(change.born, change.table)
+        for clock in change.columnClocks.values { try checkClock(clock, change.table) }
+        let keyValues = plan.keyPositions.map { $0.map { change.values[$0] } ?? .null }
+        if change.operation == .upsert, try insertNew(plan, change, keyValues: keyValues) { return }
+
         let info = plan.info
         var remote: [String: SQLValue] = Dictionary(minimumCapacity: plan.remoteLower.count)
         for (i, c) in plan.remoteLower.enumerated() { remote[c] = change.values[i] }
-        let keyValues = plan.keyLower.map { remote[$0] ?? .null }
-        for clock in [change.clock, change.born] + change.columnClocks.values {
-            // A clock far ahead would win every merge until wall time caught up (and Int64.max would even beat
-            // unexported local edits): such a diff comes from a badly skewed or hostile device.
-            if clock.hlc.rawValue > clockLimit {
-                throw SyncEngineError.diffRejected(file: file, reason: "clock \(clock) of a row of '\(change.table)' is more than a day ahead of this device's clock")
-            }
-            if clock.site == meta.authorSite { maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue) }
-        }
         let local = try localRow(info, keyValues: keyValues, plan: plan)
         let ctx = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         // Rows this user shared read-only with the author may not be changed by the author's diffs.
@@ -45,6 +44,58 @@ extension Merger {
         }
     }
 
+    mutating func checkClock(_ clock: Clock, _ table: String) throws {
+        if clock.hlc.rawValue > clockLimit {
+            throw SyncEngineError.diffRejected(file: reader.url.path, reason: "clock \(clock) of a row of '\(table)' is more than a day ahead of this device's clock")
+        }
+        if clock.site == meta.authorSite { maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue) }
+    }
+
+    /// The common case of a diff carrying rows this device has never seen: no local row, no tombstone or
+    /// other bookkeeping for the key, no unexported local change. Every policy then inserts the whole row
+    /// (owner-only only when the author owns it), so two statements do it: claiming the key in `rtsync_rows`
+    /// (which fails when the key has any history here) and inserting the row (which does nothing when a row
+    /// with the key exists). Returns false, having changed nothing, when the row needs the full merge.
+    mutating func insertNew(_ plan: TablePlan, _ change: RowChange, keyValues: [SQLValue]) throws -> Bool {
+        let info = plan.info
+        guard plan.fastInsert else { return false }
+        if let ownerPosition = plan.ownerPosition, change.values[ownerPosition] != .text(meta.authorUser) { return false }
+        let key = try keyText(keyValues)
+        let tid = info.table.id
+        if !pending.isEmpty || !readOnlyShares.isEmpty {
+            let tk = "\(tid)|" + key
+            if pending[tk] != nil || readOnlyShares.contains(tk) { return false }
+        }
+        try cached("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?,?,?,?,NULL,NULL) ON CONFLICT(tid, pk) DO NOTHING")
+            .run([.integer(tid), .text(key), .integer(change.born.hlc.rawValue), .text(change.born.site)])
+        guard db.changes == 1 else { return false }
+        var inserted = false
+        do {
+            try cached(plan.insertNewSQL).run(plan.allPositions.map { change.values[$0] })
+            inserted = db.changes == 1
+        } catch let e as SQLiteError where e.isUniqueViolation {
+            inserted = false
+        }
+        guard inserted else {
+            // A row with this key exists here without bookkeeping, or another key holds a UNIQUE value.
+            try cached("DELETE FROM rtsync_rows WHERE tid = ? AND pk = ?").run([.integer(tid), .text(key)])
+            return false
+        }
+        report.inserted += 1
+        // Column clocks are kept only where they differ from the row's born clock.
+        let needsClocks = !(change.columnClocks.isEmpty && change.clock == change.born)
+        guard needsClocks || plan.hasDeleteActions else { return true }
+        var remote: [String: SQLValue] = Dictionary(minimumCapacity: plan.remoteLower.count)
+        for (i, c) in plan.remoteLower.enumerated() { remote[c] = change.values[i] }
+        let r = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
+        if needsClocks { try setColumnClocks(r, key, columns: r.changedColumns, clearFirst: true) }
+        if plan.hasDeleteActions {
+            let local = LocalRow(key: key, hasMeta: true, values: nil, born: change.born, deleted: nil, clocks: [:], pending: nil, pendingColumns: [])
+            try applyDeleteActionsForDeletedParents(r, local, written: r.allColumns)
+        }
+        return true
+    }
+
     /// Names and SQL of one table, worked out once per diff instead of once per row.
     final class TablePlan {
         let info: TrackedInfo
@@ -53,6 +104,18 @@ extension Merger {
         let remoteLower: [String]
         /// Primary key columns, lower-cased, in key order.
         let keyLower: [String]
+        /// Position of each primary key column in the incoming values.
+        let keyPositions: [Int?]
+        /// Position in the incoming values of each of `allColumns`.
+        let allPositions: [Int]
+        /// Position in the incoming values of the owner column of an owner-only table.
+        let ownerPosition: Int?
+        /// Inserts `allColumns`, doing nothing when a row with the key exists.
+        let insertNewSQL: String
+        /// Whether rows new to this device may take `insertNew` (not when an owner-only diff lacks the owner column).
+        let fastInsert: Bool
+        /// Whether the table has foreign keys with ON DELETE SET NULL or CASCADE.
+        let hasDeleteActions: Bool
         /// Every incoming column that exists locally, named as in the local table.
         let allColumns: [String]
         /// Local column index by lower-cased name.
@@ -79,12 +142,20 @@ extension Merger {
             localIndex = index
             localName = names
             allColumns = remoteLower.compactMap { names[$0] }
+            let remoteLower = self.remoteLower
+            keyPositions = keyLower.map { remoteLower.firstIndex(of: $0) }
+            allPositions = remoteLower.indices.filter { names[remoteLower[$0]] != nil }
+            let policy = info.table.policy
+            ownerPosition = policy.policy == .ownerOnly ? remoteLower.firstIndex(of: (policy.ownerColumn ?? "owner_id").lowercased()) : nil
+            fastInsert = policy.policy != .ownerOnly || ownerPosition != nil
+            hasDeleteActions = def.foreignKeys.contains { ["SET NULL", "CASCADE"].contains($0.onDelete.uppercased()) }
             let table = quoteIdentifier(def.name)
             whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
             selectSQL = "SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + table + " WHERE " + whereKey
             insertAllSQL = "INSERT INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: allColumns.count).joined(separator: ", ") + ")"
             deleteSQL = "DELETE FROM " + table + " WHERE " + whereKey
+            insertNewSQL = insertAllSQL + " ON CONFLICT (" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
         }
     }
 
@@ -290,7 +361,13 @@ extension Merger {
             try cached(sql).run(r.keyValues)
             report.updated += 1
         }
+        try ensureRowMeta(r, local)
         try setClocks(r, local.key, columns: erase + clockOnly, clock: deletedAt)
+    }
+
+    /// A key with column clocks always has an `rtsync_rows` entry (born 0 when its birth is unknown here).
+    mutating func ensureRowMeta(_ r: RowContext, _ local: LocalRow) throws {
+        if !local.hasMeta { try cached(SyncDatabase.ensureRowMetaSQL).run([.integer(r.info.table.id), .text(local.key)]) }
     }
 
     mutating func setClocks(_ r: RowContext, _ key: String, columns: [String], clock: Clock) throws {
@@ -346,6 +423,7 @@ extension Merger {
             }
         }
         if changedAny { guard try update(r, local, columns: columns) else { return } }
+        try ensureRowMeta(r, local)
         try setColumnClocks(r, local.key, columns: columns, clearFirst: false)
         if changedAny {
             report.updated += 1

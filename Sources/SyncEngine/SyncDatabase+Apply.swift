@@ -32,7 +32,7 @@ extension SyncDatabase {
                 return report
             }
             let reader: DiffReader
-            do { reader = try DiffReader(url: url, limits: limits) } catch let e as DiffFormatError {
+            do { reader = try DiffReader(url: url, limits: limits, rowValidation: .whileReading) } catch let e as DiffFormatError {
                 return reject(e.reason)
             } catch { return reject("\(error)") }
             let meta = reader.metadata
@@ -61,6 +61,8 @@ extension SyncDatabase {
                 }
                 report.status = .applied
                 return report
+            } catch let e as DiffFormatError {
+                return reject(e.reason)
             } catch let e as SyncEngineError {
                 if case .diffRejected(_, let reason) = e { return reject(reason) }
                 return reject(e.description)
@@ -222,6 +224,7 @@ struct Merger {
 
     struct LocalRow {
         var key: String
+        var hasMeta = false               // whether rtsync_rows has an entry for the key
         var values: [SQLValue]?          // local columns in local order, nil when no row
         var born: Clock                  // incarnation (unexported insert: beats everything)
         var deleted: Clock?              // tombstone clock when deleted
@@ -262,7 +265,8 @@ struct Merger {
         try metaStmt.bind([.integer(tid), .text(key)])
         var born = Clock.zero
         var deleted: Clock?
-        if try metaStmt.step() {
+        let hasMeta = try metaStmt.step()
+        if hasMeta {
             born = Clock(hlc: HLC(rawValue: metaStmt.column(0).int64 ?? 0), site: metaStmt.column(1).string ?? "")
             if let d = metaStmt.column(2).int64 { deleted = Clock(hlc: HLC(rawValue: d), site: metaStmt.column(3).string ?? "") }
         }
@@ -283,7 +287,7 @@ struct Merger {
             if p.sawInsert { pendingColumns = Set(def.columnNames.map { $0.lowercased() }) }
             for i in p.mask where i < info.table.columns.count { pendingColumns.insert(info.table.columns[i].lowercased()) }
         }
-        return LocalRow(key: key, values: values, born: born, deleted: values == nil ? (deleted ?? (p?.lastOp == 3 ? Merger.unexported : nil)) : nil,
+        return LocalRow(key: key, hasMeta: hasMeta, values: values, born: born, deleted: values == nil ? (deleted ?? (p?.lastOp == 3 ? Merger.unexported : nil)) : nil,
                         clocks: clocks, pending: p, pendingColumns: pendingColumns)
     }
 

@@ -158,6 +158,7 @@ extension SyncDatabase {
             let setDeleted = try db.prepare("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?,?,?,?,?,?) ON CONFLICT(tid, pk) DO UPDATE SET del_hlc = excluded.del_hlc, del_site = excluded.del_site")
             let clearClocks = try db.prepare("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?")
             let setClock = try db.prepare("INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site) VALUES (?,?,?,?,?)")
+            let ensureRow = try db.prepare(SyncDatabase.ensureRowMetaSQL)
             for m in metaUpdates {
                 switch (m.op, m.isNew) {
                 case (.delete, _):
@@ -168,6 +169,8 @@ extension SyncDatabase {
                     try clearClocks.run([.integer(m.tid), .text(m.pk)])
                     try setBorn.run([.integer(m.tid), .text(m.pk), .integer(stamp.hlc.rawValue), .text(stamp.site)])
                 case (.upsert, false):
+                    // A key with column clocks always has an rtsync_rows entry (born 0 when unknown).
+                    try ensureRow.run([.integer(m.tid), .text(m.pk)])
                     for c in m.changed ?? [] {
                         try setClock.run([.integer(m.tid), .text(m.pk), .text(c), .integer(stamp.hlc.rawValue), .text(stamp.site)])
                     }

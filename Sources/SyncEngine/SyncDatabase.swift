@@ -47,6 +47,9 @@ public final class SyncDatabase: @unchecked Sendable {
 
     // MARK: - Bookkeeping
 
+    /// Gives a key an `rtsync_rows` entry (born 0: unknown) unless it has one.
+    static let ensureRowMetaSQL = "INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site) VALUES (?, ?, 0, '') ON CONFLICT(tid, pk) DO NOTHING"
+
     static let bookkeepingDDL = """
     CREATE TABLE IF NOT EXISTS rtsync_site(
       id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -105,6 +108,9 @@ public final class SyncDatabase: @unchecked Sendable {
         if try db.scalar("SELECT 1 FROM rtsync_site") == nil {
             try db.execute("INSERT INTO rtsync_site(id, site_id) VALUES (1, ?)", [.text(KSUID.generate().string)])
         }
+        // Every key with column clocks has an rtsync_rows entry (born 0 when its birth is unknown): apply's
+        // fast path for rows new to this device relies on it. Databases tracked by earlier versions are fixed here.
+        try db.execute("INSERT OR IGNORE INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks")
     }
 
     /// This database's site id (stable from the first `track`).

@@ -1,0 +1,76 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+import SyncEngine
+import Testing
+
+/// Apply takes a short path for rows this device has never seen (two statements instead of a full merge)
+/// and checks rows and the content digest while it applies them. These tests pin what must not change.
+@Suite("Applying rows new to a device")
+struct ApplyNewRowsTests {
+    /// Many new rows, a byte of the last one changed: the digest check at the end must undo every row
+    /// already written, including its bookkeeping.
+    @Test func tamperedDiffOfNewRows_isRejectedAfterTheLastRow_andLeavesNothingBehind() throws {
+        let box = try Sandbox("newrows-digest")
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try box.replica("B", fixture: "record-thing-demo")
+        for i in 0..<200 { try a.exec("INSERT INTO translations VALUES ('xx', 'key.\(i)', 'value \(i)', 'ctx')") }
+        try a.exec("INSERT INTO translations VALUES ('xx', 'key.last', 'Zebra', 'ctx')")
+        let good = try a.exportFile()
+        var bytes = [UInt8](try Data(contentsOf: good))
+        let needle = Array("Zebra".utf8)
+        let at = try #require((0...(bytes.count - needle.count)).first { Array(bytes[$0..<($0 + needle.count)]) == needle })
+        bytes[at] = UInt8(ascii: "C")
+        let file = box.path("incoming").appendingPathComponent(good.lastPathComponent)
+        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(bytes).write(to: file)
+        let before = try b.fullDump()
+        let report = b.apply(file)
+        #expect(report.status == .rejected)
+        #expect(report.reason?.contains("digest") == true, "\(report.reason ?? "")")
+        #expect(report.inserted == 0)
+        #expect(report.quarantinedTo != nil)
+        let after = try b.fullDump()
+        #expect(after == before, "database changed: \(firstDifference(before, after) ?? "")")
+        // The intact file applies every row.
+        let applied = b.apply(good)
+        #expect(applied.status == .applied && applied.inserted == 201)
+        #expect(try b.value("SELECT count(*) FROM translations WHERE lang = 'xx'") == .integer(201))
+    }
+
+    /// A key that exists here without any rtsync history (data from before tracking) is not "new":
+    /// the insert falls back to the full merge, which keeps the whole incoming row (it was born later).
+    @Test func insertOfKeyPresentLocallyWithoutHistory_takesTheFullMerge() throws {
+        let box = try Sandbox("newrows-present")
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try box.replica("B", fixture: "record-thing-demo")
+        // B gets the key outside rtsync's view (as if it predated tracking): no change row, no rtsync_rows entry.
+        try b.exec("DROP TRIGGER IF EXISTS rtsync_ins_\(try #require(b.value("SELECT tid FROM rtsync_tracked WHERE name = 'translations'")?.int64))")
+        try b.exec("INSERT INTO translations VALUES ('yy', 'greeting', 'hallo', 'b')")
+        try b.db.track()
+        #expect(try b.value("SELECT count(*) FROM rtsync_rows WHERE pk LIKE '%greeting%'") == .integer(0))
+        try a.exec("INSERT INTO translations VALUES ('yy', 'greeting', 'hello', 'a')")
+        let report = b.apply(try a.exportFile())
+        #expect(report.status == .applied)
+        #expect(report.inserted == 0 && report.updated == 1, "\(report)")
+        #expect(try b.value("SELECT value FROM translations WHERE lang = 'yy' AND key = 'greeting'") == .text("hello"))
+        // The overwritten local value is in the conflict log, and the key now has its bookkeeping.
+        #expect(try b.conflicts(table: "translations").contains { $0.localValue == .text("hallo") })
+        #expect(try b.value("SELECT count(*) FROM rtsync_rows WHERE pk LIKE '%greeting%'") == .integer(1))
+    }
+
+    /// A UNIQUE collision found by the short path's insert must leave no bookkeeping for the losing key
+    /// beyond what the full merge writes; the replicas still converge.
+    @Test func newRowCollidingOnUnique_resolvesLikeTheFullMerge() throws {
+        let box = try Sandbox("newrows-unique")
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try box.replica("B", fixture: "record-thing-demo")
+        try a.exec("INSERT INTO requests(id, url, type, status) VALUES (9001, 'https://example.com/same', 'image', 'new')")
+        tick()
+        try b.exec("INSERT INTO requests(id, url, type, status) VALUES (9002, 'https://example.com/same', 'image', 'new')")
+        _ = try exchange([a, b])
+        _ = try exchange([a, b])
+        try expectSameData(a, b)
+        #expect(try a.value("SELECT count(*) FROM requests WHERE url = 'https://example.com/same'") == .integer(1))
+    }
+}
