@@ -12,6 +12,8 @@ public enum SQLValue: Sendable, Hashable {
     public var string: String? { if case .text(let v) = self { return v } else { return nil } }
     /// True for NULL.
     public var isNull: Bool { self == .null }
+    /// Whether this is a REAL.
+    public var isReal: Bool { if case .real = self { return true } else { return false } }
 
     /// The value as SQL literal text, like SQLite's `quote()` (used for display and row keys).
     public var sqlLiteral: String {

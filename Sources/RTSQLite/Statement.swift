@@ -27,7 +27,8 @@ public final class Statement {
     /// Binds values to parameters 1...n, resetting the statement first.
     public func bind(_ values: [SQLValue]) throws {
         sqlite3_reset(handle)
-        sqlite3_clear_bindings(handle)
+        // Parameters not given are NULL; when all are given, each is overwritten anyway.
+        if values.count < Int(sqlite3_bind_parameter_count(handle)) { sqlite3_clear_bindings(handle) }
         for (i, value) in values.enumerated() { try bind(value, at: i + 1) }
     }
 
@@ -41,12 +42,17 @@ public final class Statement {
         case .real(let v): rc = sqlite3_bind_double(handle, i, v)
         case .text(let s):
             // Bind with an explicit byte length: text may contain NUL bytes, which -1 would cut at.
-            let bytes = Array(s.utf8)
-            rc = bytes.withUnsafeBufferPointer { buffer in
+            // SQLite copies the bytes (SQLITE_TRANSIENT), so a native string's own storage is used as is.
+            func bindBytes(_ buffer: UnsafeBufferPointer<UInt8>) -> Int32 {
                 buffer.withMemoryRebound(to: CChar.self) { chars in
                     // An empty string still needs a non-NULL pointer, or SQLite binds NULL instead of ''.
                     sqlite3_bind_text(handle, i, chars.baseAddress ?? UnsafePointer(bitPattern: 1), Int32(chars.count), rtsync_transient())
                 }
+            }
+            if let done = s.utf8.withContiguousStorageIfAvailable(bindBytes) {
+                rc = done
+            } else {
+                rc = Array(s.utf8).withUnsafeBufferPointer(bindBytes)
             }
         case .blob(let b):
             rc = b.withUnsafeBytes { raw in

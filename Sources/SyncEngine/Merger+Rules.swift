@@ -6,14 +6,13 @@ import RTSQLite
 
 extension Merger {
     mutating func merge(_ change: RowChange) throws {
-        let file = reader.url.path
         let plan: TablePlan
         if let cachedPlan = plans[change.table] {
             plan = cachedPlan
         } else {
             guard let info = tracked[change.table] ?? tracked.values.first(where: { $0.table.name.lowercased() == change.table.lowercased() }),
                   let remoteDef = reader.tables.first(where: { $0.name == change.table }) else {
-                throw SyncEngineError.diffRejected(file: file, reason: "table '\(change.table)' is neither in this database nor defined by the diff")
+                throw SyncEngineError.diffRejected(file: reader.url.path, reason: "table '\(change.table)' is neither in this database nor defined by the diff")
             }
             plan = TablePlan(info: info, remoteDef: remoteDef)
             plans[change.table] = plan
@@ -66,12 +65,15 @@ extension Merger {
             let tk = "\(tid)|" + key
             if pending[tk] != nil || readOnlyShares.contains(tk) { return false }
         }
-        try cached("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?,?,?,?,NULL,NULL) ON CONFLICT(tid, pk) DO NOTHING")
-            .run([.integer(tid), .text(key), .integer(change.born.hlc.rawValue), .text(change.born.site)])
+        if claimKey == nil {
+            claimKey = try db.prepare("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?,?,?,?,NULL,NULL) ON CONFLICT(tid, pk) DO NOTHING")
+        }
+        try claimKey!.run([.integer(tid), .text(key), .integer(change.born.hlc.rawValue), .text(change.born.site)])
         guard db.changes == 1 else { return false }
+        if plan.insertNewStatement == nil { plan.insertNewStatement = try db.prepare(plan.insertNewSQL) }
         var inserted = false
         do {
-            try cached(plan.insertNewSQL).run(plan.allPositions.map { change.values[$0] })
+            try plan.insertNewStatement!.run(plan.allPositions.map { change.values[$0] })
             inserted = db.changes == 1
         } catch let e as SQLiteError where e.isUniqueViolation {
             inserted = false
@@ -112,6 +114,8 @@ extension Merger {
         let ownerPosition: Int?
         /// Inserts `allColumns`, doing nothing when a row with the key exists.
         let insertNewSQL: String
+        /// `insertNewSQL`, compiled on first use.
+        var insertNewStatement: Statement?
         /// Whether rows new to this device may take `insertNew` (not when an owner-only diff lacks the owner column).
         let fastInsert: Bool
         /// Whether the table has foreign keys with ON DELETE SET NULL or CASCADE.

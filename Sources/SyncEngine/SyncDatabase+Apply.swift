@@ -102,6 +102,8 @@ struct Merger {
     /// Pending (not yet exported) local changes by "tid|pk".
     var pending: [String: PendingLocal] = [:]
     var statements: [String: Statement] = [:]
+    /// Claims a key new to this device in `rtsync_rows` (see `insertNew`).
+    var claimKey: Statement?
     var maxRemoteHLC: Int64 = 0
     /// The largest clock accepted: a day ahead of this device's wall time.
     let clockLimit = (HLC.wallMilliseconds() + 86_400_000) << 16
@@ -244,7 +246,8 @@ struct Merger {
     /// The row key text the capture triggers make with SQLite's `quote()`: built here for integers, text
     /// and blobs (whose `quote()` form is exact), asked of SQLite for REALs (whose formatting is SQLite's own).
     mutating func keyText(_ values: [SQLValue]) throws -> String {
-        if !values.contains(where: { if case .real = $0 { return true } else { return false } }) {
+        if values.count == 1, case let v = values[0], !v.isReal { return v.sqlLiteral }
+        if !values.contains(where: \.isReal) {
             return values.map(\.sqlLiteral).joined(separator: ",")
         }
         let s = try cached("SELECT " + (1...values.count).map { "quote(?\($0))" }.joined(separator: " || ',' || "))

@@ -118,11 +118,14 @@ extension RTSync {
             )
             @OptionGroup var options: HomeOptions
             @Flag(help: "Also upload it to <user>/backups/ in the bucket (premium, or a local-folder bucket).") var upload = false
+            @Flag(help: ArgumentHelp("Return once the copy is durable; check it later with `rtsync backup verify --pending`.",
+                                     discussion: "Until then it is listed as not verified, is not last-known-good, and restore does not pick it by default."))
+            var verifyLater = false
             @Flag(help: "Print JSON.") var json = false
 
             func run() async throws {
                 do {
-                    let info = try BackupCommand.manager(options).create()
+                    let info = try BackupCommand.manager(options).create(verification: verifyLater ? .deferred : .immediate)
                     var uploaded: String?
                     if upload {
                         let settings = try options.loadSettings()
@@ -133,7 +136,12 @@ extension RTSync {
                         uploaded = key
                     }
                     if json { printJSON(info); return }
-                    print("backup \(info.id): \(info.bytes) bytes by \(info.method), verified, last known good")
+                    let copied = String(format: "%.0f ms", info.copyMilliseconds ?? 0)
+                    if info.verified {
+                        print("backup \(info.id): \(info.bytes) bytes by \(info.method) in \(copied), verified in \(String(format: "%.0f ms", info.verifyMilliseconds ?? 0)), last known good")
+                    } else {
+                        print("backup \(info.id): \(info.bytes) bytes by \(info.method) in \(copied), not verified yet (run `rtsync backup verify --pending`)")
+                    }
                     if let uploaded { print("uploaded to \(uploaded)") }
                 } catch { throw report(error) }
             }
@@ -151,20 +159,25 @@ extension RTSync {
                     if json { printJSON(list); return }
                     if list.isEmpty { print("no backups"); return }
                     let good = m.lastKnownGood()?.id
-                    for b in list { print("\(b.id)  \(b.createdAt)  \(b.bytes) bytes  \(b.method)  \(b.verified ? "verified" : "DAMAGED")\(b.id == good ? "  last-known-good" : "")") }
+                    for b in list {
+                        let state = b.awaitingVerification == true ? "not verified yet" : b.verified ? "verified" : "DAMAGED"
+                        print("\(b.id)  \(b.createdAt)  \(b.bytes) bytes  \(b.method)  \(state)\(b.id == good ? "  last-known-good" : "")")
+                    }
                 } catch { throw report(error) }
             }
         }
 
         struct Verify: ParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Re-check backups with quick_check (all, or the ids given).")
+            static let configuration = CommandConfiguration(abstract: "Re-check backups with quick_check (all, the ids given, or those not verified yet).")
             @OptionGroup var options: HomeOptions
+            @Flag(help: "Only backups made with --verify-later and not checked yet.") var pending = false
             @Argument(help: "Backup ids (default: all).") var ids: [String] = []
 
             func run() throws {
                 do {
                     let m = try BackupCommand.manager(options)
-                    let targets = ids.isEmpty ? m.list().map(\.id) : ids
+                    let targets = pending ? m.list().filter { $0.awaitingVerification == true }.map(\.id) : ids.isEmpty ? m.list().map(\.id) : ids
+                    if pending && targets.isEmpty { print("no backups waiting for verification") }
                     var bad = 0
                     for id in targets {
                         let b = try m.verify(id: id)
