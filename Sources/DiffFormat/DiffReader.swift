@@ -297,8 +297,16 @@ public final class DiffReader {
         let carried = try CarriedTables(db: db, tables: tableIDs)
         let rows = try db.prepare("SELECT rowid, tid, rid, op, born, born_site, hlc, site, changed FROM rtsync_rows ORDER BY rowid")
         let author = metadata.authorSite
+        // Site ids repeat row after row: read into the previous string when the bytes are the same.
+        var bornSite: String?, site: String?
+        var r = [SQLValue](repeating: .null, count: 9)
         while try rows.step() {
-            let r = rows.row()
+            r[0] = rows.column(0); r[1] = rows.column(1); r[2] = rows.column(2); r[3] = rows.column(3)
+            r[4] = rows.column(4); r[6] = rows.column(6); r[8] = rows.column(8)
+            bornSite = rows.text(5, reusing: bornSite)
+            site = rows.text(7, reusing: site)
+            r[5] = bornSite.map { .text($0) } ?? rows.column(5)
+            r[7] = site.map { .text($0) } ?? rows.column(7)
             let (def, values, changed) = try carried.resolve(r, file: file)
             let tid = r[1].int64 ?? 0, rid = r[2].int64 ?? 0
             guard seenRows[tid, default: []].insert(rid).inserted else {
@@ -307,9 +315,9 @@ public final class DiffReader {
             rowsHash.add(r[1...])
             rowsHash.add(values)
             guard deliver else { continue }
-            let op = RowOperation(rawValue: r[3].string ?? "") ?? .upsert
-            let born = Clock(hlc: HLC(rawValue: r[4].int64 ?? 0), site: r[5].string ?? author)
-            let clock = Clock(hlc: HLC(rawValue: r[6].int64 ?? 0), site: r[7].string ?? author)
+            let op: RowOperation = r[3] == .text(RowOperation.delete.rawValue) ? .delete : .upsert
+            let born = Clock(hlc: HLC(rawValue: r[4].int64 ?? 0), site: bornSite ?? author)
+            let clock = Clock(hlc: HLC(rawValue: r[6].int64 ?? 0), site: site ?? author)
             let overrides = hasCellClocks ? cellClocks[tid]?[rid] ?? [:] : [:]
             try body(RowChange(table: def.name, operation: op, values: values, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
         }

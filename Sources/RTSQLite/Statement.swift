@@ -101,6 +101,19 @@ public final class Statement {
         }
     }
 
+    /// Column `index` of the current row when it is TEXT, else nil; returns `previous` itself when it holds the
+    /// same bytes, so a value repeated row after row (a site id) is not copied into a new string each time.
+    public func text(_ index: Int, reusing previous: String?) -> String? {
+        let i = Int32(index)
+        guard sqlite3_column_type(handle, i) == SQLITE_TEXT else { return nil }
+        let n = Int(sqlite3_column_bytes(handle, i))
+        guard let p = sqlite3_column_text(handle, i) else { return "" }
+        let bytes = UnsafeBufferPointer(start: p, count: n)
+        if var previous, previous.utf8.count == n,
+           previous.withUTF8({ $0.elementsEqual(bytes) }) { return previous }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// All columns of the current row.
     public func row() -> [SQLValue] { (0..<columnCount).map { column($0) } }
 
