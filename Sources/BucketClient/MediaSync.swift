@@ -295,8 +295,7 @@ public struct MediaSync: Sendable {
                 guard let before = FileStat.of(url.path) else {
                     throw BucketError.localIO(path: url.path, description: "file vanished")
                 }
-                let sha = try LocalFiles.sha256Hex(of: url)
-                let info = try await store.put(key: remoteKey(path), fileURL: url)
+                let (info, sha) = try await store.putReturningSHA256(key: remoteKey(path), fileURL: url)
                 await progress.uploaded(path, entry: .init(size: before.size, mtimeNanoseconds: before.mtimeNanoseconds,
                                                            sha256: sha, etag: info.etag))
             } catch {
