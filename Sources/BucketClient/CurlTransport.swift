@@ -6,11 +6,11 @@ import FoundationNetworking
 import CCurlShim
 #endif
 
-/// Sends requests with large bodies through libcurl directly (Linux), bypassing URLSession's dispatch-driven event
-/// loop, which spent more client CPU per uploaded byte than the server took to receive it.
+/// Sends requests with a body through libcurl directly (Linux), bypassing URLSession's dispatch-driven event loop,
+/// which kept a core busy for as long as a request was in flight: the client spent more CPU per uploaded byte than
+/// the (Python) test server took to receive it.
 ///
-/// Used by ``S3Store`` for request bodies of at least ``S3Configuration/directTransportMinimumBody`` bytes (upload
-/// parts). Answers are turned into the same `(Data, HTTPURLResponse)` pairs URLSession gives, and libcurl errors into
+/// Used by ``S3Store`` for PUT and POST requests (see ``S3Configuration/directTransportMinimumBody``). Answers are turned into the same `(Data, HTTPURLResponse)` pairs URLSession gives, and libcurl errors into
 /// `URLError`s, so signing, retries and error mapping are shared. Unavailable on Apple platforms, and when libcurl
 /// cannot be loaded: callers then use URLSession.
 enum CurlTransport {
