@@ -44,7 +44,7 @@ let package = Package(
             dependencies: ["DiffFormat", "RTSQLite", "CClone", "DemoAsset", .product(name: "Crypto", package: "swift-crypto")]
         ),
         // Blocking HTTP over libcurl loaded at run time, for large S3 request bodies on Linux (see CurlTransport).
-        .target(name: "CCurlShim"),
+        .target(name: "CCurlShim", linkerSettings: [.linkedLibrary("dl", .when(platforms: [.linux]))]),
         .target(
             name: "BucketClient",
             dependencies: [.product(name: "Crypto", package: "swift-crypto"),

@@ -103,6 +103,7 @@ static size_t read_body(char *buffer, size_t size, size_t count, void *user) {
     source_t *s = user;
     size_t n = size * count, left = s->length - s->offset;
     if (n > left) n = left;
+    if (n == 0) return 0;
     memcpy(buffer, s->data + s->offset, n);
     s->offset += n;
     return n;
