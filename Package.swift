@@ -43,9 +43,12 @@ let package = Package(
             name: "SyncEngine",
             dependencies: ["DiffFormat", "RTSQLite", "CClone", "DemoAsset", .product(name: "Crypto", package: "swift-crypto")]
         ),
+        // Blocking HTTP over libcurl loaded at run time, for large S3 request bodies on Linux (see CurlTransport).
+        .target(name: "CCurlShim", linkerSettings: [.linkedLibrary("dl", .when(platforms: [.linux]))]),
         .target(
             name: "BucketClient",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [.product(name: "Crypto", package: "swift-crypto"),
+                           .target(name: "CCurlShim", condition: .when(platforms: [.linux]))]
         ),
         // Adapts BucketClient's stores to SyncEngine's RemoteStore (keeps SyncEngine free of any backend).
         .target(name: "BucketSync", dependencies: ["BucketClient", "SyncEngine"]),

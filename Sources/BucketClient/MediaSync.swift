@@ -10,7 +10,7 @@ import Darwin
 /// Selective sync of `recordings/` and `images/` between a local documents folder and `<user>/<kind>/` in a bucket.
 ///
 /// A manifest records size, mtime, SHA-256 and ETag of each synced file, so a run over an unchanged
-/// tree costs one listing per folder (per 1,000 objects) and neither uploads nor hashing. Deletions
+/// tree costs one listing for all its kind folders (per 1,000 objects) and neither uploads nor hashing. Deletions
 /// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run.
 /// Bucket keys that could escape the documents folder are refused and reported, never written.
 public struct MediaSync: Sendable {
@@ -55,21 +55,26 @@ public struct MediaSync: Sendable {
         var actions: [Action] = []
         var remoteByPath: [String: ObjectInfo] = [:]
 
-        for kind in MediaKind.allCases where options.kinds.contains(kind) {
-            // Remote side: one listing (per 1,000 objects).
-            let keyPrefix = "\(user)/\(kind.rawValue)/"
-            var remote: [String: ObjectInfo] = [:]
-            for object in try await store.listAll(prefix: keyPrefix) {
-                let relative = String(object.key.dropFirst(keyPrefix.count))
-                do {
-                    _ = try SafeKey.segments(of: relative)
-                } catch let error as BucketError {
-                    report.refused.append(.init(path: object.key, reason: Self.reason(error)))
-                    continue
-                }
-                let path = "\(kind.rawValue)/\(relative)"
-                if options.accepts(path) { remote[path] = object }
+        // Remote side: one listing of every wanted kind folder together (one LIST per 1,000 objects when
+        // nothing lies between them; see ObjectStore.listFolders).
+        let kinds = MediaKind.allCases.filter { options.kinds.contains($0) }
+        var remoteByKind: [MediaKind: [String: ObjectInfo]] = [:]
+        for object in try await store.listFolders(kinds.map(folder(of:))) {
+            guard let kind = kinds.first(where: { FolderSet.key(object.key, isIn: folder(of: $0)) }) else { continue }
+            // Cut the folder off by bytes (it ends in "/", so the rest is valid UTF-8).
+            let relative = String(decoding: object.key.utf8.dropFirst(folder(of: kind).utf8.count), as: UTF8.self)
+            do {
+                _ = try SafeKey.segments(of: relative)
+            } catch let error as BucketError {
+                report.refused.append(.init(path: object.key, reason: Self.reason(error)))
+                continue
             }
+            let path = "\(kind.rawValue)/\(relative)"
+            if options.accepts(path) { remoteByKind[kind, default: [:]][path] = object }
+        }
+
+        for kind in kinds {
+            let remote = remoteByKind[kind] ?? [:]
             // Local side: one stat per file, no reading.
             var local: [String: LocalFile] = [:]
             let kindFolder = documents.appendingPathComponent(kind.rawValue, isDirectory: true)
@@ -290,8 +295,7 @@ public struct MediaSync: Sendable {
                 guard let before = FileStat.of(url.path) else {
                     throw BucketError.localIO(path: url.path, description: "file vanished")
                 }
-                let sha = try LocalFiles.sha256Hex(of: url)
-                let info = try await store.put(key: remoteKey(path), fileURL: url)
+                let (info, sha) = try await store.putReturningSHA256(key: remoteKey(path), fileURL: url)
                 await progress.uploaded(path, entry: .init(size: before.size, mtimeNanoseconds: before.mtimeNanoseconds,
                                                            sha256: sha, etag: info.etag))
             } catch {
@@ -318,6 +322,9 @@ public struct MediaSync: Sendable {
     // MARK: - Helpers
 
     func remoteKey(_ path: String) -> String { "\(user)/\(path)" }
+
+    /// The bucket folder of a kind: `<user>/<kind>/`.
+    func folder(of kind: MediaKind) -> String { "\(user)/\(kind.rawValue)/" }
 
     func localURL(_ path: String) -> URL {
         // Paths were checked with SafeKey when planned.

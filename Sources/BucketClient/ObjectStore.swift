@@ -36,11 +36,23 @@ public protocol ObjectStore: Sendable {
     @discardableResult
     func put(key: String, fileURL: URL) async throws -> ObjectInfo
 
+    /// Stores a local file like ``put(key:fileURL:)`` and returns the SHA-256 (lowercase hex) of the bytes stored.
+    ///
+    /// S3 hashes each byte once for both the request signature and this result; the default reads the file
+    /// twice (hash, then put).
+    func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String)
+
     /// Deletes an object; deleting a missing key succeeds (as on S3).
     func delete(key: String) async throws
 }
 
 extension ObjectStore {
+    /// Hashes the file, then stores it with ``put(key:fileURL:)``.
+    public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
+        let sha256 = try LocalFiles.sha256Hex(of: fileURL)
+        return (try await put(key: key, fileURL: fileURL), sha256)
+    }
+
     /// Lists every object under `prefix`, following continuation tokens page by page.
     public func listAll(prefix: String, startAfter: String? = nil) async throws -> [ObjectInfo] {
         var result: [ObjectInfo] = []

@@ -2,6 +2,13 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 // MARK: - Ranged, resumable download
 
@@ -215,6 +222,17 @@ extension S3Store {
     /// PutObject for small files; a resumable multipart upload above ``S3Configuration/multipartThreshold``.
     @discardableResult
     public func put(key: String, fileURL: URL) async throws -> ObjectInfo {
+        try await putFile(key: key, fileURL: fileURL, hashFile: false).info
+    }
+
+    /// Uploads a file and returns the SHA-256 of its bytes, computed from the same reads that feed the upload
+    /// (for a small file it is the signed payload hash itself).
+    public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
+        let (info, sha256) = try await putFile(key: key, fileURL: fileURL, hashFile: true)
+        return (info, sha256!)
+    }
+
+    func putFile(key: String, fileURL: URL, hashFile: Bool) async throws -> (info: ObjectInfo, sha256: String?) {
         guard let st = FileStat.of(fileURL.path), st.isRegularFile else {
             throw BucketError.localIO(path: fileURL.path, description: "not a readable file")
         }
@@ -223,12 +241,13 @@ extension S3Store {
             do { data = try Data(contentsOf: fileURL) } catch {
                 throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
             }
-            return try await put(key: key, data: data, ifNoneMatch: false)
+            let sha256 = Hashing.sha256Hex(data)
+            return (try await put(key: key, data: data, ifNoneMatch: false, sha256: sha256), sha256)
         }
-        return try await multipartUpload(key: key, fileURL: fileURL, stat: st)
+        return try await multipartUpload(key: key, fileURL: fileURL, stat: st, hashFile: hashFile)
     }
 
-    func multipartUpload(key: String, fileURL: URL, stat st: FileStat) async throws -> ObjectInfo {
+    func multipartUpload(key: String, fileURL: URL, stat st: FileStat, hashFile: Bool) async throws -> (info: ObjectInfo, sha256: String?) {
         let partSize = max(5 << 20, configuration.partSize)
         let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)
@@ -273,38 +292,60 @@ extension S3Store {
         let stateFile = MultipartStateFile(url: stateURL, state: state!)
         await stateFile.save()
         let uploadId = state!.uploadId
-        let missing = (1...partCount).filter { state!.parts[$0] == nil }
+        let done = state!.parts
         let stopAfter = configuration.stopAfterPartsForTesting
         let window = max(1, configuration.maxConcurrency)
+        let reader = try PartReader(fileURL: fileURL, fileSize: st.size, partSize: partSize)
+        var fileHasher = hashFile ? Hashing.SHA256Stream() : nil
+        // Parts are read (and the file hashed) in order here and sent by child tasks: at most `window` parts of
+        // this file at once, and at most `partLimiter`'s limit across all files, each holding one part in memory.
         try await withThrowingTaskGroup(of: (Int, String).self) { group in
-            var next = 0
+            var running = 0
             var finished = 0
-            func addNext() {
-                let number = missing[next]
-                next += 1
-                group.addTask {
-                    try await partLimiter.run {
-                        let data = try Self.readPart(fileURL: fileURL, number: number, partSize: partSize)
-                        var request = Request(method: "PUT", key: key, operation: "UploadPart")
-                        request.query = ["partNumber": String(number), "uploadId": uploadId]
-                        request.body = data
-                        // No Content-MD5 on parts: the signed x-amz-content-sha256 of the body already lets S3
-                        // verify every byte, and hashing 8 MiB parts twice was a fifth of the client's CPU.
-                        let response = try await send(request)
-                        return (number, Self.unquote(response.header("ETag")))
-                    }
-                }
-            }
-            while next < missing.count && next < window { addNext() }
-            while let (number, etag) = try await group.next() {
+            func collect() async throws {
+                guard let (number, etag) = try await group.next() else { return }
+                running -= 1
                 await stateFile.record(part: number, etag: etag)
                 finished += 1
                 if let stopAfter, finished >= stopAfter {
                     group.cancelAll()
                     throw BucketError.transport(request: "UploadPart (test interruption)", description: "stopped after \(finished) parts")
                 }
-                if next < missing.count { addNext() }
             }
+            for number in 1...partCount {
+                if done[number] != nil {
+                    // Uploaded before an interruption: only hashed (when asked), not sent again.
+                    if fileHasher != nil { fileHasher!.update(try reader.read(part: number)) }
+                    continue
+                }
+                while running >= window { try await collect() }
+                await partLimiter.acquire()
+                let data: Data
+                do { data = try reader.read(part: number) } catch {
+                    await partLimiter.release()
+                    throw error
+                }
+                if fileHasher != nil { fileHasher!.update(data) }
+                var request = Request(method: "PUT", key: key, operation: "UploadPart")
+                request.query = ["partNumber": String(number), "uploadId": uploadId]
+                request.body = data
+                // No Content-MD5 on parts: the signed x-amz-content-sha256 of the body already lets S3 verify
+                // every byte.
+                request.payloadHash = Hashing.sha256Hex(data)
+                request.preferDirect = true
+                group.addTask {
+                    do {
+                        let response = try await send(request)
+                        await partLimiter.release()
+                        return (number, Self.unquote(response.header("ETag")))
+                    } catch {
+                        await partLimiter.release()
+                        throw error
+                    }
+                }
+                running += 1
+            }
+            while running > 0 { try await collect() }
         }
         let parts = await stateFile.state.parts
         var body = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
@@ -315,10 +356,12 @@ extension S3Store {
             body += "<Part><PartNumber>\(number)</PartNumber><ETag>\"\(etag)\"</ETag></Part>"
         }
         body += "</CompleteMultipartUpload>"
+        let sha256 = fileHasher?.finalizeHex()
         var request = Request(method: "POST", key: key, operation: "CompleteMultipartUpload")
         request.query = ["uploadId": uploadId]
         request.body = Data(body.utf8)
         request.headers["content-type"] = "application/xml"
+        request.preferDirect = true  // the server may take seconds to assemble the parts
         let response: Response
         do {
             response = try await send(request)
@@ -327,25 +370,12 @@ extension S3Store {
             let info = try await head(key: key)
             guard info.size == st.size, info.etag.hasSuffix("-\(partCount)") else { throw BucketError.notFound(key: key) }
             await stateFile.remove()
-            return info
+            return (info, sha256)
         }
         // S3 may answer 200 with an <Error> body: parseXML turns that into an error.
         let xml = try parseXML(response, expecting: ["CompleteMultipartUploadResult", "CompleteMultipartUploadResponse"], request: request)
         await stateFile.remove()
-        return ObjectInfo(key: key, size: st.size, etag: Self.unquote(xml.string("ETag")), lastModified: Date())
-    }
-
-    static func readPart(fileURL: URL, number: Int, partSize: Int) throws -> Data {
-        guard let handle = FileHandle(forReadingAtPath: fileURL.path) else {
-            throw BucketError.localIO(path: fileURL.path, description: "cannot open for reading")
-        }
-        defer { try? handle.close() }
-        do {
-            try handle.seek(toOffset: UInt64(number - 1) * UInt64(partSize))
-            return try handle.read(upToCount: partSize) ?? Data()
-        } catch {
-            throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
-        }
+        return (ObjectInfo(key: key, size: st.size, etag: Self.unquote(xml.string("ETag")), lastModified: Date()), sha256)
     }
 
     /// ListParts, all pages: part number -> (ETag, size).
@@ -373,5 +403,45 @@ extension S3Store {
         var request = Request(method: "DELETE", key: key, operation: "AbortMultipartUpload")
         request.query = ["uploadId": uploadId]
         _ = try await send(request, acceptStatuses: [404])
+    }
+}
+
+/// Reads the parts of a file for a multipart upload: one `pread` per part into a buffer of exactly its size.
+final class PartReader: Sendable {
+    let path: String
+    let fd: Int32
+    let fileSize: Int64
+    let partSize: Int
+
+    init(fileURL: URL, fileSize: Int64, partSize: Int) throws {
+        path = fileURL.path
+        fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw BucketError.localIO(path: path, description: LocalFiles.errnoText()) }
+        self.fileSize = fileSize
+        self.partSize = partSize
+    }
+
+    deinit { close(fd) }
+
+    /// Part `number` (1-based); a file cut shorter since it was measured is an error, never a short part.
+    func read(part number: Int) throws -> Data {
+        let offset = Int64(number - 1) * Int64(partSize)
+        let length = Int(min(Int64(partSize), fileSize - offset))
+        var data = Data(count: length)
+        let got = data.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) -> Int in
+            var done = 0
+            while done < length {
+                let n = pread(fd, buffer.baseAddress! + done, length - done, off_t(offset) + off_t(done))
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { return n < 0 ? -1 : done }
+                done += n
+            }
+            return done
+        }
+        if got < 0 { throw BucketError.localIO(path: path, description: LocalFiles.errnoText()) }
+        if got < length {
+            throw BucketError.localIO(path: path, description: "file shrank while uploading (part \(number): \(got) of \(length) bytes)")
+        }
+        return data
     }
 }

@@ -42,6 +42,10 @@ public struct S3Store: ObjectStore {
         var headers: [String: String] = [:]
         var body: Data? = nil
         var operation: String
+        /// Hex SHA-256 of `body` when the caller already has it (computed here otherwise).
+        var payloadHash: String? = nil
+        /// Send through ``CurlTransport`` when it is available and enabled, whatever the body size.
+        var preferDirect = false
     }
 
     struct Response {
@@ -52,6 +56,12 @@ public struct S3Store: ObjectStore {
     }
 
     func fullKey(_ key: String) -> String { configuration.prefix + key }
+
+    /// Whether a request goes through ``CurlTransport`` rather than URLSession.
+    func useDirectTransport(bodySize: Int, preferred: Bool) -> Bool {
+        guard let minimum = configuration.directTransportMinimumBody, preferred || bodySize >= minimum else { return false }
+        return CurlTransport.isAvailable
+    }
 
     /// Where a request goes: host header, encoded path and base URL text.
     func location(key: String?) -> (scheme: String, host: String, path: String) {
@@ -91,7 +101,7 @@ public struct S3Store: ObjectStore {
             throw BucketError.unsafeKey(key: request.key ?? "", reason: "cannot form a request URL")
         }
         let body = request.body ?? Data()
-        let payloadHash = Hashing.sha256Hex(body)
+        let payloadHash = request.payloadHash ?? Hashing.sha256Hex(body)
         var attempt = 0
         while true {
             var urlRequest = URLRequest(url: url)
@@ -105,10 +115,14 @@ public struct S3Store: ObjectStore {
                 headers["host"] = nil  // URLSession sets Host itself, from the same URL.
             }
             for (name, value) in headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
-            if request.method == "PUT" || request.method == "POST" { urlRequest.httpBody = body }
+            let direct = (request.method == "PUT" || request.method == "POST")
+                && useDirectTransport(bodySize: body.count, preferred: request.preferDirect)
+            if (request.method == "PUT" || request.method == "POST") && !direct { urlRequest.httpBody = body }
             requestCounter.record(request.operation)
             do {
-                let (data, response) = try await session.data(for: urlRequest)
+                let (data, response) = direct
+                    ? try await CurlTransport.send(urlRequest, body: body, timeout: configuration.timeout)
+                    : try await session.data(for: urlRequest)
                 guard let http = response as? HTTPURLResponse else {
                     throw BucketError.invalidResponse(request: describe(request), reason: "not an HTTP response")
                 }
@@ -279,8 +293,14 @@ public struct S3Store: ObjectStore {
     /// PutObject with SHA-256 and MD5 integrity headers.
     @discardableResult
     public func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo {
+        try await put(key: key, data: data, ifNoneMatch: ifNoneMatch, sha256: Hashing.sha256Hex(data))
+    }
+
+    /// PutObject of `data` whose hex SHA-256 the caller has computed.
+    func put(key: String, data: Data, ifNoneMatch: Bool, sha256: String) async throws -> ObjectInfo {
         var request = Request(method: "PUT", key: key, operation: "PutObject")
         request.body = data
+        request.payloadHash = sha256
         request.headers["content-md5"] = Hashing.md5Base64(data)
         request.headers["content-type"] = "application/octet-stream"
         if ifNoneMatch { request.headers["if-none-match"] = "*" }

@@ -22,7 +22,8 @@ extension RTSync.Media {
             discussion: """
             Without --recordings or --images both folders sync. Deletions are propagated only with \
             --delete, and never after an I/O error in the same run. An unchanged tree costs one \
-            listing per folder and no uploads or hashing.
+            LIST per 1,000 objects for both folders together (one more for each other folder between \
+            them, such as inbound/) and no uploads or hashing.
             """
         )
 

@@ -60,7 +60,7 @@ import Testing
         let second = try rtsync(common + ["--json"])
         let json = try JSONSerialization.jsonObject(with: Data(second.out.utf8)) as? [String: Any]
         #expect(json?["unchanged"] as? Int == 1)
-        #expect(json?["requests"] as? Int == 2)
+        #expect(json?["requests"] as? Int == 1)  // one LIST for both kind folders
     }
 
     @Test func mediaSync_conflictingDirections_isAUsageError() throws {

@@ -30,7 +30,7 @@ import Testing
                        manifest: root.appendingPathComponent("media-manifest.json"))
     }
 
-    @Test func push_thenUnchangedResync_costsOneListPerFolderAndNoTransfers() async throws {
+    @Test func push_thenUnchangedResync_costsOneListForBothFoldersAndNoTransfers() async throws {
         let f = try makeFixture()
         try f.write("recordings/a.m4a", "aaa")
         try f.write("recordings/2024/b.m4a", "bbbb")
@@ -42,7 +42,7 @@ import Testing
         let again = try await f.sync()
         #expect(again.uploaded.isEmpty && again.downloaded.isEmpty)
         #expect(again.unchanged == 3)
-        #expect(again.requests == 2)  // one LIST per folder
+        #expect(again.requests == 1)  // one LIST for images/ and recordings/ together
         let recordingsOnly = try await f.sync { $0.kinds = [.recordings] }
         #expect(recordingsOnly.requests == 1)
     }
@@ -57,7 +57,7 @@ import Testing
         #expect(pulled.downloaded == ["recordings/a.m4a"])
         #expect(other.read("recordings/a.m4a") == "hello")
         let idle = try await other.sync { $0.direction = .pull }
-        #expect(idle.downloaded.isEmpty && idle.unchanged == 1 && idle.requests == 2)
+        #expect(idle.downloaded.isEmpty && idle.unchanged == 1 && idle.requests == 1)
     }
 
     @Test func localEdit_isUploaded_remoteEdit_isDownloaded() async throws {
@@ -177,6 +177,57 @@ import Testing
         let idle = try await f.sync { $0.kinds = [.recordings] }
         #expect(idle.unchanged == 20)
         #expect(idle.requests == 1)
+    }
+
+    @Test func idleSyncOnS3_bothKinds_costsOneListing() async throws {
+        guard !MotoServer.skipRequested else { return }
+        let f = try makeFixture(store: try await MotoServer.anonymous.value.store())
+        for i in 0..<5 { try f.write("recordings/r\(i).m4a", "r\(i)") }
+        for i in 0..<5 { try f.write("images/i\(i).jpg", "i\(i)") }
+        let first = try await f.sync { $0.direction = .push }
+        #expect(first.uploaded.count == 10)
+        #expect(first.requests == 11)  // 1 LIST + 10 PUTs
+        let idle = try await f.sync()
+        #expect(idle.unchanged == 10)
+        #expect(idle.requests == 1)
+    }
+
+    /// `<user>/inbound/` (diffs) sorts between images/ and recordings/: the listing jumps over it, and its objects
+    /// are never taken for media, neither pulled nor deleted.
+    @Test(arguments: FolderListingTests.ListingBackend.allCases)
+    func objectsInInboundBetweenTheKindFolders_areLeftAlone_andListingStaysBounded(_ backend: FolderListingTests.ListingBackend) async throws {
+        guard let base = try await backend.makeStore() else { return }
+        let f = try makeFixture(store: SmallPageStore(base: base, pageSize: 2))
+        for i in 0..<3 { try f.write("images/i\(i).jpg", "image \(i)") }
+        for i in 0..<3 { try f.write("recordings/r\(i).m4a", "recording \(i)") }
+        let inbound = (0..<6).map { "alice/inbound/d\($0).sqlite" }
+        for key in inbound + ["alice/backups/b.sqlite", "alice/images-old/x.jpg"] {
+            try await f.store.put(key: key, data: Data(key.utf8))
+        }
+        let pushed = try await f.sync { $0.direction = .push }
+        #expect(pushed.uploaded.count == 6 && pushed.errors.isEmpty && pushed.refused.isEmpty)
+        // Pages of 2 from just before images/: [images-old/x, inbound/d0] ends in the gap, so the next LIST starts
+        // just before recordings/ and finds it empty: 2 LISTs, then 6 PUTs.
+        #expect(pushed.requests == 2 + 6)
+        // Re-sync both ways with deletions on: [images-old/x, i0], [i1, i2], [inbound/d0, d1] ends in the gap, so
+        // the next LIST starts just before recordings/: [r0, r1], [r2]. 5 LISTs, where paging through inbound/
+        // would cost 7.
+        let idle = try await f.sync { $0.delete = true }
+        #expect(idle.unchanged == 6)
+        #expect(idle.uploaded.isEmpty && idle.downloaded.isEmpty && idle.deletedLocal.isEmpty && idle.deletedRemote.isEmpty)
+        #expect(idle.refused.isEmpty && idle.errors.isEmpty)
+        #expect(idle.requests == 5)
+        for key in inbound { #expect(try await f.store.get(key: key) == Data(key.utf8)) }
+        #expect(!FileManager.default.fileExists(atPath: f.documents.appendingPathComponent("inbound").path))
+        // A pull into an empty documents folder brings the media and nothing else.
+        let other = Fixture(root: f.root, documents: f.root.appendingPathComponent("Other"), store: f.store,
+                            manifest: f.root.appendingPathComponent("other-manifest.json"))
+        let pulled = try await other.sync { $0.direction = .pull }
+        #expect(pulled.downloaded == ["images/i0.jpg", "images/i1.jpg", "images/i2.jpg",
+                                      "recordings/r0.m4a", "recordings/r1.m4a", "recordings/r2.m4a"])
+        #expect(other.read("recordings/r2.m4a") == "recording 2")
+        let names = try FileManager.default.contentsOfDirectory(atPath: other.documents.path).sorted()
+        #expect(names == ["images", "recordings"])
     }
 
     @Test func userIdWithSlash_isRefused() throws {

@@ -267,3 +267,12 @@ func filesystemType(_ url: URL) -> String {
     }
     return stat
 }
+
+/// CPU time (user + system, seconds) used so far by this process (`RUSAGE_SELF`) or by its waited-for children
+/// (`RUSAGE_CHILDREN`: a tool run with `runProcess`, not the still-running moto_server).
+func cpuSeconds(children: Bool = false) -> Double {
+    var usage = rusage()
+    _ = getrusage(children ? RUSAGE_CHILDREN.rawValue : RUSAGE_SELF.rawValue, &usage)
+    func s(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return s(usage.ru_utime) + s(usage.ru_stime)
+}

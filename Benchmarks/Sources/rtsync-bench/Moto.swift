@@ -130,9 +130,32 @@ final class MotoServer: @unchecked Sendable {
         return out
     }
 
+    /// CPU time (user + system, seconds) moto_server has used so far, from /proc (nil where that is unavailable).
+    /// moto runs as the child of the watchdog shell started here.
+    func serverCPUSeconds() -> Double? {
+        let shell = process.processIdentifier
+        guard let children = try? String(contentsOfFile: "/proc/\(shell)/task/\(shell)/children", encoding: .utf8),
+              let pid = children.split(separator: " ").first,
+              let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// A store on `prefix`, with the library's default tuning unless RTSYNC_BENCH_PART_MIB,
+    /// RTSYNC_BENCH_S3_CONCURRENCY or RTSYNC_BENCH_S3_DIRECT=0 (everything through URLSession, not libcurl
+    /// directly) / =all (every PUT and POST through libcurl) ask otherwise (for experiments only).
     func store(prefix: String) -> S3Store {
-        S3Store(configuration: S3Configuration(bucket: bucket, prefix: prefix, region: "us-east-1", endpoint: endpoint,
-                                               addressingStyle: .path, credentials: AWSCredentials(accessKeyId: "bench", secretAccessKey: "bench")))
+        var configuration = S3Configuration(bucket: bucket, prefix: prefix, region: "us-east-1", endpoint: endpoint,
+                                            addressingStyle: .path, credentials: AWSCredentials(accessKeyId: "bench", secretAccessKey: "bench"))
+        let env = ProcessInfo.processInfo.environment
+        if let mib = env["RTSYNC_BENCH_PART_MIB"].flatMap({ Int($0) }) { configuration.partSize = mib << 20 }
+        if let n = env["RTSYNC_BENCH_S3_CONCURRENCY"].flatMap({ Int($0) }) { configuration.maxConcurrency = n }
+        if env["RTSYNC_BENCH_S3_DIRECT"] == "0" { configuration.directTransportMinimumBody = nil }
+        if env["RTSYNC_BENCH_S3_DIRECT"] == "all" { configuration.directTransportMinimumBody = 0 }
+        return S3Store(configuration: configuration)
     }
 
     /// Environment for the AWS CLI against this server (no user config, no instance metadata lookups).

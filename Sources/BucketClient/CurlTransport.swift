@@ -1,0 +1,115 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(CCurlShim)
+import CCurlShim
+#endif
+
+/// Sends requests with a body through libcurl directly (Linux), bypassing URLSession's dispatch-driven event loop,
+/// which kept a core busy for as long as a request was in flight: the client spent more CPU per uploaded byte than
+/// the (Python) test server took to receive it.
+///
+/// Used by ``S3Store`` for PUT and POST requests (see ``S3Configuration/directTransportMinimumBody``). Answers are turned into the same `(Data, HTTPURLResponse)` pairs URLSession gives, and libcurl errors into
+/// `URLError`s, so signing, retries and error mapping are shared. Unavailable on Apple platforms, and when libcurl
+/// cannot be loaded: callers then use URLSession.
+enum CurlTransport {
+    /// Requests sent through libcurl in this process, by HTTP method (for tests).
+    static let sent = RequestCounter()
+
+    /// Whether requests can go through libcurl directly in this process.
+    static var isAvailable: Bool {
+        #if canImport(CCurlShim)
+        return rtsync_curl_available() == 1
+        #else
+        return false
+        #endif
+    }
+
+    /// Sends `request` (method, URL, headers) with `body`, on a thread of its own so no Swift concurrency thread
+    /// blocks; cancelling the calling task aborts the transfer.
+    static func send(_ request: URLRequest, body: Data, timeout: TimeInterval) async throws -> (Data, HTTPURLResponse) {
+        #if canImport(CCurlShim)
+        guard let url = request.url else { throw URLError(.badURL) }
+        let method = request.httpMethod ?? "GET"
+        sent.record(method)
+        let headers = (request.allHTTPHeaderFields ?? [:]).map { "\($0.key): \($0.value)" }
+        let cancel = CancelFlag()
+        let timeoutMs = max(1, Int(timeout * 1000))
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Data, HTTPURLResponse), Error>) in
+                let thread = Thread {
+                    continuation.resume(with: Result {
+                        try perform(method: method, url: url, headers: headers, body: body, timeoutMs: timeoutMs, cancel: cancel)
+                    })
+                }
+                thread.stackSize = 1 << 20
+                thread.start()
+            }
+        } onCancel: {
+            cancel.set()
+        }
+        #else
+        throw URLError(.unsupportedURL)
+        #endif
+    }
+
+    #if canImport(CCurlShim)
+    /// A flag libcurl's progress callback polls from the transfer thread.
+    final class CancelFlag: @unchecked Sendable {
+        let pointer: UnsafeMutablePointer<Int32>
+        init() {
+            pointer = .allocate(capacity: 1)
+            pointer.initialize(to: 0)
+        }
+        deinit { pointer.deallocate() }
+        func set() { pointer.pointee = 1 }
+    }
+
+    static func perform(method: String, url: URL, headers: [String], body: Data, timeoutMs: Int,
+                        cancel: CancelFlag) throws -> (Data, HTTPURLResponse) {
+        var result = rtsync_curl_result()
+        let cHeaders = headers.map { strdup($0) }
+        defer { cHeaders.forEach { free($0) } }
+        let status: Int32 = cHeaders.map { UnsafePointer($0) }.withUnsafeBufferPointer { list in
+            body.withUnsafeBytes { bytes in
+                rtsync_curl_perform(method, url.absoluteString, list.baseAddress, list.count, bytes.baseAddress, bytes.count,
+                                    timeoutMs, cancel.pointer, &result)
+            }
+        }
+        defer { rtsync_curl_result_free(&result) }
+        guard status == 0 else { throw URLError(.unsupportedURL) }
+        if result.curl_code != 0 {
+            let text = withUnsafeBytes(of: result.error) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+            throw URLError(urlErrorCode(curlCode: result.curl_code), userInfo: [NSLocalizedDescriptionKey: "libcurl: \(text)"])
+        }
+        let headerText = result.headers.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: result.headers_length), as: UTF8.self) } ?? ""
+        var fields: [String: String] = [:]
+        for line in headerText.split(whereSeparator: { $0 == "\r\n" || $0 == "\n" }).dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let name = String(line[..<colon]).trimmingCharacters(in: .whitespaces)
+            let value = String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+            fields[name] = fields[name].map { $0 + ", " + value } ?? value
+        }
+        let data = result.body.map { Data(bytes: $0, count: result.body_length) } ?? Data()
+        guard let response = HTTPURLResponse(url: url, statusCode: Int(result.status), httpVersion: "HTTP/1.1", headerFields: fields) else {
+            throw URLError(.badServerResponse)
+        }
+        return (data, response)
+    }
+
+    /// The URLError of a CURLcode, so RetryPolicy treats libcurl's failures like URLSession's.
+    static func urlErrorCode(curlCode: Int32) -> URLError.Code {
+        switch curlCode {
+        case 6: return .cannotFindHost                      // COULDNT_RESOLVE_HOST
+        case 7: return .cannotConnectToHost                 // COULDNT_CONNECT
+        case 28: return .timedOut                           // OPERATION_TIMEDOUT
+        case 42: return .cancelled                          // ABORTED_BY_CALLBACK
+        case 52, 55, 56: return .networkConnectionLost      // GOT_NOTHING, SEND_ERROR, RECV_ERROR
+        case 8, 18: return .badServerResponse               // WEIRD_SERVER_REPLY, PARTIAL_FILE
+        case 35, 58, 59, 60, 77, 83, 90, 91: return .secureConnectionFailed
+        default: return .unknown
+        }
+    }
+    #endif
+}
