@@ -26,7 +26,7 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     public var requireSignatures: Bool = false
     /// Media sync: "all" (automatic) or "selective".
     public var mediaMode: String = "all"
-    /// Whether `rtsync sync` also syncs recordings/ and images/ (one LIST per kind folder more per sync).
+    /// Whether `rtsync sync` also syncs recordings/ and images/ (one more LIST per sync when nothing changed).
     public var syncMedia: Bool = false
     /// Minutes between automatic backups made by sync (0 = every sync).
     public var backupIntervalMinutes: Int = 60
