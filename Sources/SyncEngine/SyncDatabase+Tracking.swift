@@ -149,35 +149,80 @@ extension SyncDatabase {
     }
 
     /// SQL text that encodes a row's key like `quote(k1) || ',' || quote(k2)`, from `NEW` or `OLD`.
-    static func keyExpression(_ keys: [String], row: String) -> String {
-        keys.map { "quote(\(row).\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
+    /// A rowid-alias key (`INTEGER PRIMARY KEY`) always holds an integer, whose `quote()` text is its
+    /// decimal digits: there `CAST(k AS TEXT)` gives the same text without the cost of `quote()`.
+    static func keyExpression(_ keys: [String], row: String, rowidAlias: Bool = false) -> String {
+        if rowidAlias, keys.count == 1 { return "CAST(\(row).\(quoteIdentifier(keys[0])) AS TEXT)" }
+        return keys.map { "quote(\(row).\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
+    }
+
+    /// Whether the single-column primary key of `def` is the table's rowid (an `INTEGER PRIMARY KEY`):
+    /// every other primary key, and any key of a WITHOUT ROWID table, has an automatic index of origin 'pk'.
+    static func hasRowidAliasKey(_ db: Connection, _ def: TableDefinition) throws -> Bool {
+        guard def.primaryKeyColumns.count == 1, !def.withoutRowID else { return false }
+        return try db.scalar("SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'pk'", [.text(def.name)])?.int64 == 0
     }
 
     /// (Re)creates the plain-SQL capture triggers of one table. They only append to `rtsync_changes`,
     /// need no custom function, and so capture writes from any connection, including the sqlite3 shell.
+    ///
+    /// Every trigger that fires is a sub-program call per row, so an UPDATE should fire as few as possible:
+    /// `rtsync_upd_` fires only for UPDATEs that set a non-key column, `rtsync_key_` only for UPDATEs that
+    /// set a key column (or the rowid), each then checking in its WHEN whether the key really changed.
     static func installTriggers(_ db: Connection, tid: Int64, definition def: TableDefinition) throws {
         try dropTriggers(db, tid: tid)
         let t = quoteIdentifier(def.name)
         let keys = def.primaryKeyColumns
-        let newKey = Self.keyExpression(keys, row: "NEW"), oldKey = Self.keyExpression(keys, row: "OLD")
+        let rowidAlias = try hasRowidAliasKey(db, def)
+        let newKey = Self.keyExpression(keys, row: "NEW", rowidAlias: rowidAlias)
+        let oldKey = Self.keyExpression(keys, row: "OLD", rowidAlias: rowidAlias)
         let sameKey = keys.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ")
-        // Which columns changed: an integer bitmask (cheap arithmetic on 0/1 comparisons) for up to 62
-        // columns, else a text of '0'/'1' characters. Decoded by `changedPositions`.
-        let comparisons = def.columnNames.map { "(OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0)))" }
-        let mask = comparisons.count <= 62
-            ? comparisons.enumerated().map { $0.offset == 0 ? $0.element : "(\($0.element) << \($0.offset))" }.joined(separator: " | ")
-            : comparisons.map { "(CASE WHEN \($0) THEN '1' ELSE '0' END)" }.joined(separator: " || ")
-        try db.execute("""
+        let keyNames = Set(keys.map { $0.lowercased() })
+        let nonKeyColumns = def.columnNames.filter { !keyNames.contains($0.lowercased()) }
+        // `UPDATE t SET rowid = ...` changes a rowid-alias key without naming it, so the key trigger also
+        // lists the rowid's names (names that are no column are allowed in UPDATE OF, and never match).
+        var keyOf = keys
+        for name in ["rowid", "oid", "_rowid_"] where !keyOf.contains(where: { $0.lowercased() == name }) { keyOf.append(name) }
+        var sql = """
             CREATE TRIGGER rtsync_ins_\(tid) AFTER INSERT ON \(t) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 1, NULL); END;
-            CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE ON \(t) WHEN \(sameKey) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 2, \(mask)); END;
-            CREATE TRIGGER rtsync_key_\(tid) AFTER UPDATE ON \(t) WHEN NOT (\(sameKey)) BEGIN
+            CREATE TRIGGER rtsync_key_\(tid) AFTER UPDATE OF \(keyOf.map(quoteIdentifier).joined(separator: ", ")) ON \(t) WHEN NOT (\(sameKey)) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(oldKey), 3, NULL);
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 1, NULL); END;
             CREATE TRIGGER rtsync_del_\(tid) AFTER DELETE ON \(t) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(oldKey), 3, NULL); END;
-            """)
+
+            """
+        // A table of key columns only has nothing an update could change but its key.
+        if !nonKeyColumns.isEmpty {
+            sql += """
+                CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE OF \(nonKeyColumns.map(quoteIdentifier).joined(separator: ", ")) ON \(t) WHEN \(sameKey) BEGIN
+                  INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 2, \(Self.changeMask(def.columnNames, keys: keyNames))); END;
+                """
+        }
+        try db.execute(sql)
+    }
+
+    /// SQL for the mask of columns an UPDATE changed, in `columns` order: an integer bitmask (bit i for
+    /// column i) for up to 62 columns, else a text of '0'/'1' characters. Decoded by `changedPositions`.
+    /// Key columns are always '0' there (an update that changes the key is recorded as delete + insert),
+    /// so they are not compared.
+    static func changeMask(_ columns: [String], keys: Set<String>) -> String {
+        func same(_ c: String) -> String { "OLD.\(quoteIdentifier(c)) IS NEW.\(quoteIdentifier(c))" }
+        if columns.count <= 62 {
+            let bits = columns.enumerated().filter { !keys.contains($0.element.lowercased()) }
+                .map { "CASE WHEN \(same($0.element)) THEN 0 ELSE \(Int64(1) << $0.offset) END" }
+            return bits.isEmpty ? "0" : bits.joined(separator: " | ")
+        }
+        var parts: [String] = []
+        var zeros = 0
+        for c in columns {
+            if keys.contains(c.lowercased()) { zeros += 1; continue }
+            if zeros > 0 { parts.append("'" + String(repeating: "0", count: zeros) + "'"); zeros = 0 }
+            parts.append("CASE WHEN \(same(c)) THEN '0' ELSE '1' END")
+        }
+        if zeros > 0 { parts.append("'" + String(repeating: "0", count: zeros) + "'") }
+        return parts.joined(separator: " || ")
     }
 
     /// Column positions marked in a change's mask (integer bitmask or '0'/'1' text); an update that
