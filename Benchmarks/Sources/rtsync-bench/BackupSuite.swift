@@ -40,6 +40,8 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
                 try FileManager.default.createDirectory(at: f, withIntermediateDirectories: true)
             }
             removeDatabase(copy.path)
+            // Untimed: write back what earlier cases left dirty, so no case pays for the one before it.
+            _ = try? runProcess("/bin/sync", [])
         }
         var clone: [Double] = [], online: [Double] = [], cp: [Double] = [], cpSync: [Double] = [], dotBackup: [Double] = [], verify: [Double] = []
         var cloneDeferred: [Double] = [], onlineDeferred: [Double] = []
@@ -101,7 +103,9 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
         let onlineName = "\(label): rtsync backup (\(onlineMethod) on \(copyFS), check deferred)"
         var o = Row(suite: "backup", name: onlineName, rtsync: Stat(samples: onlineDeferred),
                     baselineName: "cp", baseline: Stat(samples: cp), extra: sizeCell, aim: "online ≤ 1.5x cp")
-        o.aimMet = o.ratio.map { $0 <= 1.5 }
+        // Copying 1 GB with cp swings between 0.6 and 2 s here (dirty-page writeback throttling), so a median
+        // ratio could call the aim met by luck: it is met only when the median and the best runs both are.
+        o.aimMet = o.ratio.map { $0 <= 1.5 && Stat(samples: onlineDeferred).min / Stat(samples: cp).min <= 1.5 }
         out.append(o)
         out.append(Row(suite: "backup", name: onlineName, rtsync: Stat(samples: onlineDeferred),
                        baselineName: "cp + fsync of copy", baseline: Stat(samples: cpSync), extra: sizeCell))
