@@ -106,8 +106,11 @@ enum CurlTransport {
         case 28: return .timedOut                           // OPERATION_TIMEDOUT
         case 42: return .cancelled                          // ABORTED_BY_CALLBACK
         case 52, 55, 56: return .networkConnectionLost      // GOT_NOTHING, SEND_ERROR, RECV_ERROR
+        // HTTP2 (framing), HTTP2_STREAM, SEND_FAIL_REWIND, SSL_CONNECT_ERROR (often a reset mid-handshake):
+        // transient like a dropped connection, so retried.
+        case 16, 92, 65, 35: return .networkConnectionLost
         case 8, 18: return .badServerResponse               // WEIRD_SERVER_REPLY, PARTIAL_FILE
-        case 35, 58, 59, 60, 77, 83, 90, 91: return .secureConnectionFailed
+        case 58, 59, 60, 77, 83, 90, 91: return .secureConnectionFailed   // certificate and TLS setup problems
         default: return .unknown
         }
     }

@@ -112,5 +112,7 @@ public enum ConflictResolution: Sendable {
 }
 
 /// A Swift hook deciding column conflicts of one table. It must decide the same way on every device
-/// (use only the context), or replicas diverge.
+/// (use only the context), or replicas diverge. It runs while the diff is applied, before the diff's content
+/// digest has been checked (apply checks it after the last row and then rolls everything back if it fails):
+/// it should only decide, with no side effects of its own.
 public typealias ConflictResolver = @Sendable (ConflictContext) -> ConflictResolution

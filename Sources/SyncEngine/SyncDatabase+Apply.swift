@@ -40,13 +40,16 @@ extension SyncDatabase {
             do {
                 // Bookkeeping is installed once (track does it); only a never-tracked database needs it here.
                 if (try? requireTracked()) == nil { try db.transaction { try installBookkeeping() } }
+                // The two skips below read no row to merge: check the content first, as a merge would.
                 if try db.scalar("SELECT 1 FROM rtsync_applied WHERE diff_id = ?", [.text(meta.id.string)]) != nil {
+                    try reader.forEachChange { _ in }
                     report.status = .skipped
                     report.reason = "already applied"
                     return report
                 }
                 let ownSite = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
                 if meta.authorSite == ownSite {
+                    try reader.forEachChange { _ in }
                     try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?,?,?,?,?,?,?)",
                                    [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
                                     meta.sequenceFirst.map { .integer($0) } ?? .null, meta.sequenceLast.map { .integer($0) } ?? .null, .text(ISO8601.format(Date(), fractional: true))])
@@ -55,6 +58,7 @@ extension SyncDatabase {
                     return report
                 }
                 try db.transaction {
+                    try upgradeBookkeeping()
                     var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
                     try merger.run()
                     report = merger.report

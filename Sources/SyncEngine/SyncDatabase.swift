@@ -108,9 +108,19 @@ public final class SyncDatabase: @unchecked Sendable {
         if try db.scalar("SELECT 1 FROM rtsync_site") == nil {
             try db.execute("INSERT INTO rtsync_site(id, site_id) VALUES (1, ?)", [.text(KSUID.generate().string)])
         }
-        // Every key with column clocks has an rtsync_rows entry (born 0 when its birth is unknown): apply's
-        // fast path for rows new to this device relies on it. Databases tracked by earlier versions are fixed here.
+        try upgradeBookkeeping()
+    }
+
+    /// One-time repairs of bookkeeping written by earlier versions, each recorded in `rtsync_upgrades` once done
+    /// (one indexed lookup when there is nothing to do). Runs from `track` and before every apply.
+    func upgradeBookkeeping() throws {
+        if let done = try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'clock-rows'"), done != nil { return }
+        try db.execute("CREATE TABLE IF NOT EXISTS rtsync_upgrades(name TEXT PRIMARY KEY) WITHOUT ROWID")
+        // Every key with column clocks has an rtsync_rows entry (born 0 when its birth is unknown): apply's short
+        // path for rows new to this device relies on it. Earlier versions wrote clocks without one on export of
+        // edits to rows that predate tracking.
         try db.execute("INSERT OR IGNORE INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks")
+        try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('clock-rows')")
     }
 
     /// This database's site id (stable from the first `track`).

@@ -192,7 +192,8 @@ public struct Syncer: Sendable {
             var accepted: [URL] = []
             for url in toApply {
                 // A file that does not open as a diff goes to apply, which reports and quarantines it.
-                guard let reader = try? DiffReader(url: url, rowValidation: .whileReading) else { accepted.append(url); continue }
+                // Fully validated here: requests and other users' shares are recorded before (or without) apply.
+                guard let reader = try? DiffReader(url: url) else { accepted.append(url); continue }
                 let m = reader.metadata
                 if let refusal = signatureRefusal(reader, settings: settings) {
                     var r = ApplyReport(file: url.path, diffID: m.id.string, status: .rejected, reason: refusal)

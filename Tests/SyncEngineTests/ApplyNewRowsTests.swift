@@ -73,4 +73,56 @@ struct ApplyNewRowsTests {
         try expectSameData(a, b)
         #expect(try a.value("SELECT count(*) FROM requests WHERE url = 'https://example.com/same'") == .integer(1))
     }
+
+    /// A database tracked by an earlier version may hold column clocks for a key without an `rtsync_rows`
+    /// entry (and without the row). Apply repairs that once before merging, so the incoming row takes the full
+    /// merge, which clears the stale clocks instead of keeping them beside a fresh row.
+    @Test func staleClocksFromAnEarlierVersion_areRepairedBeforeApply() throws {
+        let box = try Sandbox("newrows-upgrade")
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try box.replica("B", fixture: "record-thing-demo")
+        let tid = try #require(b.value("SELECT tid FROM rtsync_tracked WHERE name = 'translations'")?.int64)
+        let site = try #require(b.value("SELECT site_id FROM rtsync_site")?.string)
+        // As an earlier version could leave it: a clock an hour ahead for a key with no row and no entry.
+        let ahead = (HLC.wallMilliseconds() + 3_600_000) << 16
+        try b.exec("INSERT INTO rtsync_clocks(tid, pk, col, hlc, site) VALUES (?, ?, 'value', ?, ?)",
+                   [.integer(tid), .text("'zz','k'"), .integer(ahead), .text(site)])
+        try b.exec("DROP TABLE rtsync_upgrades")
+
+        try a.exec("INSERT INTO translations VALUES ('zz', 'k', 'first', 'c')")
+        #expect(b.apply(try a.exportFile()).status == .applied)
+        #expect(try b.value("SELECT value FROM translations WHERE lang = 'zz' AND key = 'k'") == .text("first"))
+        #expect(try b.value("SELECT count(*) FROM rtsync_clocks WHERE tid = ? AND pk = ?", [.integer(tid), .text("'zz','k'")]) == .integer(0))
+        #expect(try b.value("SELECT count(*) FROM rtsync_upgrades WHERE name = 'clock-rows'") == .integer(1))
+
+        // A later edit on A wins on B: no stale clock from the past stands in its way.
+        tick()
+        try a.exec("UPDATE translations SET value = 'second' WHERE lang = 'zz' AND key = 'k'")
+        #expect(b.apply(try a.exportFile()).status == .applied)
+        #expect(try b.value("SELECT value FROM translations WHERE lang = 'zz' AND key = 'k'") == .text("second"))
+        try expectSameData(a, b)
+    }
+
+    /// A diff skipped without merging (this device's own, or one applied before) is still checked first:
+    /// a damaged copy is rejected and quarantined, not recorded as handled.
+    @Test func damagedCopyOfOwnOrAppliedDiff_isRejectedNotSkipped() throws {
+        let box = try Sandbox("newrows-skips")
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try box.replica("B", fixture: "record-thing-demo")
+        try a.exec("INSERT INTO translations VALUES ('qq', 'k', 'Walrus', 'c')")
+        let good = try a.exportFile()
+        #expect(b.apply(good).status == .applied)
+        var bytes = [UInt8](try Data(contentsOf: good))
+        let needle = Array("Walrus".utf8)
+        let at = try #require((0...(bytes.count - needle.count)).first { Array(bytes[$0..<($0 + needle.count)]) == needle })
+        bytes[at] = UInt8(ascii: "B")
+        for replica in [a, b] {
+            let file = box.path("incoming-\(replica.name)").appendingPathComponent(good.lastPathComponent)
+            try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(bytes).write(to: file)
+            let report = replica.apply(file)
+            #expect(report.status == .rejected, "\(replica.name): \(report.status) \(report.reason ?? "")")
+            #expect(report.quarantinedTo != nil)
+        }
+    }
 }
