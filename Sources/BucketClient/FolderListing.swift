@@ -22,9 +22,18 @@ extension ObjectStore {
         var result: [ObjectInfo] = []
         var startAfter: String? = FolderSet.justBefore(first)
         var token: String? = nil
+        var previousLast: String? = nil
         while true {
             let page = try await list(prefix: wanted.parent, startAfter: token == nil ? startAfter : nil,
                                       maxKeys: nil, continuationToken: token)
+            // Listings run in key order: a page that does not move past the previous one (a server ignoring
+            // start-after or handing back the same token) would make this loop forever.
+            if let last = page.objects.last?.key {
+                if let previousLast, !previousLast.utf8.lexicographicallyPrecedes(last.utf8) {
+                    throw BucketError.invalidResponse(request: "LIST \(wanted.parent)", reason: "listing did not advance past \(previousLast.debugDescription)")
+                }
+                previousLast = last
+            }
             for object in page.objects where wanted.contains(object.key) { result.append(object) }
             guard let next = page.nextContinuationToken else { break }
             guard let last = page.objects.last?.key, !wanted.contains(last) else {

@@ -275,7 +275,10 @@ public struct BackupManager: Sendable {
     /// - Returns: the backups checked, with their results.
     @discardableResult
     public func verifyPending() throws -> [BackupInfo] {
-        try list().filter { $0.awaitingVerification == true }.map { try verify(id: $0.id) }
+        // A backup rotated away since the list was read is simply gone: nothing to check.
+        try list().filter { $0.awaitingVerification == true }.compactMap { b in
+            do { return try verify(id: b.id) } catch LifecycleError.backupNotFound { return nil }
+        }
     }
 
     /// Restores a backup (default: last-known-good) over the database, in place through SQLite (one

@@ -125,9 +125,15 @@ extension RTSync {
 
             func run() async throws {
                 do {
-                    let info = try BackupCommand.manager(options).create(verification: verifyLater ? .deferred : .immediate)
+                    let manager = try BackupCommand.manager(options)
+                    var info = try manager.create(verification: verifyLater ? .deferred : .immediate)
                     var uploaded: String?
                     if upload {
+                        // Only a checked copy leaves the device.
+                        if !info.verified { info = try manager.verify(id: info.id) }
+                        guard info.verified else {
+                            throw fail("backup \(info.id) failed verification; not uploaded", hint: "run `rtsync backup list` and `rtsync backup verify`")
+                        }
                         let settings = try options.loadSettings()
                         let remote = try options.openRemote(settings)
                         try settings.tier.require(.uploadBackup(cloud: !remote.isLocal))
