@@ -62,7 +62,8 @@ public struct S3Configuration: Sendable {
 
     /// Builds a configuration from AWS environment variables: `AWS_REGION` (or `AWS_DEFAULT_REGION`),
     /// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, the `AWS_*` credentials, and
-    /// `RTSYNC_S3_ADDRESSING_STYLE` (`path` or `virtual`).
+    /// `RTSYNC_S3_ADDRESSING_STYLE` (`path` or `virtual`) and `RTSYNC_S3_TRANSPORT` (`urlsession` sends every
+    /// request through URLSession, turning off the direct libcurl path for uploads on Linux).
     public static func fromEnvironment(bucket: String, prefix: String = "",
                                        environment: [String: String] = ProcessInfo.processInfo.environment) throws -> S3Configuration {
         let region = environment["AWS_REGION"].flatMap { $0.isEmpty ? nil : $0 }
@@ -80,7 +81,14 @@ public struct S3Configuration: Sendable {
         case "virtual", "virtual-hosted", "virtualhosted": style = .virtualHosted
         default: break
         }
-        return S3Configuration(bucket: bucket, prefix: prefix, region: region, endpoint: endpoint,
-                               addressingStyle: style, credentials: AWSCredentials.fromEnvironment(environment))
+        var configuration = S3Configuration(bucket: bucket, prefix: prefix, region: region, endpoint: endpoint,
+                                            addressingStyle: style, credentials: AWSCredentials.fromEnvironment(environment))
+        switch environment["RTSYNC_S3_TRANSPORT"]?.lowercased() {
+        case nil, "", "auto", "curl": break
+        case "urlsession": configuration.directTransportMinimumBody = nil
+        case let other?:
+            throw BucketError.unsupportedURL(url: "RTSYNC_S3_TRANSPORT=\(other)", reason: "RTSYNC_S3_TRANSPORT must be auto or urlsession")
+        }
+        return configuration
     }
 }
