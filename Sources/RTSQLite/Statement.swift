@@ -106,8 +106,9 @@ public final class Statement {
     public func text(_ index: Int, reusing previous: String?) -> String? {
         let i = Int32(index)
         guard sqlite3_column_type(handle, i) == SQLITE_TEXT else { return nil }
-        let n = Int(sqlite3_column_bytes(handle, i))
+        // Text first, then its length (the order SQLite's documentation asks for).
         guard let p = sqlite3_column_text(handle, i) else { return "" }
+        let n = Int(sqlite3_column_bytes(handle, i))
         let bytes = UnsafeBufferPointer(start: p, count: n)
         if var previous, previous.utf8.count == n,
            previous.withUTF8({ $0.elementsEqual(bytes) }) { return previous }

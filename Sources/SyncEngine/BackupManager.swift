@@ -124,11 +124,11 @@ public struct BackupManager: Sendable {
             // One self-contained file in rollback-journal mode: opening it later creates no -wal/-shm beside it.
             try Self.makeSelfContained(temp)
             try Durable.sync(file: temp)
-            copyMilliseconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e6
+            copyMilliseconds = Self.milliseconds(since: started)
             if verification == .immediate {
                 let checkStarted = DispatchTime.now().uptimeNanoseconds
                 if let problem = Self.verificationProblem(temp, immutable: true) { throw LifecycleError.backupFailed(path: temp.path, reason: "copy failed verification: \(problem)") }
-                verifyMilliseconds = Double(DispatchTime.now().uptimeNanoseconds - checkStarted) / 1e6
+                verifyMilliseconds = Self.milliseconds(since: checkStarted)
             } else if let problem = Self.headerProblem(temp) {
                 throw LifecycleError.backupFailed(path: temp.path, reason: "copy is not a complete database: \(problem)")
             }
@@ -200,14 +200,23 @@ public struct BackupManager: Sendable {
         // The destination is a private temp file that is synced and renamed only when complete and verified,
         // so its own journal and syncs would be wasted work.
         try dest.execute("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE")
-        let backup = try Backup(from: source, to: dest)
+        try copyAll(Backup(from: source, to: dest), database: database, lockedReason: "database stayed locked")
+        _ = try? dest.rows("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
+    /// Steps `backup` to completion, waiting up to about 10 s in all while another connection holds a lock.
+    static func copyAll(_ backup: Backup, database: URL, lockedReason: String) throws {
         var spins = 0
         while try !backup.step(pages: -1) {
             spins += 1
-            if spins > 200 { throw LifecycleError.backupFailed(path: database.path, reason: "database stayed locked") }
+            if spins > 200 { throw LifecycleError.backupFailed(path: database.path, reason: lockedReason) }
             Thread.sleep(forTimeInterval: 0.05)
         }
-        _ = try? dest.rows("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
+    /// Milliseconds since `start` (a `DispatchTime` uptime in nanoseconds).
+    static func milliseconds(since start: UInt64) -> Double {
+        Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6
     }
 
     /// Switches a fresh copy to rollback-journal mode, folding any WAL content into the file.
@@ -265,7 +274,7 @@ public struct BackupManager: Sendable {
         let problem = Self.verificationProblem(folder.appendingPathComponent(m.backups[i].file), immutable: true)
         m.backups[i].verified = problem == nil
         m.backups[i].awaitingVerification = nil
-        m.backups[i].verifyMilliseconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e6
+        m.backups[i].verifyMilliseconds = Self.milliseconds(since: started)
         m.lastKnownGood = m.backups.filter(\.verified).max { $0.id < $1.id }?.id
         try saveManifest(m)
         return m.backups[i]
@@ -315,13 +324,7 @@ public struct BackupManager: Sendable {
         live.setBusyTimeout(milliseconds: 10_000)
         let source = try Connection(path: DiffReader.immutableURI(for: backup.path), mode: .readOnly, uri: true)
         do {
-            let copy = try Backup(from: source, to: live)
-            var spins = 0
-            while try !copy.step(pages: -1) {
-                spins += 1
-                if spins > 200 { throw LifecycleError.backupFailed(path: database.path, reason: "database stayed locked by another connection") }
-                Thread.sleep(forTimeInterval: 0.05)
-            }
+            try copyAll(Backup(from: source, to: live), database: database, lockedReason: "database stayed locked by another connection")
         } catch let e as SQLiteError where e.code == 8 {  // SQLITE_READONLY: WAL database with another page size
             return try install(backup, as: database)
         }

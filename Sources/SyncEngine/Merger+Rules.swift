@@ -26,8 +26,7 @@ extension Merger {
         if change.operation == .upsert, try insertNew(plan, change, keyValues: keyValues) { return }
 
         let info = plan.info
-        var remote: [String: SQLValue] = Dictionary(minimumCapacity: plan.remoteLower.count)
-        for (i, c) in plan.remoteLower.enumerated() { remote[c] = change.values[i] }
+        let remote = plan.remoteValues(change)
         let local = try localRow(info, keyValues: keyValues, plan: plan)
         let ctx = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         // Rows this user shared read-only with the author may not be changed by the author's diffs.
@@ -87,8 +86,7 @@ extension Merger {
         // Column clocks are kept only where they differ from the row's born clock.
         let needsClocks = !(change.columnClocks.isEmpty && change.clock == change.born)
         guard needsClocks || plan.hasDeleteActions else { return true }
-        var remote: [String: SQLValue] = Dictionary(minimumCapacity: plan.remoteLower.count)
-        for (i, c) in plan.remoteLower.enumerated() { remote[c] = change.values[i] }
+        let remote = plan.remoteValues(change)
         let r = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         if needsClocks { try setColumnClocks(r, key, columns: r.changedColumns, clearFirst: true) }
         if plan.hasDeleteActions {
@@ -130,6 +128,13 @@ extension Merger {
         let insertAllSQL: String
         let deleteSQL: String
         let whereKey: String
+
+        /// The incoming values of a change by lower-cased column name.
+        func remoteValues(_ change: RowChange) -> [String: SQLValue] {
+            var remote: [String: SQLValue] = Dictionary(minimumCapacity: remoteLower.count)
+            for (i, c) in remoteLower.enumerated() { remote[c] = change.values[i] }
+            return remote
+        }
 
         init(info: TrackedInfo, remoteDef: TableDefinition) {
             self.info = info

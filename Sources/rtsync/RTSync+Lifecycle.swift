@@ -182,14 +182,15 @@ extension RTSync {
             func run() throws {
                 do {
                     let m = try BackupCommand.manager(options)
-                    let targets = pending ? m.list().filter { $0.awaitingVerification == true }.map(\.id) : ids.isEmpty ? m.list().map(\.id) : ids
-                    if pending && targets.isEmpty { print("no backups waiting for verification") }
-                    var bad = 0
-                    for id in targets {
-                        let b = try m.verify(id: id)
-                        print("\(id): \(b.verified ? "ok" : "DAMAGED")")
-                        if !b.verified { bad += 1 }
+                    func show(_ b: BackupInfo) -> BackupInfo { print("\(b.id): \(b.verified ? "ok" : "DAMAGED")"); return b }
+                    let checked: [BackupInfo]
+                    if pending {
+                        checked = try m.verifyPending().map(show)
+                        if checked.isEmpty { print("no backups waiting for verification") }
+                    } else {
+                        checked = try (ids.isEmpty ? m.list().map(\.id) : ids).map { show(try m.verify(id: $0)) }
                     }
+                    let bad = checked.filter { !$0.verified }.count
                     if bad > 0 { throw fail("\(bad) backup(s) failed verification (\(options.resolvedHome.backups.path))", hint: "restore picks the newest verified backup") }
                 } catch { throw report(error) }
             }
