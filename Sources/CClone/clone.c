@@ -1,6 +1,10 @@
+#if defined(__linux__)
+#define _GNU_SOURCE
+#endif
 #include "rtsync_clone.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <sys/ioctl.h>
@@ -27,4 +31,55 @@ int rtsync_clone_file(const char *src, const char *dst) {
 #else
     return ENOTSUP;
 #endif
+}
+
+/// Copies what is left of `in` into `out` with read/write in 1 MiB blocks. Returns 0 or an errno value.
+static int copy_by_reading(int in, int out) {
+    enum { block = 1 << 20 };
+    char *buffer = malloc(block);
+    if (buffer == NULL) return ENOMEM;
+    int e = 0;
+    for (;;) {
+        ssize_t n = read(in, buffer, block);
+        if (n < 0) { if (errno == EINTR) continue; e = errno; break; }
+        if (n == 0) break;
+        for (ssize_t done = 0; done < n;) {
+            ssize_t w = write(out, buffer + done, (size_t)(n - done));
+            if (w < 0) { if (errno == EINTR) continue; e = errno; break; }
+            done += w;
+        }
+        if (e != 0) break;
+    }
+    free(buffer);
+    return e;
+}
+
+int rtsync_copy_file(const char *src, const char *dst) {
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return errno;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (out < 0) { int e = errno; close(in); return e; }
+    int e = 0;
+#if defined(__linux__)
+    int copied_any = 0;
+    for (;;) {
+        ssize_t n = copy_file_range(in, NULL, out, NULL, (size_t)1 << 30, 0);
+        if (n > 0) { copied_any = 1; continue; }
+        if (n == 0) break;
+        if (errno == EINTR) continue;
+        // Kernels or filesystems without it (or across filesystems on older kernels): copy by reading.
+        if (!copied_any && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF)) {
+            e = copy_by_reading(in, out);
+        } else {
+            e = errno;
+        }
+        break;
+    }
+#else
+    e = copy_by_reading(in, out);
+#endif
+    close(in);
+    if (close(out) != 0 && e == 0) e = errno;
+    if (e != 0) unlink(dst);
+    return e;
 }

@@ -203,15 +203,21 @@ public enum Durable {
         guard fsync(fd) == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
     }
 
-    /// Renames `source` over `destination` atomically, then syncs the folder so the rename survives a crash.
-    public static func rename(_ source: URL, to destination: URL) throws {
+    /// Renames `source` over `destination` atomically, then (unless `syncingFolder` is false, for a caller
+    /// that syncs later with `sync(folderOf:)`) syncs the folder so the rename survives a crash.
+    public static func rename(_ source: URL, to destination: URL, syncingFolder: Bool = true) throws {
         #if canImport(Glibc)
         let rc = Glibc.rename(source.path, destination.path)
         #else
         let rc = Darwin.rename(source.path, destination.path)
         #endif
         guard rc == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-        let dir = open(destination.deletingLastPathComponent().path, O_RDONLY)
+        if syncingFolder { sync(folderOf: destination) }
+    }
+
+    /// Syncs the folder holding `file`, so a rename or creation of `file` survives a crash (best effort).
+    public static func sync(folderOf file: URL) {
+        let dir = open(file.deletingLastPathComponent().path, O_RDONLY)
         if dir >= 0 { _ = fsync(dir); close(dir) }
     }
 }

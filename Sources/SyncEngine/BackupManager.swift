@@ -11,7 +11,8 @@ public struct BackupInfo: Sendable, Codable, Equatable {
     public var file: String
     /// Size in bytes.
     public var bytes: Int64
-    /// "clone" (copy-on-write) or "online-backup" (SQLite backup API).
+    /// "clone" (copy-on-write), "file-copy" (the file copied inside a read transaction) or "online-backup"
+    /// (SQLite's backup API).
     public var method: String
     /// Whether it passed `quick_check` when last verified.
     public var verified: Bool
@@ -30,17 +31,20 @@ public enum BackupVerification: Sendable {
     /// Before `create` returns; the backup becomes last-known-good at once.
     case immediate
     /// Later, by `verifyPending()` (for example from a background task): `create` returns right after the
-    /// copy is durable. Until verified, the backup is listed but is not last-known-good and restore does
-    /// not pick it by default. A clone costs milliseconds at any size; the check reads every page.
+    /// copy is made, and `verifyPending()` both syncs it to stable storage and checks it. Until verified, the
+    /// backup is listed but is not last-known-good, rotation keeps the last-known-good one, and restore does
+    /// not pick it by default, so a crash before then loses nothing that was trusted (a copy cut short by the
+    /// crash fails its check). A clone costs milliseconds at any size; the check reads every page.
     case deferred
 }
 
 /// Makes, lists, verifies, rotates and restores copies of the primary database.
 ///
 /// A backup is a copy that is consistent even while other processes write (WAL included): a
-/// copy-on-write clone where the filesystem has one (FICLONE on btrfs/XFS, clonefile on APFS), else
-/// SQLite's online backup API (https://sqlite.org/backup.html). Each is verified with `quick_check`;
-/// the newest verified one is the "last known good".
+/// copy-on-write clone where the filesystem has one (FICLONE on btrfs/XFS, clonefile on APFS), else the
+/// database file (and its WAL) copied inside one read transaction, or, with `fileCopy` off, SQLite's online
+/// backup API (https://sqlite.org/backup.html). Each is verified with `quick_check`; the newest verified one
+/// is the "last known good".
 public struct BackupManager: Sendable {
     /// The database backed up.
     public let database: URL
@@ -50,6 +54,9 @@ public struct BackupManager: Sendable {
     public var keep: Int
     /// Whether to try a copy-on-write clone first.
     public var preferClone: Bool
+    /// Without a clone: copy the file inside a read transaction (true, about as fast as `cp`) or page by page
+    /// through SQLite's online backup API (false). Both give one consistent state.
+    public var fileCopy = true
 
     /// Makes a manager.
     public init(database: URL, folder: URL, keep: Int = 5, preferClone: Bool = true) {
@@ -117,13 +124,19 @@ public struct BackupManager: Sendable {
         do {
             if preferClone, try Self.cloneConsistently(database: database, to: temp) {
                 method = "clone"
+            } else if fileCopy {
+                cleanup()
+                try Self.snapshotCopy(database: database, to: temp)
+                method = "file-copy"
             } else {
                 cleanup()
                 try Self.onlineBackup(database: database, to: temp)
             }
             // One self-contained file in rollback-journal mode: opening it later creates no -wal/-shm beside it.
             try Self.makeSelfContained(temp)
-            try Durable.sync(file: temp)
+            // A deferred backup (file and folder entry) is synced by verify(id:), before its check. Syncing
+            // the folder here would cost as much as syncing the file: on ext4 it writes the file's data too.
+            if verification == .immediate { try Durable.sync(file: temp) }
             copyMilliseconds = Self.milliseconds(since: started)
             if verification == .immediate {
                 let checkStarted = DispatchTime.now().uptimeNanoseconds
@@ -132,7 +145,7 @@ public struct BackupManager: Sendable {
             } else if let problem = Self.headerProblem(temp) {
                 throw LifecycleError.backupFailed(path: temp.path, reason: "copy is not a complete database: \(problem)")
             }
-            try Durable.rename(temp, to: final)
+            try Durable.rename(temp, to: final, syncingFolder: verification == .immediate)
             cleanup()
         } catch let e as LifecycleError {
             cleanup(); throw e
@@ -188,6 +201,40 @@ public struct BackupManager: Sendable {
         }
         for s in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: temp.path + s) }
         return true
+    }
+
+    /// Copies the database file, and in WAL mode its WAL, byte for byte inside one read transaction; opening
+    /// the copy (`makeSelfContained`) then yields the state of one commit.
+    ///
+    /// Why that state is consistent: in rollback-journal mode the read transaction's SHARED lock keeps writers
+    /// from changing the file until the copy is done (SQLite's own rule for copying a live database,
+    /// https://sqlite.org/howtocorrupt.html section 1.2). In WAL mode writers only append to the WAL; a
+    /// checkpoint never writes frames past an open reader's snapshot into the database file, and the WAL does
+    /// not restart while that reader uses it. So any page of the copied database file that may have changed
+    /// during the copy also has a frame in the copied WAL, and opening the copy replays the WAL's valid prefix
+    /// (checksummed frames up to the last complete commit): the snapshot's state or a later commit.
+    static func snapshotCopy(database: URL, to temp: URL) throws {
+        let source = try Connection(path: database.path, mode: .readOnly)
+        source.setBusyTimeout(milliseconds: 10_000)
+        let wal = try source.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
+        try source.execute("BEGIN")
+        defer { try? source.execute("ROLLBACK") }
+        // The first read takes the snapshot (and, in rollback-journal mode, the SHARED lock).
+        _ = try source.scalar("SELECT count(*) FROM sqlite_schema")
+        try copyFile(database, to: temp)
+        let walPath = database.path + "-wal"
+        if wal, FileManager.default.fileExists(atPath: walPath) {
+            try copyFile(URL(fileURLWithPath: walPath), to: URL(fileURLWithPath: temp.path + "-wal"))
+        }
+    }
+
+    /// Copies a file into a new one (in the kernel where it can), or throws naming both files.
+    static func copyFile(_ source: URL, to destination: URL) throws {
+        let rc = rtsync_copy_file(source.path, destination.path)
+        guard rc == 0 else {
+            let what = rc == ENOSPC || rc == EDQUOT ? "the disk holding it is full (\(String(cString: strerror(rc))))" : String(cString: strerror(rc))
+            throw LifecycleError.backupFailed(path: destination.path, reason: "copying \(source.path) failed: \(what)")
+        }
     }
 
     /// Copies the database with SQLite's online backup API (consistent: one read snapshot).
@@ -264,14 +311,21 @@ public struct BackupManager: Sendable {
 
     // MARK: - Verify and restore
 
-    /// Re-checks a backup and records the result; the newest verified backup becomes last-known-good.
+    /// Syncs a backup to stable storage, re-checks it and records the result; the newest verified backup
+    /// becomes last-known-good.
     public func verify(id: String) throws -> BackupInfo {
         let lock = try FolderLock(folder)
         defer { lock.unlock() }
         var m = loadManifest()
         guard let i = m.backups.firstIndex(where: { $0.id == id }) else { throw LifecycleError.backupNotFound(id: id) }
         let started = DispatchTime.now().uptimeNanoseconds
-        let problem = Self.verificationProblem(folder.appendingPathComponent(m.backups[i].file), immutable: true)
+        let file = folder.appendingPathComponent(m.backups[i].file)
+        var problem: String?
+        do {
+            try Durable.sync(file: file)
+            Durable.sync(folderOf: file)
+        } catch { problem = "could not be synced to stable storage: \(error)" }
+        problem = problem ?? Self.verificationProblem(file, immutable: true)
         m.backups[i].verified = problem == nil
         m.backups[i].awaitingVerification = nil
         m.backups[i].verifyMilliseconds = Self.milliseconds(since: started)
@@ -317,7 +371,7 @@ public struct BackupManager: Sendable {
     static func restoreInPlace(_ backup: URL, into database: URL) throws -> URL? {
         guard FileManager.default.fileExists(atPath: database.path) else { return try install(backup, as: database) }
         let aside = database.deletingLastPathComponent().appendingPathComponent(database.lastPathComponent + ".replaced-" + KSUID.generate().string)
-        try onlineBackup(database: database, to: aside)
+        try snapshotCopy(database: database, to: aside)
         try makeSelfContained(aside)
         try Durable.sync(file: aside)
         let live = try Connection(path: database.path, mode: .readWrite)

@@ -118,7 +118,7 @@ extension RTSync {
             )
             @OptionGroup var options: HomeOptions
             @Flag(help: "Also upload it to <user>/backups/ in the bucket (premium, or a local-folder bucket).") var upload = false
-            @Flag(help: ArgumentHelp("Return once the copy is durable; check it later with `rtsync backup verify --pending`.",
+            @Flag(help: ArgumentHelp("Return once the copy is made; sync and check it later with `rtsync backup verify --pending`.",
                                      discussion: "Until then it is listed as not verified, is not last-known-good, and restore does not pick it by default."))
             var verifyLater = false
             @Flag(help: "Print JSON.") var json = false

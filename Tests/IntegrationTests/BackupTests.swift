@@ -102,7 +102,7 @@ struct BackupTests {
         #expect(files == made.suffix(3).map(\.file).sorted(), "files on disk: \(files)")
         #expect(manager.lastKnownGood()?.id == made.last?.id)
         #expect(try rowCount(folder.appendingPathComponent(made.last!.file)) == 5)
-        #expect(made.allSatisfy { $0.verified && $0.method == "online-backup" || $0.method == "clone" })
+        #expect(made.allSatisfy { $0.verified && ["file-copy", "clone"].contains($0.method) })
     }
 
     /// Backups made by separate processes (an app and `rtsync backup create`) in the same second.

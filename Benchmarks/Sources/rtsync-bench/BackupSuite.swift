@@ -1,8 +1,9 @@
 import Foundation
 import SyncEngine
 
-/// backup: rtsync backup (copy-on-write clone when the filesystem has it; the online-backup path forced with
-/// preferClone: false) vs `cp` vs `sqlite3 DB ".backup OUT"`, on seeded databases of 100 MB and 1 GB; and init
+/// backup: rtsync backup (copy-on-write clone when the filesystem has it; the path without a clone forced with
+/// preferClone: false, which copies the file inside a read transaction, and with fileCopy: false too, SQLite's
+/// backup API) vs `cp` vs `sqlite3 DB ".backup OUT"`, on seeded databases of 100 MB and 1 GB; and init
 /// from the bundled demo asset.
 func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
     var out: [Row] = []
@@ -44,7 +45,7 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
             _ = try? runProcess("/bin/sync", [])
         }
         var clone: [Double] = [], online: [Double] = [], cp: [Double] = [], cpSync: [Double] = [], dotBackup: [Double] = [], verify: [Double] = []
-        var cloneDeferred: [Double] = [], onlineDeferred: [Double] = []
+        var cloneDeferred: [Double] = [], onlineDeferred: [Double] = [], apiDeferred: [Double] = []
         var cloneMethod = "", onlineMethod = ""
         for run in 0..<runs {
             // create() as `rtsync backup create` runs it: copy, then quick_check before returning.
@@ -53,8 +54,21 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
             // create(verification: .deferred), as an app going to the background runs it: the check comes later.
             try freshFolder()
             cloneDeferred.append(try timeOnce { _ = try BackupManager(database: cloneSource, folder: cloneFolder, keep: 1, preferClone: true).create(verification: .deferred) })
+            // cp runs right before the file copy, after the clone cases, so both meet the same machine state.
+            try freshFolder()
+            cp.append(try timeOnce {
+                let r = try runProcess("/bin/cp", [db.path, copy.path])
+                if r.status != 0 { throw BenchSQLiteError(code: r.status, message: "cp: \(r.stderr)") }
+            })
             try freshFolder()
             onlineDeferred.append(try timeOnce { _ = try BackupManager(database: db, folder: folder, keep: 1, preferClone: false).create(verification: .deferred) })
+            // The same through SQLite's backup API (fileCopy off), for comparison with the file copy.
+            try freshFolder()
+            apiDeferred.append(try timeOnce {
+                var m = BackupManager(database: db, folder: folder, keep: 1, preferClone: false)
+                m.fileCopy = false
+                _ = try m.create(verification: .deferred)
+            })
             try freshFolder()
             var made: BackupInfo?
             online.append(try timeOnce { made = try BackupManager(database: db, folder: folder, keep: 1, preferClone: false).create() })
@@ -64,11 +78,6 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
                 let v = try PlainDB(path: folder.appendingPathComponent(made.file).path)
                 verify.append(try timeOnce { _ = try v.scalarText("PRAGMA quick_check(5)") })
             }
-            try freshFolder()
-            cp.append(try timeOnce {
-                let r = try runProcess("/bin/cp", [db.path, copy.path])
-                if r.status != 0 { throw BenchSQLiteError(code: r.status, message: "cp: \(r.stderr)") }
-            })
             // cp then fsync of the copy: the same durability rtsync's backup pays for (Durable.sync).
             try freshFolder()
             cpSync.append(try timeOnce {
@@ -111,6 +120,8 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
                        baselineName: "cp + fsync of copy", baseline: Stat(samples: cpSync), extra: sizeCell))
         out.append(Row(suite: "backup", name: "\(label): rtsync backup (\(onlineMethod) on \(copyFS) + quick_check before returning)", rtsync: Stat(samples: online),
                        baselineName: "cp + fsync of copy", baseline: Stat(samples: cpSync), extra: sizeCell))
+        out.append(Row(suite: "backup", name: "\(label): rtsync backup (online-backup API, fileCopy off, on \(copyFS), check deferred)", rtsync: Stat(samples: apiDeferred),
+                       baselineName: "cp", baseline: Stat(samples: cp), extra: sizeCell))
         if sqlite3 != nil {
             out.append(Row(suite: "backup", name: onlineName, rtsync: Stat(samples: onlineDeferred),
                            baselineName: "sqlite3 .backup", baseline: Stat(samples: dotBackup), extra: sizeCell))

@@ -4,4 +4,9 @@
 /// Returns 0 on success, or an errno value (EOPNOTSUPP/EXDEV/ENOTSUP when the filesystem cannot clone).
 /// `dst` must not exist.
 int rtsync_clone_file(const char *src, const char *dst);
+
+/// Copies `src` into a new file `dst` byte for byte until end of file: in the kernel with copy_file_range on
+/// Linux (no data passes through this process), else with read/write. Returns 0 or an errno value; on failure
+/// `dst` is removed. `dst` must not exist. Nothing is synced: the caller decides when the copy must be durable.
+int rtsync_copy_file(const char *src, const char *dst);
 #endif

@@ -1,0 +1,131 @@
+import Foundation
+import RTSyncTestSupport
+import RTSQLite
+import SyncEngine
+import Testing
+
+/// Issue 5: backups without a clone copy the database file (and its WAL) inside one read transaction. These
+/// tests back up a database that another process keeps changing, with a checkpoint after every commit in WAL
+/// mode (so the database file itself changes during the copy), and check each backup is one commit's state.
+@Suite("backups: file copy under a concurrent writer")
+struct FileCopyBackupTests {
+    static let fillerRows = 20_000
+
+    /// A database with `filler` (about 20 MB, indexed by `gen`), `log`, and `meta` holding what they must add up to.
+    func makeDatabase(_ url: URL, journalMode: String) throws {
+        let db = try Connection(path: url.path)
+        try db.execute("PRAGMA journal_mode = \(journalMode)")
+        try db.execute("""
+            CREATE TABLE meta(commits INTEGER NOT NULL, gensum INTEGER NOT NULL);
+            INSERT INTO meta VALUES (0, 0);
+            CREATE TABLE log(id INTEGER PRIMARY KEY, payload BLOB NOT NULL);
+            CREATE TABLE filler(id INTEGER PRIMARY KEY, v BLOB NOT NULL, gen INTEGER NOT NULL);
+            CREATE INDEX filler_gen ON filler(gen);
+            WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < \(Self.fillerRows))
+            INSERT INTO filler SELECT i, randomblob(900), 0 FROM n;
+            """)
+    }
+
+    /// Starts a process that commits until `stop` exists: each commit adds log row `commits`, rewrites one
+    /// filler row (spread over the table) and keeps `meta.gensum` equal to the sum of `filler.gen`.
+    func startWriter(_ db: URL, stop: URL, walCheckpointEveryCommit: Bool) throws -> Process {
+        let sqlite3 = try #require(findExecutable("sqlite3"), "the sqlite3 shell is needed to write from another process")
+        let pragmas = walCheckpointEveryCommit ? "PRAGMA synchronous = OFF; PRAGMA wal_autocheckpoint = 1;" : "PRAGMA synchronous = OFF;"
+        let target = "(SELECT commits * 7919 % \(Self.fillerRows) FROM meta)"
+        let commit = """
+            BEGIN; UPDATE meta SET commits = commits + 1; \
+            UPDATE meta SET gensum = gensum - (SELECT gen FROM filler WHERE id = \(target)) + commits; \
+            UPDATE filler SET v = randomblob(900), gen = (SELECT commits FROM meta) WHERE id = \(target); \
+            INSERT INTO log(id, payload) SELECT commits, randomblob(1500) FROM meta; COMMIT;
+            """
+        let loop = """
+            { echo '.timeout 10000'; echo '\(pragmas)'
+              while [ ! -e "$2" ] && kill -0 \(getpid()) 2>/dev/null; do echo '\(commit)'; done; } | "$0" "$1" > /dev/null 2>&1
+            """
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/bin/sh")
+        writer.arguments = ["-c", loop, sqlite3, db.path, stop.path]
+        try writer.run()
+        LTChildren.register(writer)
+        return writer
+    }
+
+    /// The writer's commit count (waiting while it holds the lock, as in rollback-journal mode).
+    func commits(_ db: URL) throws -> Int64 {
+        let c = try Connection(path: db.path, mode: .readOnly)
+        c.setBusyTimeout(milliseconds: 10_000)
+        return try #require(try c.scalar("SELECT commits FROM meta")?.int64)
+    }
+
+    @Test(arguments: [("wal", true), ("delete", true), ("wal", false)])
+    func backup_whileAnotherProcessCommits_holdsOneCommitsState(journalMode: String, fileCopy: Bool) async throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite")
+        try makeDatabase(db, journalMode: journalMode)
+        let folder = dir.file("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let stop = dir.file("stop")
+        let writer = try startWriter(db, stop: stop, walCheckpointEveryCommit: journalMode == "wal")
+        defer { if writer.isRunning { FileManager.default.createFile(atPath: stop.path, contents: nil); writer.waitUntilExit() } }
+        let deadline = Date().addingTimeInterval(20)
+        while try commits(db) < 200, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(try commits(db) >= 200, "the writer process did not start committing")
+
+        var manager = BackupManager(database: db, folder: folder, keep: 20, preferClone: false)
+        manager.fileCopy = fileCopy
+        var made: [(info: BackupInfo, before: Int64)] = []
+        for _ in 0..<10 {
+            let before = try commits(db)
+            made.append((try manager.create(), before))
+            try await Task.sleep(for: .milliseconds(15))
+        }
+        let committedMeanwhile = try commits(db) - (made.first?.before ?? 0)
+        FileManager.default.createFile(atPath: stop.path, contents: nil)
+        await waitForExit(writer)
+        let final = try commits(db)
+
+        #expect(committedMeanwhile > 0, "the writer committed nothing while the backups ran; the scenario did not happen")
+        var seen: [Int64] = []
+        for (info, before) in made {
+            #expect(info.method == (fileCopy ? "file-copy" : "online-backup"))
+            let file = folder.appendingPathComponent(info.file)
+            #expect(!FileManager.default.fileExists(atPath: file.path + "-wal"), "a backup is one self-contained file")
+            let copy = try Connection(path: file.path, mode: .readOnly)
+            #expect(try copy.scalar("PRAGMA journal_mode")?.string == "delete")
+            #expect(try copy.rows("PRAGMA integrity_check").compactMap { $0.first?.string } == ["ok"], "backup \(info.id)")
+            let n = try #require(try copy.scalar("SELECT commits FROM meta")?.int64)
+            #expect(n >= before && n <= final, "backup \(info.id) holds commit \(n), taken between \(before) and \(final)")
+            #expect(try copy.scalar("SELECT count(*) FROM log")?.int64 == n, "backup \(info.id): a commit's log row is missing or extra")
+            #expect(try copy.scalar("SELECT coalesce(max(id), 0) FROM log")?.int64 == n)
+            #expect(try copy.scalar("SELECT total(gen) = (SELECT gensum FROM meta) FROM filler")?.int64 == 1,
+                    "backup \(info.id): filler rows from different commits")
+            #expect(try copy.scalar("SELECT count(*) FROM filler")?.int64 == Int64(Self.fillerRows))
+            seen.append(n)
+        }
+        #expect(seen == seen.sorted(), "later backups hold later commits: \(seen)")
+    }
+
+    /// A copy made from a WAL database whose WAL holds commits not yet checkpointed carries those commits.
+    @Test func fileCopy_walNotCheckpointed_copyHasEveryCommit() throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite")
+        try makeDatabase(db, journalMode: "wal")
+        let folder = dir.file("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        // This connection stays open with checkpoints off, so the commits below exist only in the WAL.
+        let app = try Connection(path: db.path)
+        try app.execute("PRAGMA wal_autocheckpoint = 0")
+        for i in 1...50 { try app.execute("INSERT INTO log(id, payload) VALUES (\(i), randomblob(100)); UPDATE meta SET commits = \(i)") }
+        let walSize = (try FileManager.default.attributesOfItem(atPath: db.path + "-wal")[.size] as? NSNumber)?.intValue ?? 0
+        #expect(walSize > 0, "the commits are in the WAL")
+
+        let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
+        #expect(info.method == "file-copy")
+        let copy = folder.appendingPathComponent(info.file)
+        #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == 50)
+        #expect(try ltScalar(copy, "SELECT commits FROM meta")?.int64 == 50)
+        // The source is left as it was: still WAL mode, nothing checkpointed by the backup.
+        #expect(try app.scalar("PRAGMA journal_mode")?.string == "wal")
+        #expect(((try FileManager.default.attributesOfItem(atPath: db.path + "-wal")[.size] as? NSNumber)?.intValue ?? 0) == walSize)
+    }
+}
