@@ -214,8 +214,7 @@ public struct BackupManager: Sendable {
     /// during the copy also has a frame in the copied WAL, and opening the copy replays the WAL's valid prefix
     /// (checksummed frames up to the last complete commit): the snapshot's state or a later commit.
     static func snapshotCopy(database: URL, to temp: URL) throws {
-        let source = try Connection(path: database.path, mode: .readOnly)
-        source.setBusyTimeout(milliseconds: 10_000)
+        let source = try openSource(database)
         let wal = try source.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
         try source.execute("BEGIN")
         defer { try? source.execute("ROLLBACK") }
@@ -226,6 +225,14 @@ public struct BackupManager: Sendable {
         if wal, FileManager.default.fileExists(atPath: walPath) {
             try copyFile(URL(fileURLWithPath: walPath), to: URL(fileURLWithPath: temp.path + "-wal"))
         }
+    }
+
+    /// Opens the database to copy. Read-write, though nothing is written through it: the first read rolls
+    /// back a hot journal that a crashed writer left (a read-only connection cannot, and fails instead).
+    static func openSource(_ database: URL) throws -> Connection {
+        let source = try Connection(path: database.path, mode: .readWrite)
+        source.setBusyTimeout(milliseconds: 10_000)
+        return source
     }
 
     /// Copies a file into a new one (in the kernel where it can), or throws naming both files.
@@ -239,8 +246,7 @@ public struct BackupManager: Sendable {
 
     /// Copies the database with SQLite's online backup API (consistent: one read snapshot).
     static func onlineBackup(database: URL, to temp: URL) throws {
-        let source = try Connection(path: database.path, mode: .readOnly)
-        source.setBusyTimeout(milliseconds: 10_000)
+        let source = try openSource(database)
         // Pages not in the WAL are then read straight from the map instead of one pread each.
         _ = try? source.rows("PRAGMA mmap_size = 4294967296")
         let dest = try Connection(path: temp.path)

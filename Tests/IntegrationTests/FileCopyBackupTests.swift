@@ -129,3 +129,55 @@ struct FileCopyBackupTests {
         #expect(((try FileManager.default.attributesOfItem(atPath: db.path + "-wal")[.size] as? NSNumber)?.intValue ?? 0) == walSize)
     }
 }
+
+/// A writer that died mid-transaction leaves a hot journal (rollback-journal mode) and changed pages in the file.
+@Suite("backups: after a crashed writer")
+struct CrashedWriterBackupTests {
+    @Test(arguments: [true, false])
+    func backup_withHotJournal_holdsTheRolledBackState(fileCopy: Bool) async throws {
+        let sqlite3 = try #require(findExecutable("sqlite3"), "the sqlite3 shell is needed to crash a writer")
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite")
+        let setup = try Connection(path: db.path)
+        try setup.execute("""
+            PRAGMA journal_mode = DELETE;
+            CREATE TABLE t(id INTEGER PRIMARY KEY, gen INTEGER NOT NULL, v BLOB NOT NULL);
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) INSERT INTO t SELECT i, 0, randomblob(1000) FROM n;
+            """)
+        // A small cache makes the UPDATE spill changed pages into the database file before it commits;
+        // the writer is then killed with the transaction open.
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: sqlite3)
+        writer.arguments = [db.path]
+        let input = Pipe()
+        writer.standardInput = input
+        writer.standardOutput = FileHandle.nullDevice
+        try writer.run()
+        LTChildren.register(writer)
+        input.fileHandleForWriting.write(Data("PRAGMA cache_size = 5; BEGIN; UPDATE t SET gen = 1, v = randomblob(1000);\n".utf8))
+        let journal = db.path + "-journal"
+        func journalSize() -> Int { ((try? FileManager.default.attributesOfItem(atPath: journal)[.size]) as? NSNumber)?.intValue ?? 0 }
+        // The UPDATE is done when the journal stops growing.
+        let deadline = Date().addingTimeInterval(20)
+        var stable = 0, last = -1
+        while Date() < deadline, stable < 5 {
+            let size = journalSize()
+            stable = size > 0 && size == last ? stable + 1 : 0
+            last = size
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        kill(writer.processIdentifier, SIGKILL)
+        await waitForExit(writer)
+        try #require(journalSize() > 0, "no hot journal was left behind")
+
+        let folder = dir.file("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        var manager = BackupManager(database: db, folder: folder, preferClone: false)
+        manager.fileCopy = fileCopy
+        let info = try manager.create()
+        let copy = folder.appendingPathComponent(info.file)
+        #expect(try ltScalar(copy, "PRAGMA integrity_check")?.string == "ok")
+        #expect(try ltScalar(copy, "SELECT count(*) FROM t WHERE gen = 0")?.int64 == 2000, "the backup holds the uncommitted update")
+        #expect(try ltScalar(db, "SELECT count(*) FROM t WHERE gen = 1")?.int64 == 0)
+    }
+}
