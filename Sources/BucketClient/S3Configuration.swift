@@ -11,12 +11,12 @@ public struct S3Configuration: Sendable {
     }
 
     /// The additional checksum a multipart upload declares when it is created and sends with every part.
-    public enum PartChecksum: String, Sendable, Hashable {
+    public enum PartChecksum: Sendable, Hashable {
         /// `x-amz-checksum-algorithm: CRC32` on CreateMultipartUpload, `x-amz-checksum-crc32` on each part and
         /// `ChecksumCRC32` for each part in CompleteMultipartUpload (what the AWS SDKs and CLI send by default).
         case crc32
-        /// None: parts are protected by their signed SHA-256 only.
-        case none
+        /// No additional checksum: parts are protected by their signed SHA-256 only.
+        case off
     }
 
     /// The bucket name.
@@ -108,12 +108,10 @@ public struct S3Configuration: Sendable {
             throw BucketError.unsupportedURL(url: "RTSYNC_S3_TRANSPORT=\(other)", reason: "RTSYNC_S3_TRANSPORT must be auto or urlsession")
         }
         switch environment["RTSYNC_S3_PART_CHECKSUM"]?.lowercased() {
-        case nil, "": break
-        case let text?:
-            guard let choice = PartChecksum(rawValue: text) else {
-                throw BucketError.unsupportedURL(url: "RTSYNC_S3_PART_CHECKSUM=\(text)", reason: "RTSYNC_S3_PART_CHECKSUM must be crc32 or none")
-            }
-            configuration.partChecksum = choice
+        case nil, "", "crc32": break
+        case "none", "off": configuration.partChecksum = .off
+        case let other?:
+            throw BucketError.unsupportedURL(url: "RTSYNC_S3_PART_CHECKSUM=\(other)", reason: "RTSYNC_S3_PART_CHECKSUM must be crc32 or none")
         }
         return configuration
     }

@@ -69,9 +69,9 @@ import Testing
         #expect(try await store.get(key: "crc.bin") == data)
     }
 
-    @Test func multipartUpload_withPartChecksumNone_declaresNoAlgorithm() async throws {
+    @Test func multipartUpload_withPartChecksumOff_declaresNoAlgorithm() async throws {
         guard let moto = try await server() else { return }
-        let store = moto.store { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.partChecksum = .none }
+        let store = moto.store { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.partChecksum = .off }
         let folder = try makeTemporaryFolder()
         let source = folder.appendingPathComponent("plain.bin")
         let data = randomBytes(11 << 20)
@@ -99,7 +99,7 @@ import Testing
         #expect(saved.checksumAlgorithm == "CRC32")
         // Resumed by a store that would not declare a checksum for a new upload: the parts still carry CRC-32s and
         // the completion lists one for every part, including the two uploaded before the interruption.
-        let resumed = moto.store(prefix: prefix) { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.partChecksum = .none }
+        let resumed = moto.store(prefix: prefix) { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.partChecksum = .off }
         try await resumed.put(key: "resume.bin", fileURL: source)
         #expect(resumed.requestCounter.count("CreateMultipartUpload") == 0)
         #expect(resumed.requestCounter.count("UploadPart") == 2)

@@ -20,7 +20,7 @@ import Testing
         #expect(try S3Configuration.fromEnvironment(bucket: "b", environment: base).partChecksum == .crc32)
         var off = base
         off["RTSYNC_S3_PART_CHECKSUM"] = "None"
-        #expect(try S3Configuration.fromEnvironment(bucket: "b", environment: off).partChecksum == S3Configuration.PartChecksum.none)
+        #expect(try S3Configuration.fromEnvironment(bucket: "b", environment: off).partChecksum == .off)
         var bad = base
         bad["RTSYNC_S3_PART_CHECKSUM"] = "md4"
         #expect(throws: BucketError.self) { _ = try S3Configuration.fromEnvironment(bucket: "b", environment: bad) }
