@@ -45,9 +45,11 @@ let package = Package(
         ),
         // Blocking HTTP over libcurl loaded at run time, for large S3 request bodies on Linux (see CurlTransport).
         .target(name: "CCurlShim", linkerSettings: [.linkedLibrary("dl", .when(platforms: [.linux]))]),
+        // CRC-32 for S3 part checksums: the system zlib's, loaded at run time, or a portable table loop.
+        .target(name: "CChecksum", linkerSettings: [.linkedLibrary("dl", .when(platforms: [.linux]))]),
         .target(
             name: "BucketClient",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto"),
+            dependencies: [.product(name: "Crypto", package: "swift-crypto"), "CChecksum",
                            .target(name: "CCurlShim", condition: .when(platforms: [.linux]))]
         ),
         // Adapts BucketClient's stores to SyncEngine's RemoteStore (keeps SyncEngine free of any backend).
@@ -63,7 +65,7 @@ let package = Package(
         .target(name: "RTSyncTestSupport", path: "Tests/Support"),
         .testTarget(name: "DiffFormatTests", dependencies: ["DiffFormat", "RTSQLite"]),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "DiffFormat", "RTSQLite"]),
-        .testTarget(name: "BucketClientTests", dependencies: ["BucketClient", "RTSyncTestSupport"]),
+        .testTarget(name: "BucketClientTests", dependencies: ["BucketClient", "CChecksum", "RTSyncTestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient", "BucketSync", "RTSyncTestSupport",
                                                            .product(name: "Crypto", package: "swift-crypto")]),
     ]

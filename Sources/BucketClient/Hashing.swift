@@ -1,3 +1,4 @@
+import CChecksum
 import Crypto
 import Foundation
 
@@ -13,6 +14,17 @@ enum Hashing {
 
     static func md5Hex(_ data: some DataProtocol) -> String {
         hex(Insecure.MD5.hash(data: data))
+    }
+
+    /// CRC-32 of `data` (zlib's polynomial, as S3's `x-amz-checksum-crc32` uses).
+    static func crc32(_ data: Data) -> UInt32 {
+        data.withUnsafeBytes { rtsync_crc32(0, $0.baseAddress, $0.count) }
+    }
+
+    /// The `x-amz-checksum-crc32` value of `data`: its CRC-32 as 4 big-endian bytes, base64-encoded.
+    static func crc32Base64(_ data: Data) -> String {
+        let crc = crc32(data)
+        return Data([UInt8(crc >> 24), UInt8((crc >> 16) & 0xff), UInt8((crc >> 8) & 0xff), UInt8(crc & 0xff)]).base64EncodedString()
     }
 
     static func hmac(key: some ContiguousBytes, _ message: String) -> [UInt8] {

@@ -183,6 +183,9 @@ struct MultipartState: Codable, Sendable, Equatable {
     var partSize: Int
     /// Part number -> ETag of parts known to be uploaded.
     var parts: [Int: String]
+    /// The checksum algorithm the upload was created with (`CRC32`), which every part and the completion must then
+    /// carry; nil for none (and in state files written before rtsync sent part checksums).
+    var checksumAlgorithm: String? = nil
 }
 
 /// Serializes updates of the state file while parts finish concurrently.
@@ -281,13 +284,16 @@ extension S3Store {
             var request = Request(method: "POST", key: key, operation: "CreateMultipartUpload")
             request.query = ["uploads": ""]
             request.headers["content-type"] = "application/octet-stream"
+            let checksumAlgorithm: String? = configuration.partChecksum == .crc32 ? "CRC32" : nil
+            if let checksumAlgorithm { request.headers["x-amz-checksum-algorithm"] = checksumAlgorithm }
             let response = try await send(request)
             let xml = try parseXML(response, expecting: "InitiateMultipartUploadResult", request: request)
             guard let uploadId = xml.string("UploadId"), !uploadId.isEmpty else {
                 throw BucketError.invalidResponse(request: describe(request), reason: "no UploadId")
             }
             state = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: uploadId, fileSize: st.size,
-                                   fileMtimeNanoseconds: st.mtimeNanoseconds, partSize: partSize, parts: [:])
+                                   fileMtimeNanoseconds: st.mtimeNanoseconds, partSize: partSize, parts: [:],
+                                   checksumAlgorithm: checksumAlgorithm)
         }
         let stateFile = MultipartStateFile(url: stateURL, state: state!)
         await stateFile.save()
@@ -297,6 +303,9 @@ extension S3Store {
         let window = max(1, configuration.maxConcurrency)
         let reader = try PartReader(fileURL: fileURL, fileSize: st.size, partSize: partSize)
         var fileHasher = hashFile ? Hashing.SHA256Stream() : nil
+        // A resumed upload keeps the algorithm it was created with, whatever the configuration says now.
+        let partCRC32 = state!.checksumAlgorithm == "CRC32"
+        var partChecksums: [Int: String] = [:]
         // Parts are read (and the file hashed) in order here and sent by child tasks: at most `window` parts of
         // this file at once, and at most `partLimiter`'s limit across all files, each holding one part in memory.
         try await withThrowingTaskGroup(of: (Int, String).self) { group in
@@ -314,8 +323,13 @@ extension S3Store {
             }
             for number in 1...partCount {
                 if done[number] != nil {
-                    // Uploaded before an interruption: only hashed (when asked), not sent again.
-                    if fileHasher != nil { fileHasher!.update(try reader.read(part: number)) }
+                    // Uploaded before an interruption: only hashed (when asked, and for the completion's part
+                    // checksum), not sent again.
+                    if fileHasher != nil || partCRC32 {
+                        let data = try reader.read(part: number)
+                        if fileHasher != nil { fileHasher!.update(data) }
+                        if partCRC32 { partChecksums[number] = Hashing.crc32Base64(data) }
+                    }
                     continue
                 }
                 while running >= window { try await collect() }
@@ -330,8 +344,13 @@ extension S3Store {
                 request.query = ["partNumber": String(number), "uploadId": uploadId]
                 request.body = data
                 // No Content-MD5 on parts: the signed x-amz-content-sha256 of the body already lets S3 verify
-                // every byte.
+                // every byte. The CRC-32 (signed too) is the part checksum the upload was created with.
                 request.payloadHash = Hashing.sha256Hex(data)
+                if partCRC32 {
+                    let crc = Hashing.crc32Base64(data)
+                    partChecksums[number] = crc
+                    request.headers["x-amz-checksum-crc32"] = crc
+                }
                 request.preferDirect = true
                 group.addTask {
                     do {
@@ -353,7 +372,9 @@ extension S3Store {
             guard let etag = parts[number] else {
                 throw BucketError.invalidResponse(request: "UploadPart", reason: "part \(number) missing after upload")
             }
-            body += "<Part><PartNumber>\(number)</PartNumber><ETag>\"\(etag)\"</ETag></Part>"
+            // S3 requires each part's checksum here when the upload was created with an algorithm.
+            let checksum = partChecksums[number].map { "<ChecksumCRC32>\($0)</ChecksumCRC32>" } ?? ""
+            body += "<Part><PartNumber>\(number)</PartNumber><ETag>\"\(etag)\"</ETag>\(checksum)</Part>"
         }
         body += "</CompleteMultipartUpload>"
         let sha256 = fileHasher?.finalizeHex()
