@@ -33,6 +33,27 @@ int rtsync_clone_file(const char *src, const char *dst) {
 #endif
 }
 
+int rtsync_clone_open_file(int src_fd, const char *src, const char *dst) {
+#if defined(__linux__)
+    (void)src;
+    if (src_fd < 0) return ENOTSUP;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (out < 0) return errno;
+    int rc = ioctl(out, FICLONE, src_fd);
+    int e = rc == 0 ? 0 : errno;
+    if (rc == 0 && fsync(out) != 0) e = errno;
+    close(out);
+    if (e != 0) unlink(dst);
+    return e;
+#elif defined(__APPLE__)
+    (void)src_fd;
+    return clonefile(src, dst, 0) == 0 ? 0 : errno;
+#else
+    (void)src_fd; (void)src; (void)dst;
+    return ENOTSUP;
+#endif
+}
+
 /// Copies what is left of `in` into `out` with read/write in 1 MiB blocks. Returns 0 or an errno value.
 static int copy_by_reading(int in, int out) {
     enum { block = 1 << 20 };

@@ -18,4 +18,11 @@ static inline int rtsync_disable_memstatus(void) {
 static inline sqlite3_destructor_type rtsync_transient(void) {
     return SQLITE_TRANSIENT;
 }
+
+// The descriptor a unix-family VFS keeps for an open file. os_unix.c's unixFile starts with the io methods,
+// the VFS and the inode info pointers, then `int h`. Only for files of a "unix*" VFS, and the caller must
+// check (fstat) that the number is an open descriptor of the expected file before using it.
+static inline int rtsync_unix_file_descriptor(sqlite3_file *file) {
+    return *(const int *)((const char *)file + 3 * sizeof(void *));
+}
 #endif

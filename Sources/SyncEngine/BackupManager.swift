@@ -176,22 +176,26 @@ public struct BackupManager: Sendable {
     /// Clones the database (and its WAL) while holding the write lock, so the copy is one consistent state.
     /// Returns false when the filesystem cannot clone.
     static func cloneConsistently(database: URL, to temp: URL) throws -> Bool {
-        let db = try Connection(path: database.path, mode: .readWrite)
-        db.setBusyTimeout(milliseconds: 10_000)
-        let wal = try db.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
-        if wal { _ = try? db.rows("PRAGMA wal_checkpoint(PASSIVE)") }
-        // BEGIN IMMEDIATE blocks other writers (not readers) until the clone is done: a few milliseconds.
+        let db = try openSource(database)
+        if try db.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal" { _ = try? db.rows("PRAGMA wal_checkpoint(PASSIVE)") }
+        // BEGIN IMMEDIATE blocks other writers (not readers) until the clone is done: a few milliseconds. A
+        // checkpoint may still copy frames into the database file meanwhile, but the WAL cannot restart or
+        // grow, and every frame it holds is in the cloned WAL.
         try db.execute("BEGIN IMMEDIATE")
         defer { try? db.execute("ROLLBACK") }
-        let rc = rtsync_clone_file(database.path, temp.path)
+        // Asked inside the transaction: the journal mode cannot change while it is open.
+        let wal = try db.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
+        // SQLite's own descriptor: opening and closing the file here would drop this process's locks on it.
+        let rc = rtsync_clone_open_file(db.mainFileDescriptor() ?? -1, database.path, temp.path)
         if rc != 0 {
-            if [EOPNOTSUPP, EXDEV, EINVAL, ENOTTY, ENOSYS].contains(rc) || rc == ENOTSUP { return false }
+            if [EOPNOTSUPP, EXDEV, EINVAL, ENOTTY, ENOSYS, EBADF].contains(rc) || rc == ENOTSUP { return false }
             throw LifecycleError.backupFailed(path: temp.path, reason: String(cString: strerror(rc)))
         }
+        // SQLite holds no locks on the WAL file itself, so it may be opened and closed here.
         let walPath = database.path + "-wal"
         if wal, let size = (try? FileManager.default.attributesOfItem(atPath: walPath)[.size]) as? NSNumber, size.int64Value > 0 {
             let rc2 = rtsync_clone_file(walPath, temp.path + "-wal")
-            if rc2 != 0 { try FileManager.default.copyItem(atPath: walPath, toPath: temp.path + "-wal") }
+            if rc2 != 0 { try copyFile(URL(fileURLWithPath: walPath), to: URL(fileURLWithPath: temp.path + "-wal")) }
         }
         try db.execute("ROLLBACK")
         if wal {
@@ -206,29 +210,61 @@ public struct BackupManager: Sendable {
     /// Copies the database file, and in WAL mode its WAL, byte for byte inside one read transaction; opening
     /// the copy (`makeSelfContained`) then yields the state of one commit.
     ///
-    /// Why that state is consistent: in rollback-journal mode the read transaction's SHARED lock keeps writers
-    /// from changing the file until the copy is done (SQLite's own rule for copying a live database,
-    /// https://sqlite.org/howtocorrupt.html section 1.2). In WAL mode writers only append to the WAL; a
-    /// checkpoint never writes frames past an open reader's snapshot into the database file, and the WAL does
-    /// not restart while that reader uses it. So any page of the copied database file that may have changed
-    /// during the copy also has a frame in the copied WAL, and opening the copy replays the WAL's valid prefix
-    /// (checksummed frames up to the last complete commit): the snapshot's state or a later commit.
+    /// Why that state is consistent:
+    /// - Rollback-journal mode: the read transaction's SHARED lock keeps writers from changing the file until the
+    ///   copy is done (SQLite's own rule for copying a live database, https://sqlite.org/howtocorrupt.html
+    ///   section 1.2). The file is read through SQLite's own descriptor (`copyMainFile`): opening and closing it
+    ///   again in this process would release that lock (section 2.2 there).
+    /// - WAL mode, reader on a WAL snapshot (read mark above 0): a checkpoint never writes frames past the
+    ///   reader's mark into the database file, and the WAL cannot restart or be truncated while the reader
+    ///   uses it. Any page of the copied database file that may have changed during the copy also has a frame
+    ///   in the copied WAL, and opening the copy replays the WAL's valid prefix (checksummed frames up to the
+    ///   last complete commit): the snapshot's state or a later commit.
+    /// - WAL mode, reader on the database file alone (everything was checkpointed; read mark 0): no checkpoint
+    ///   may write the database file, so the copied file is exactly the snapshot, but the WAL may restart or be
+    ///   truncated during the copy, leaving a stale prefix in the copied WAL. The WAL header (new salts on every
+    ///   restart) is compared before and after: when it changed, the copied WAL is dropped.
     static func snapshotCopy(database: URL, to temp: URL) throws {
         let source = try openSource(database)
-        let wal = try source.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
         try source.execute("BEGIN")
         defer { try? source.execute("ROLLBACK") }
-        // The first read takes the snapshot (and, in rollback-journal mode, the SHARED lock).
+        // The first read takes the snapshot (in rollback-journal mode, the SHARED lock, after rolling back a
+        // hot journal). Asked after it, the journal mode cannot change until the transaction ends.
         _ = try source.scalar("SELECT count(*) FROM sqlite_schema")
-        try copyFile(database, to: temp)
-        let walPath = database.path + "-wal"
+        let wal = try source.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
+        do { _ = try source.copyMainFile(to: temp) } catch {
+            throw LifecycleError.backupFailed(path: temp.path, reason: "copying \(database.path) failed: \(Self.describe(error))")
+        }
+        testHookAfterDatabaseCopy?(database)
+        let walPath = database.path + "-wal", walCopy = temp.path + "-wal"
         if wal, FileManager.default.fileExists(atPath: walPath) {
-            try copyFile(URL(fileURLWithPath: walPath), to: URL(fileURLWithPath: temp.path + "-wal"))
+            try copyFile(URL(fileURLWithPath: walPath), to: URL(fileURLWithPath: walCopy))
+            if walHeader(walPath) != walHeader(walCopy) || walHeader(walCopy) == nil { try? FileManager.default.removeItem(atPath: walCopy) }
         }
     }
 
-    /// Opens the database to copy. Read-write, though nothing is written through it: the first read rolls
-    /// back a hot journal that a crashed writer left (a read-only connection cannot, and fails instead).
+    /// Called with the database between copying its file and copying its WAL (tests inject a concurrent
+    /// checkpoint there).
+    nonisolated(unsafe) static var testHookAfterDatabaseCopy: ((URL) -> Void)?
+
+    /// The 32-byte header of a WAL file (magic, page size, checkpoint sequence, salts, checksum), or nil.
+    static func walHeader(_ path: String) -> Data? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        guard let data = try? handle.read(upToCount: 32), data.count == 32 else { return nil }
+        return data
+    }
+
+    /// An error as a short phrase, saying so when a disk is full.
+    static func describe(_ error: Error) -> String {
+        if let e = error as? POSIXError, e.code == .ENOSPC || e.code == .EDQUOT { return "the disk holding it is full (\(e.localizedDescription))" }
+        if let e = error as? SQLiteError, e.code & 0xff == 13 { return "the disk is full (\(e.message))" }
+        return (error as? SQLiteError)?.message ?? "\(error)"
+    }
+
+    /// Opens the database to copy. Read-write, though no data is written through it: the first read rolls
+    /// back a hot journal that a crashed writer left (a read-only connection cannot, and fails instead), and,
+    /// like any connection, it checkpoints and removes the WAL when it is the last one to close.
     static func openSource(_ database: URL) throws -> Connection {
         let source = try Connection(path: database.path, mode: .readWrite)
         source.setBusyTimeout(milliseconds: 10_000)

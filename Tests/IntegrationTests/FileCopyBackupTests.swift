@@ -1,7 +1,7 @@
 import Foundation
 import RTSyncTestSupport
 import RTSQLite
-import SyncEngine
+@testable import SyncEngine
 import Testing
 
 /// Issue 5: backups without a clone copy the database file (and its WAL) inside one read transaction. These
@@ -179,5 +179,92 @@ struct CrashedWriterBackupTests {
         #expect(try ltScalar(copy, "PRAGMA integrity_check")?.string == "ok")
         #expect(try ltScalar(copy, "SELECT count(*) FROM t WHERE gen = 0")?.int64 == 2000, "the backup holds the uncommitted update")
         #expect(try ltScalar(db, "SELECT count(*) FROM t WHERE gen = 1")?.int64 == 0)
+    }
+}
+
+/// A backup must not release this process's SQLite locks on the database: opening and closing the file again
+/// in the same process drops every POSIX lock the process holds on it (https://sqlite.org/howtocorrupt.html 2.2).
+@Suite("backups: locks of other connections in the same process", .serialized)
+struct BackupKeepsLocksTests {
+    /// Whether another process can take the write lock right now (without waiting).
+    func otherProcessCanLockExclusively(_ db: URL) throws -> Bool {
+        let sqlite3 = try #require(findExecutable("sqlite3"), "the sqlite3 shell is needed to lock from another process")
+        return try runCapturing(sqlite3, [db.path, "BEGIN EXCLUSIVE; COMMIT;"]).status == 0
+    }
+
+    func check(database db: URL, folder: URL, preferClone: Bool, expectedMethod: String) throws {
+        // An app connection of this process in a read transaction: no other process may write until it ends.
+        let app = try Connection(path: db.path)
+        try app.execute("BEGIN")
+        _ = try app.scalar("SELECT count(*) FROM log")
+        try #require(try !otherProcessCanLockExclusively(db), "the read transaction does not block other writers to begin with")
+
+        let info = try BackupManager(database: db, folder: folder, preferClone: preferClone).create()
+
+        #expect(info.method == expectedMethod)
+        #expect(try !otherProcessCanLockExclusively(db), "after the backup (\(info.method)), another process could lock the database while this process was reading it")
+        try app.execute("COMMIT")
+        #expect(try otherProcessCanLockExclusively(db))
+    }
+
+    func makeDatabase(_ db: URL) throws {
+        let c = try Connection(path: db.path)
+        try c.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, payload TEXT); INSERT INTO log(payload) VALUES ('a'), ('b')")
+    }
+
+    @Test func fileCopy_keepsTheLocksOfThisProcess() throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite")
+        try makeDatabase(db)
+        let folder = dir.file("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        try check(database: db, folder: folder, preferClone: false, expectedMethod: "file-copy")
+    }
+
+    @Test(.enabled(if: LTMounts.canMount, "mounting is not permitted here (needs root and loop mounts)"))
+    func clone_keepsTheLocksOfThisProcess() throws {
+        let dir = try TemporaryDirectory()
+        let mountPoint = try LTMounts.mountBtrfs(in: dir)
+        defer { LTMounts.unmount(mountPoint) }
+        let db = mountPoint.appendingPathComponent("app.sqlite")
+        try makeDatabase(db)
+        let folder = mountPoint.appendingPathComponent("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        try check(database: db, folder: folder, preferClone: true, expectedMethod: "clone")
+    }
+
+    /// Everything is checkpointed when the backup starts (its reader then reads the database file alone), and
+    /// another process truncates the WAL and commits more between the copy of the database file and of the WAL.
+    @Test func fileCopy_walTruncatedAndRewrittenDuringTheBackup_copyIsOneCommit() throws {
+        let sqlite3 = try #require(findExecutable("sqlite3"))
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite")
+        let keeper = try Connection(path: db.path)
+        try keeper.execute("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0")
+        try keeper.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, payload BLOB); CREATE TABLE meta(n INTEGER); INSERT INTO meta VALUES (0)")
+        for i in 1...300 { try keeper.execute("BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT") }
+        _ = try keeper.rows("PRAGMA wal_checkpoint(PASSIVE)")
+        let folder = dir.file("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        var hookRan = false
+        // Backups of other tests running at the same time pass through the hook too: only this database counts.
+        BackupManager.testHookAfterDatabaseCopy = { database in
+            guard database.path == db.path else { return }
+            hookRan = true
+            var sql = ".timeout 5000\nPRAGMA wal_checkpoint(TRUNCATE);\n"
+            for i in 301...310 { sql += "BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT;\n" }
+            let r = try? runCapturing("/bin/sh", ["-c", "printf '%s' \"$1\" | \"$0\" \"$2\"", sqlite3, sql, db.path])
+            #expect(r?.status == 0, "the concurrent writer failed: \(r?.output ?? "")")
+        }
+        defer { BackupManager.testHookAfterDatabaseCopy = nil }
+
+        let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
+
+        #expect(hookRan)
+        let copy = folder.appendingPathComponent(info.file)
+        #expect(try ltScalar(copy, "PRAGMA integrity_check")?.string == "ok")
+        let n = try #require(try ltScalar(copy, "SELECT n FROM meta")?.int64)
+        #expect([300, 310].contains(n), "the copy holds commit \(n)")
+        #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == n)
     }
 }
