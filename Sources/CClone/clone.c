@@ -88,8 +88,9 @@ int rtsync_copy_file(const char *src, const char *dst) {
         if (n > 0) { copied_any = 1; continue; }
         if (n == 0) break;
         if (errno == EINTR) continue;
-        // Kernels or filesystems without it (or across filesystems on older kernels): copy by reading.
-        if (!copied_any && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF)) {
+        // Kernels or filesystems without it, across filesystems on older kernels, or blocked by a container's
+        // syscall filter (EPERM): copy by reading.
+        if (!copied_any && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF || errno == EPERM || errno == ETXTBSY)) {
             e = copy_by_reading(in, out);
         } else {
             e = errno;
