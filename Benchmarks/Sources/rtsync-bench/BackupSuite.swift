@@ -31,8 +31,8 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
             try FileManager.default.copyItem(at: db, to: cloneSource)
         }
         let cloneFolder = cloneDir.appendingPathComponent("clone-backups", isDirectory: true)
-        // The big case costs seconds per repetition; 3 are enough for median and min.
-        let runs = bytes >= 1_000_000_000 ? min(ctx.runs, 3) : ctx.runs
+        // The big case costs seconds per repetition; 4 (two with cp first, two with rtsync first) are enough.
+        let runs = bytes >= 1_000_000_000 ? min(ctx.runs, 4) : ctx.runs
         let folder = dir.appendingPathComponent("backups", isDirectory: true)
         let copy = dir.appendingPathComponent("copy.sqlite")
         func freshFolder() throws {
@@ -43,25 +43,27 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
             removeDatabase(copy.path)
             // Untimed: write back what earlier cases left dirty, so no case pays for the one before it.
             _ = try? runProcess("/bin/sync", [])
+            waitForIdleDisks()
         }
         var clone: [Double] = [], online: [Double] = [], cp: [Double] = [], cpSync: [Double] = [], dotBackup: [Double] = [], verify: [Double] = []
         var cloneDeferred: [Double] = [], onlineDeferred: [Double] = [], apiDeferred: [Double] = []
         var cloneMethod = "", onlineMethod = ""
+        // The cases on the scratch filesystem run first, all repetitions, then the clone cases on btrfs: right
+        // after the clone cases, whatever copies 1 GB next on ext4 (cp as much as rtsync) was up to 3x slower.
         for run in 0..<runs {
-            // create() as `rtsync backup create` runs it: copy, then quick_check before returning.
-            try freshFolder()
-            clone.append(try timeOnce { cloneMethod = try BackupManager(database: cloneSource, folder: cloneFolder, keep: 1, preferClone: true).create().method })
-            // create(verification: .deferred), as an app going to the background runs it: the check comes later.
-            try freshFolder()
-            cloneDeferred.append(try timeOnce { _ = try BackupManager(database: cloneSource, folder: cloneFolder, keep: 1, preferClone: true).create(verification: .deferred) })
-            // cp runs right before the file copy, after the clone cases, so both meet the same machine state.
-            try freshFolder()
-            cp.append(try timeOnce {
-                let r = try runProcess("/bin/cp", [db.path, copy.path])
-                if r.status != 0 { throw BenchSQLiteError(code: r.status, message: "cp: \(r.stderr)") }
-            })
+            // cp and the file copy run next to each other, in turns first: on this machine a 1 GB copy (by either)
+            // is sometimes several times slower depending on what ran just before it.
+            func runCp() throws {
+                try freshFolder()
+                cp.append(try timeOnce {
+                    let r = try runProcess("/bin/cp", [db.path, copy.path])
+                    if r.status != 0 { throw BenchSQLiteError(code: r.status, message: "cp: \(r.stderr)") }
+                })
+            }
+            if run % 2 == 0 { try runCp() }
             try freshFolder()
             onlineDeferred.append(try timeOnce { _ = try BackupManager(database: db, folder: folder, keep: 1, preferClone: false).create(verification: .deferred) })
+            if run % 2 == 1 { try runCp() }
             // The same through SQLite's backup API (fileCopy off), for comparison with the file copy.
             try freshFolder()
             apiDeferred.append(try timeOnce {
@@ -93,6 +95,15 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
                 })
             }
             ctx.log("backup \(label): run \(run + 1)/\(runs)")
+        }
+        for run in 0..<runs {
+            // create() as `rtsync backup create` runs it: copy, then quick_check before returning.
+            try freshFolder()
+            clone.append(try timeOnce { cloneMethod = try BackupManager(database: cloneSource, folder: cloneFolder, keep: 1, preferClone: true).create().method })
+            // create(verification: .deferred), as an app going to the background runs it: the check comes later.
+            try freshFolder()
+            cloneDeferred.append(try timeOnce { _ = try BackupManager(database: cloneSource, folder: cloneFolder, keep: 1, preferClone: true).create(verification: .deferred) })
+            ctx.log("backup \(label): clone run \(run + 1)/\(runs)")
         }
         try freshFolder()
         let sizeCell = formatBytes(Double(size))
@@ -160,6 +171,24 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
     }
     try? FileManager.default.removeItem(at: dir)
     return out
+}
+
+/// Waits (up to 20 s) until no block device's I/O counters change for 300 ms. On a filesystem mounted with
+/// `discard` (the scratch ext4 here), deleting the previous case's 1 GB output makes the kernel discard its blocks
+/// in the background after `sync` returns; a copy started meanwhile ran up to 5x slower, whichever tool made it.
+func waitForIdleDisks() {
+    func counters() -> String {
+        let devices = (try? FileManager.default.contentsOfDirectory(atPath: "/sys/block")) ?? []
+        return devices.sorted().map { (try? String(contentsOfFile: "/sys/block/\($0)/stat", encoding: .utf8)) ?? "" }.joined()
+    }
+    let deadline = Date().addingTimeInterval(20)
+    var last = counters(), quiet = 0
+    while quiet < 3, Date() < deadline {
+        Thread.sleep(forTimeInterval: 0.1)
+        let now = counters()
+        quiet = now == last ? quiet + 1 : 0
+        last = now
+    }
 }
 
 /// A database of about `bytes` bytes: rows of a key, a short text and a 4,000-byte seeded random blob.
