@@ -105,3 +105,50 @@ int rtsync_copy_file(const char *src, const char *dst) {
     if (e != 0) unlink(dst);
     return e;
 }
+
+int rtsync_copy_open_file(int src_fd, const char *dst) {
+    if (src_fd < 0) return EBADF;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (out < 0) return errno;
+    int e = 0;
+    off_t offset = 0;
+#if defined(__linux__)
+    for (;;) {
+        loff_t in_offset = offset;
+        ssize_t n = copy_file_range(src_fd, &in_offset, out, NULL, (size_t)1 << 30, 0);
+        if (n > 0) { offset += n; continue; }
+        if (n == 0) break;
+        if (errno == EINTR) continue;
+        if (offset == 0 && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF || errno == EPERM || errno == ETXTBSY)) {
+            e = -1;  // copy by reading below
+        } else {
+            e = errno;
+        }
+        break;
+    }
+    if (e == -1) {
+        e = 0;
+#endif
+        // pread at explicit offsets: the descriptor's file position (which its owner may use) is left alone.
+        enum { block = 1 << 20 };
+        char *buffer = malloc(block);
+        if (buffer == NULL) e = ENOMEM;
+        while (e == 0) {
+            ssize_t n = pread(src_fd, buffer, block, offset);
+            if (n < 0) { if (errno == EINTR) continue; e = errno; break; }
+            if (n == 0) break;
+            for (ssize_t done = 0; done < n;) {
+                ssize_t w = write(out, buffer + done, (size_t)(n - done));
+                if (w < 0) { if (errno == EINTR) continue; e = errno; break; }
+                done += w;
+            }
+            offset += n;
+        }
+        free(buffer);
+#if defined(__linux__)
+    }
+#endif
+    if (close(out) != 0 && e == 0) e = errno;
+    if (e != 0) unlink(dst);
+    return e;
+}

@@ -213,8 +213,8 @@ public struct BackupManager: Sendable {
     /// Why that state is consistent:
     /// - Rollback-journal mode: the read transaction's SHARED lock keeps writers from changing the file until the
     ///   copy is done (SQLite's own rule for copying a live database, https://sqlite.org/howtocorrupt.html
-    ///   section 1.2). The file is read through SQLite's own descriptor (`copyMainFile`): opening and closing it
-    ///   again in this process would release that lock (section 2.2 there).
+    ///   section 1.2). The file is read through SQLite's own descriptor (`mainFileDescriptor`, else
+    ///   `copyMainFile`): opening and closing it again in this process would release that lock (section 2.2 there).
     /// - WAL mode, reader on a WAL snapshot (read mark above 0): a checkpoint never writes frames past the
     ///   reader's mark into the database file, and the WAL cannot restart or be truncated while the reader
     ///   uses it. Any page of the copied database file that may have changed during the copy also has a frame
@@ -232,8 +232,14 @@ public struct BackupManager: Sendable {
         // hot journal). Asked after it, the journal mode cannot change until the transaction ends.
         _ = try source.scalar("SELECT count(*) FROM sqlite_schema")
         let wal = try source.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
-        do { _ = try source.copyMainFile(to: temp) } catch {
-            throw LifecycleError.backupFailed(path: temp.path, reason: "copying \(database.path) failed: \(Self.describe(error))")
+        // Through SQLite's own descriptor (in the kernel with copy_file_range), else through its file methods.
+        if let fd = source.mainFileDescriptor() {
+            let rc = rtsync_copy_open_file(fd, temp.path)
+            guard rc == 0 else { throw LifecycleError.backupFailed(path: temp.path, reason: "copying \(database.path) failed: \(Self.describe(POSIXError(.init(rawValue: rc) ?? .EIO)))") }
+        } else {
+            do { _ = try source.copyMainFile(to: temp) } catch {
+                throw LifecycleError.backupFailed(path: temp.path, reason: "copying \(database.path) failed: \(Self.describe(error))")
+            }
         }
         testHookAfterDatabaseCopy?(database)
         let walPath = database.path + "-wal", walCopy = temp.path + "-wal"

@@ -268,3 +268,27 @@ struct BackupKeepsLocksTests {
         #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == n)
     }
 }
+
+/// The two ways a backup reads the live database file without opening it again.
+@Suite("SQLite's own open database file")
+struct MainFileTests {
+    @Test func copyMainFile_andMainFileDescriptor_seeTheDatabaseFile() throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite")
+        let c = try Connection(path: db.path)
+        try c.execute("CREATE TABLE t(v BLOB); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) INSERT INTO t SELECT randomblob(700) FROM n")
+        try c.execute("BEGIN")
+        _ = try c.scalar("SELECT count(*) FROM t")
+        // Reading through SQLite's file methods (the path for VFSes without a descriptor).
+        let bytes = try c.copyMainFile(to: dir.file("copy.sqlite"))
+        #expect(bytes > 2_000_000)
+        #expect(try Data(contentsOf: dir.file("copy.sqlite")) == Data(contentsOf: db))
+        // The descriptor is SQLite's own, of this very file.
+        let fd = try #require(c.mainFileDescriptor(), "the unix VFS's descriptor was not found")
+        var held = stat(), named = stat()
+        #expect(fstat(fd, &held) == 0 && stat(db.path, &named) == 0 && held.st_ino == named.st_ino)
+        try c.execute("COMMIT")
+        // A destination that exists is refused, not overwritten.
+        #expect(throws: (any Error).self) { _ = try c.copyMainFile(to: dir.file("copy.sqlite")) }
+    }
+}

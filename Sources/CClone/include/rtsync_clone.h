@@ -15,4 +15,9 @@ int rtsync_clone_open_file(int src_fd, const char *src, const char *dst);
 /// Linux (no data passes through this process), else with read/write. Returns 0 or an errno value; on failure
 /// `dst` is removed. `dst` must not exist. Nothing is synced: the caller decides when the copy must be durable.
 int rtsync_copy_file(const char *src, const char *dst);
+
+/// Copies a file this process already has open into a new file `dst` without opening the source again (see
+/// rtsync_clone_open_file): copy_file_range from `src_fd` at explicit offsets on Linux, else pread/write.
+/// The descriptor's file position is not changed. Returns 0 or an errno value; on failure `dst` is removed.
+int rtsync_copy_open_file(int src_fd, const char *dst);
 #endif
