@@ -142,7 +142,7 @@ func runBackupSuite(_ ctx: BenchContext) async throws -> [Row] {
         }
         let share = Stat(samples: verify).median / Stat(samples: online).median * 100
         out.append(Row(suite: "backup", name: "\(label): of which verification (quick_check of the copy)", rtsync: Stat(samples: verify),
-                       baselineName: "-", baselineNote: "n/a", extra: String(format: "%.0f%% of the online backup's median", share)))
+                       baselineName: "-", baselineNote: "n/a", extra: String(format: "%.0f%% of the file copy + check median", share)))
         removeDatabase(db.path)
         if cloneSource != db { removeDatabase(cloneSource.path) }
     }
