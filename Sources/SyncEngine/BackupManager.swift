@@ -181,7 +181,10 @@ public struct BackupManager: Sendable {
         // BEGIN IMMEDIATE blocks other writers (not readers) until the clone is done: a few milliseconds. A
         // checkpoint may still copy frames into the database file meanwhile, but the WAL cannot restart or
         // grow, and every frame it holds is in the cloned WAL.
-        try db.execute("BEGIN IMMEDIATE")
+        do { try db.execute("BEGIN IMMEDIATE") } catch let e as SQLiteError where e.code & 0xff == 5 {
+            // SQLITE_BUSY: another writer kept the lock past the timeout; the file copy needs no write lock.
+            return false
+        }
         defer { try? db.execute("ROLLBACK") }
         // Asked inside the transaction: the journal mode cannot change while it is open.
         let wal = try db.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
@@ -241,17 +244,15 @@ public struct BackupManager: Sendable {
                 throw LifecycleError.backupFailed(path: temp.path, reason: "copying \(database.path) failed: \(Self.describe(error))")
             }
         }
-        testHookAfterDatabaseCopy?(database)
+        BackupTestHooks.shared.run(.afterDatabaseCopy, database)
         let walPath = database.path + "-wal", walCopy = temp.path + "-wal"
         if wal, FileManager.default.fileExists(atPath: walPath) {
             try copyFile(URL(fileURLWithPath: walPath), to: URL(fileURLWithPath: walCopy))
+            BackupTestHooks.shared.run(.afterWALCopy, database)
             if walHeader(walPath) != walHeader(walCopy) || walHeader(walCopy) == nil { try? FileManager.default.removeItem(atPath: walCopy) }
         }
     }
 
-    /// Called with the database between copying its file and copying its WAL (tests inject a concurrent
-    /// checkpoint there).
-    nonisolated(unsafe) static var testHookAfterDatabaseCopy: ((URL) -> Void)?
 
     /// The 32-byte header of a WAL file (magic, page size, checkpoint sequence, salts, checksum), or nil.
     static func walHeader(_ path: String) -> Data? {
@@ -458,6 +459,34 @@ public struct BackupManager: Sendable {
         }
         try Durable.rename(temp, to: target)
         return aside
+    }
+}
+
+/// Points where tests make another process act in the middle of a backup (faults real timing cannot produce
+/// on demand). Each hook gets the database being backed up; backups of other databases pass through untouched.
+final class BackupTestHooks: @unchecked Sendable {
+    /// Where a hook runs.
+    enum Point: Hashable {
+        /// Between copying the database file and copying its WAL.
+        case afterDatabaseCopy
+        /// After copying the WAL, before comparing its header with the live one.
+        case afterWALCopy
+    }
+
+    static let shared = BackupTestHooks()
+    private let lock = NSLock()
+    private var hooks: [Point: (URL) -> Void] = [:]
+
+    func set(_ point: Point, _ hook: ((URL) -> Void)?) {
+        lock.lock(); defer { lock.unlock() }
+        hooks[point] = hook
+    }
+
+    func run(_ point: Point, _ database: URL) {
+        lock.lock()
+        let hook = hooks[point]
+        lock.unlock()
+        hook?(database)
     }
 }
 

@@ -248,7 +248,7 @@ struct BackupKeepsLocksTests {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         var hookRan = false
         // Backups of other tests running at the same time pass through the hook too: only this database counts.
-        BackupManager.testHookAfterDatabaseCopy = { database in
+        BackupTestHooks.shared.set(.afterDatabaseCopy) { database in
             guard database.path == db.path else { return }
             hookRan = true
             var sql = ".timeout 5000\nPRAGMA wal_checkpoint(TRUNCATE);\n"
@@ -256,7 +256,7 @@ struct BackupKeepsLocksTests {
             let r = try? runCapturing("/bin/sh", ["-c", "printf '%s' \"$1\" | \"$0\" \"$2\"", sqlite3, sql, db.path])
             #expect(r?.status == 0, "the concurrent writer failed: \(r?.output ?? "")")
         }
-        defer { BackupManager.testHookAfterDatabaseCopy = nil }
+        defer { BackupTestHooks.shared.set(.afterDatabaseCopy, nil) }
 
         let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
 
@@ -266,6 +266,51 @@ struct BackupKeepsLocksTests {
         let n = try #require(try ltScalar(copy, "SELECT n FROM meta")?.int64)
         #expect([300, 310].contains(n), "the copy holds commit \(n)")
         #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == n)
+    }
+}
+
+/// The WAL restarting while the backup copies it (possible when everything was checkpointed as the backup began).
+@Suite("backups: WAL restarted during its copy", .serialized)
+struct WALRestartDuringCopyTests {
+    @Test func fileCopy_walCopyCutShortByATruncate_isDropped_copyIsTheSnapshot() throws {
+        let sqlite3 = try #require(findExecutable("sqlite3"))
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite")
+        let keeper = try Connection(path: db.path)
+        try keeper.execute("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0")
+        try keeper.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, payload BLOB); CREATE INDEX log_payload ON log(payload); CREATE TABLE meta(n INTEGER); INSERT INTO meta VALUES (0)")
+        for i in 1...300 { try keeper.execute("BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT") }
+        // Everything checkpointed, the WAL kept: the backup's reader then reads the database file alone.
+        _ = try keeper.rows("PRAGMA wal_checkpoint(PASSIVE)")
+        let folder = dir.file("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        var hookRan = false
+        // What a TRUNCATE checkpoint racing the WAL copy leaves: the start of the old WAL (up to a commit in its
+        // middle) in the copy, while the live WAL has started over.
+        BackupTestHooks.shared.set(.afterWALCopy) { database in
+            guard database.path == db.path else { return }
+            hookRan = true
+            var sql = ".timeout 5000\nPRAGMA wal_checkpoint(TRUNCATE);\n"
+            for i in 301...305 { sql += "BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT;\n" }
+            let r = try? runCapturing("/bin/sh", ["-c", "printf '%s' \"$1\" | \"$0\" \"$2\"", sqlite3, sql, db.path])
+            #expect(r?.status == 0, "the concurrent writer failed: \(r?.output ?? "")")
+            let copiedWAL = folder.path
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: copiedWAL)) ?? [] where name.hasSuffix("-wal") {
+                let path = copiedWAL + "/" + name
+                let size = ((try? FileManager.default.attributesOfItem(atPath: path)[.size]) as? NSNumber)?.intValue ?? 0
+                let frame = 24 + 4096
+                if let h = FileHandle(forWritingAtPath: path) { try? h.truncate(atOffset: UInt64(32 + ((size - 32) / frame / 2) * frame)); try? h.close() }
+            }
+        }
+        defer { BackupTestHooks.shared.set(.afterWALCopy, nil) }
+
+        let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
+
+        #expect(hookRan)
+        let copy = folder.appendingPathComponent(info.file)
+        #expect(try ltScalar(copy, "PRAGMA integrity_check")?.string == "ok")
+        #expect(try ltScalar(copy, "SELECT n FROM meta")?.int64 == 300, "the copy is not the state the backup began with")
+        #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == 300)
     }
 }
 
