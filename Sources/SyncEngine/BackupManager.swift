@@ -225,8 +225,8 @@ public struct BackupManager: Sendable {
     ///   last complete commit): the snapshot's state or a later commit.
     /// - WAL mode, reader on the database file alone (everything was checkpointed; read mark 0): no checkpoint
     ///   may write the database file, so the copied file is exactly the snapshot, but the WAL may restart or be
-    ///   truncated during the copy, leaving a stale prefix in the copied WAL. The WAL header (new salts on every
-    ///   restart) is compared before and after: when it changed, the copied WAL is dropped.
+    ///   truncated during the copy, leaving a stale prefix in the copied WAL. The copied WAL's header (new salts
+    ///   on every restart) is compared with the live one after the copy: when they differ, the copy is dropped.
     static func snapshotCopy(database: URL, to temp: URL) throws {
         let source = try openSource(database)
         try source.execute("BEGIN")
@@ -252,7 +252,6 @@ public struct BackupManager: Sendable {
             if walHeader(walPath) != walHeader(walCopy) || walHeader(walCopy) == nil { try? FileManager.default.removeItem(atPath: walCopy) }
         }
     }
-
 
     /// The 32-byte header of a WAL file (magic, page size, checkpoint sequence, salts, checksum), or nil.
     static func walHeader(_ path: String) -> Data? {
@@ -282,8 +281,7 @@ public struct BackupManager: Sendable {
     static func copyFile(_ source: URL, to destination: URL) throws {
         let rc = rtsync_copy_file(source.path, destination.path)
         guard rc == 0 else {
-            let what = rc == ENOSPC || rc == EDQUOT ? "the disk holding it is full (\(String(cString: strerror(rc))))" : String(cString: strerror(rc))
-            throw LifecycleError.backupFailed(path: destination.path, reason: "copying \(source.path) failed: \(what)")
+            throw LifecycleError.backupFailed(path: destination.path, reason: "copying \(source.path) failed: \(describe(POSIXError(.init(rawValue: rc) ?? .EIO)))")
         }
     }
 
