@@ -11,9 +11,6 @@ import Testing
 ///
 /// `CurlTransport.sent` is process-wide and other suites run in parallel, so tests only check that it grew.
 @Suite struct CurlTransportTests {
-    func server() async throws -> MotoServer? {
-        MotoServer.skipRequested ? nil : try await MotoServer.authenticated.value
-    }
 
     @Test func directTransport_isAvailableOnLinux() {
         #if os(Linux)
@@ -22,7 +19,7 @@ import Testing
     }
 
     @Test func largePut_isSentDirectly_andPassesSignatureChecks() async throws {
-        guard let moto = try await server(), CurlTransport.isAvailable else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped(), CurlTransport.isAvailable else { return }
         let store = moto.store { $0.directTransportMinimumBody = 1 << 20 }
         let data = randomBytes(3 << 20)
         let before = CurlTransport.sent.count("PUT")
@@ -35,7 +32,7 @@ import Testing
     }
 
     @Test func largePut_withAWrongSecret_isAccessDenied_likeURLSession() async throws {
-        guard let moto = try await server(), CurlTransport.isAvailable else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped(), CurlTransport.isAvailable else { return }
         for minimum in [1 << 20, nil] as [Int?] {
             let store = moto.store { $0.credentials?.secretAccessKey = "wrong-secret"; $0.directTransportMinimumBody = minimum }
             do {
@@ -101,7 +98,7 @@ import Testing
     /// Both transports, multipart: the returned SHA-256 is the file's (computed from the bytes read for the parts).
     @Test(arguments: [true, false])
     func multipartUpload_returnsTheFileSHA256_overEitherTransport(direct: Bool) async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store {
             $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20
             $0.directTransportMinimumBody = direct ? 1 << 20 : nil
@@ -123,7 +120,7 @@ import Testing
     }
 
     @Test func resumedMultipartUpload_stillReturnsTheWholeFileSHA256() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let prefix = "t-\(UUID().uuidString.prefix(8))-"
         let folder = try makeTemporaryFolder()
         let source = folder.appendingPathComponent("rec.bin")

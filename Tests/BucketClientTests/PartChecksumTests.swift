@@ -9,9 +9,6 @@ import Testing
 
 /// CRC-32 part checksums of multipart uploads: the checksum itself, and what the loopback moto server records.
 @Suite struct PartChecksumTests {
-    func server() async throws -> MotoServer? {
-        MotoServer.skipRequested ? nil : try await MotoServer.authenticated.value
-    }
 
     /// The composite CRC-32 S3 gives a multipart object: the CRC-32 of the parts' CRC-32s (big-endian), base64.
     static func compositeCRC32(of data: Data, partSize: Int) -> String {
@@ -53,7 +50,7 @@ import Testing
     }
 
     @Test func multipartUpload_declaresCRC32_soTheObjectGetsTheCompositeCRC32OfItsParts() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }
         let folder = try makeTemporaryFolder()
         let source = folder.appendingPathComponent("crc.bin")
@@ -70,7 +67,7 @@ import Testing
     }
 
     @Test func multipartUpload_withPartChecksumOff_declaresNoAlgorithm() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.partChecksum = .off }
         let folder = try makeTemporaryFolder()
         let source = folder.appendingPathComponent("plain.bin")
@@ -84,7 +81,7 @@ import Testing
     }
 
     @Test func resumedUpload_keepsTheAlgorithmItWasCreatedWith_evenWhenTheConfigurationChanged() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let prefix = "t-\(UUID().uuidString.prefix(8))-"
         let folder = try makeTemporaryFolder()
         let source = folder.appendingPathComponent("resume.bin")

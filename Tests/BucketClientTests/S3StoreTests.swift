@@ -8,12 +8,9 @@ import Testing
 
 /// S3-only behaviour against the loopback moto server: multipart, resume, auth errors, interop with awscli.
 @Suite struct S3StoreTests {
-    func server() async throws -> MotoServer? {
-        MotoServer.skipRequested ? nil : try await MotoServer.authenticated.value
-    }
 
     @Test func largeFile_isUploadedInConcurrentParts_andDownloadsInRanges() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.downloadChunkSize = 4 << 20 }
         let folder = try makeTemporaryFolder()
         let source = folder.appendingPathComponent("big.bin")
@@ -30,7 +27,7 @@ import Testing
     }
 
     @Test func interruptedMultipartUpload_resumesAfterRestart_withoutReuploadingParts() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let prefix = "t-\(UUID().uuidString.prefix(8))-"
         let folder = try makeTemporaryFolder()
         let stateFolder = folder.appendingPathComponent("state")
@@ -58,7 +55,7 @@ import Testing
     }
 
     @Test func interruptedUpload_ofAFileThatChanged_abortsOldUploadAndStartsOver() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let prefix = "t-\(UUID().uuidString.prefix(8))-"
         let folder = try makeTemporaryFolder()
         let source = folder.appendingPathComponent("changing.bin")
@@ -78,7 +75,7 @@ import Testing
     }
 
     @Test func manyChunkDownload_fetchesConcurrently_andWritesBytesInOrder() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store { $0.downloadChunkSize = 64 << 10; $0.maxConcurrency = 4 }
         let data = randomBytes((1 << 20) + 12_345)
         try await store.put(key: "chunks.bin", data: data)
@@ -91,7 +88,7 @@ import Testing
     }
 
     @Test func interruptedDownload_resumesFromPartialFile() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store { $0.downloadChunkSize = 64 << 10 }
         let data = randomBytes(200_000)
         let info = try await store.put(key: "resume.bin", data: data)
@@ -105,7 +102,7 @@ import Testing
     }
 
     @Test func staleSecret_throwsAccessDenied_namingRequestNotSecret() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store { $0.credentials?.secretAccessKey = "not-the-secret-XYZ" }
         do {
             _ = try await store.list(prefix: "", startAfter: nil, maxKeys: nil, continuationToken: nil)
@@ -132,7 +129,7 @@ import Testing
     }
 
     @Test func missingBucket_throwsBucketNotFound() async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store { $0.bucket = "no-such-bucket-rtsync" }
         await #expect(throws: BucketError.bucketNotFound(bucket: "no-such-bucket-rtsync")) {
             _ = try await store.listAll(prefix: "")
@@ -153,7 +150,7 @@ import Testing
 
     @Test(arguments: [1 << 20, 12 << 20])
     func uploadedByRTSync_readsBackIdenticalWithAwsCli_andViceVersa(size: Int) async throws {
-        guard let moto = try await server() else { return }
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         guard let aws = findExecutable("aws") else { return }  // interop only when awscli is installed
         let prefix = "t-\(UUID().uuidString.prefix(8))-"
         let store = moto.store(prefix: prefix) { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }

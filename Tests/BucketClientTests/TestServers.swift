@@ -24,6 +24,11 @@ struct MotoServer: Sendable {
     /// True when the environment asks to skip S3 tests (`RTSYNC_SKIP_S3=1`).
     static var skipRequested: Bool { ProcessInfo.processInfo.environment["RTSYNC_SKIP_S3"] == "1" }
 
+    /// The shared moto server that checks signatures, or nil when `RTSYNC_SKIP_S3=1` (the test then returns).
+    static func authenticatedUnlessSkipped() async throws -> MotoServer? {
+        skipRequested ? nil : try await authenticated.value
+    }
+
     /// A store on a fresh random prefix of this server's bucket.
     ///
     /// moto's signature checker (like botocore against it) rejects a `/` inside a query value, so on the

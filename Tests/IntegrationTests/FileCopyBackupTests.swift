@@ -239,11 +239,8 @@ struct BackupKeepsLocksTests {
         let sqlite3 = try #require(findExecutable("sqlite3"))
         let dir = try TemporaryDirectory()
         let db = dir.file("app.sqlite")
-        let keeper = try Connection(path: db.path)
-        try keeper.execute("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0")
-        try keeper.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, payload BLOB); CREATE TABLE meta(n INTEGER); INSERT INTO meta VALUES (0)")
-        for i in 1...300 { try keeper.execute("BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT") }
-        _ = try keeper.rows("PRAGMA wal_checkpoint(PASSIVE)")
+        let keeper = try makeCheckpointedWALDatabase(db)
+        defer { withExtendedLifetime(keeper) {} }
         let folder = dir.file("backups")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         var hookRan = false
@@ -251,10 +248,7 @@ struct BackupKeepsLocksTests {
         BackupTestHooks.shared.set(.afterDatabaseCopy) { database in
             guard database.path == db.path else { return }
             hookRan = true
-            var sql = ".timeout 5000\nPRAGMA wal_checkpoint(TRUNCATE);\n"
-            for i in 301...310 { sql += "BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT;\n" }
-            let r = try? runCapturing("/bin/sh", ["-c", "printf '%s' \"$1\" | \"$0\" \"$2\"", sqlite3, sql, db.path])
-            #expect(r?.status == 0, "the concurrent writer failed: \(r?.output ?? "")")
+            truncateWALAndCommit(db, ids: 301...310, sqlite3: sqlite3)
         }
         defer { BackupTestHooks.shared.set(.afterDatabaseCopy, nil) }
 
@@ -269,6 +263,26 @@ struct BackupKeepsLocksTests {
     }
 }
 
+/// A WAL database whose `log` has rows 1...300, one commit each, with `meta.n` the last one; everything is
+/// checkpointed but the WAL is kept, so a backup's reader then reads the database file alone (read mark 0).
+/// The returned connection keeps the WAL (and must stay open for that).
+func makeCheckpointedWALDatabase(_ db: URL) throws -> Connection {
+    let keeper = try Connection(path: db.path)
+    try keeper.execute("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0")
+    try keeper.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, payload BLOB); CREATE INDEX log_payload ON log(payload); CREATE TABLE meta(n INTEGER); INSERT INTO meta VALUES (0)")
+    for i in 1...300 { try keeper.execute("BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT") }
+    _ = try keeper.rows("PRAGMA wal_checkpoint(PASSIVE)")
+    return keeper
+}
+
+/// Another process truncates the WAL (a TRUNCATE checkpoint), then commits log rows `ids`, one at a time.
+func truncateWALAndCommit(_ db: URL, ids: ClosedRange<Int>, sqlite3: String) {
+    var sql = ".timeout 5000\nPRAGMA wal_checkpoint(TRUNCATE);\n"
+    for i in ids { sql += "BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT;\n" }
+    let r = try? runCapturing("/bin/sh", ["-c", "printf '%s' \"$1\" | \"$0\" \"$2\"", sqlite3, sql, db.path])
+    #expect(r?.status == 0, "the concurrent writer failed: \(r?.output ?? "")")
+}
+
 /// The WAL restarting while the backup copies it (possible when everything was checkpointed as the backup began).
 @Suite("backups: WAL restarted during its copy", .serialized)
 struct WALRestartDuringCopyTests {
@@ -276,12 +290,8 @@ struct WALRestartDuringCopyTests {
         let sqlite3 = try #require(findExecutable("sqlite3"))
         let dir = try TemporaryDirectory()
         let db = dir.file("app.sqlite")
-        let keeper = try Connection(path: db.path)
-        try keeper.execute("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0")
-        try keeper.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, payload BLOB); CREATE INDEX log_payload ON log(payload); CREATE TABLE meta(n INTEGER); INSERT INTO meta VALUES (0)")
-        for i in 1...300 { try keeper.execute("BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT") }
-        // Everything checkpointed, the WAL kept: the backup's reader then reads the database file alone.
-        _ = try keeper.rows("PRAGMA wal_checkpoint(PASSIVE)")
+        let keeper = try makeCheckpointedWALDatabase(db)
+        defer { withExtendedLifetime(keeper) {} }
         let folder = dir.file("backups")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         var hookRan = false
@@ -290,10 +300,7 @@ struct WALRestartDuringCopyTests {
         BackupTestHooks.shared.set(.afterWALCopy) { database in
             guard database.path == db.path else { return }
             hookRan = true
-            var sql = ".timeout 5000\nPRAGMA wal_checkpoint(TRUNCATE);\n"
-            for i in 301...305 { sql += "BEGIN; INSERT INTO log VALUES (\(i), randomblob(300)); UPDATE meta SET n = \(i); COMMIT;\n" }
-            let r = try? runCapturing("/bin/sh", ["-c", "printf '%s' \"$1\" | \"$0\" \"$2\"", sqlite3, sql, db.path])
-            #expect(r?.status == 0, "the concurrent writer failed: \(r?.output ?? "")")
+            truncateWALAndCommit(db, ids: 301...305, sqlite3: sqlite3)
             let copiedWAL = folder.path
             for name in (try? FileManager.default.contentsOfDirectory(atPath: copiedWAL)) ?? [] where name.hasSuffix("-wal") {
                 let path = copiedWAL + "/" + name
