@@ -165,7 +165,7 @@ struct CanonicalHasher {
 
     private mutating func append(tag: UInt8, _ v: UInt64) {
         buffer.append(tag)
-        for shift in stride(from: 56, through: 0, by: -8) { buffer.append(UInt8(truncatingIfNeeded: v >> UInt64(shift))) }
+        withUnsafeBytes(of: v.bigEndian) { buffer.append(contentsOf: $0) }
     }
 
     private mutating func flushIfNeeded() {
@@ -186,6 +186,23 @@ struct CanonicalHasher {
         case .blob(let b):
             append(tag: 4, UInt64(b.count))
             buffer.append(contentsOf: b)
+        }
+        flushIfNeeded()
+    }
+
+    /// Adds column `index` of `statement`'s current row as `add(_:)` would add its `SQLValue`, from SQLite's
+    /// own bytes (no Swift value is built). Text is hashed as stored; for valid UTF-8 that is the same.
+    mutating func add(column index: Int, of statement: Statement) {
+        switch statement.columnType(index) {
+        case .null: buffer.append(0)
+        case .integer: append(tag: 1, UInt64(bitPattern: statement.int64(index)))
+        case .real: append(tag: 2, statement.double(index).bitPattern)
+        case .text, .blob:
+            let tag: UInt8 = statement.columnType(index) == .text ? 3 : 4
+            statement.withColumnBytes(index) { bytes in
+                append(tag: tag, UInt64(bytes.count))
+                buffer.append(contentsOf: bytes)
+            }
         }
         flushIfNeeded()
     }

@@ -285,21 +285,28 @@ public final class DiffReader {
     /// malformed row or a digest mismatch throws after `body` has seen earlier rows, so the caller must
     /// be able to undo them (apply runs inside one transaction and rolls back).
     public func forEachChange(_ body: (RowChange) throws -> Void) throws {
+        try scanRows({ row in try body(row.change) }, deliver: true)
+    }
+
+    /// `forEachChange` for callers that copy carried values into another database: each row's values stay
+    /// in SQLite until asked for (`DiffRow.bind`, `DiffRow.values`). The row is valid only during the call.
+    package func forEachRow(_ body: (DiffRow) throws -> Void) throws {
         try scanRows(body, deliver: true)
     }
 
     /// Reads `rtsync_rows` in order, validating every reference and hashing the content; checks that every
-    /// cell clock names a row, and that the digest matches. Hands each change to `body` when `deliver` is set.
-    private func scanRows(_ body: (RowChange) throws -> Void, deliver: Bool) throws {
+    /// cell clock names a row, and that the digest matches. Hands each row to `body` when `deliver` is set.
+    private func scanRows(_ body: (DiffRow) throws -> Void, deliver: Bool) throws {
         let file = url.path
         var rowsHash = CanonicalHasher()
-        var seenRows: [Int64: Set<Int64>] = [:]
+        var references: [Int64: ReferenceSet] = [:]
         let carried = try CarriedTables(db: db, tables: tableIDs)
         let rows = try db.prepare("SELECT rowid, tid, rid, op, born, born_site, hlc, site, changed FROM rtsync_rows ORDER BY rowid")
         let author = metadata.authorSite
         // Site ids repeat row after row: read into the previous string when the bytes are the same.
         var bornSite: String?, site: String?
         var r = [SQLValue](repeating: .null, count: 9)
+        var row: DiffRow?
         while try rows.step() {
             r[0] = rows.column(0); r[1] = rows.column(1); r[2] = rows.column(2); r[3] = rows.column(3)
             r[4] = rows.column(4); r[6] = rows.column(6); r[8] = rows.column(8)
@@ -307,22 +314,26 @@ public final class DiffReader {
             site = rows.text(7, reusing: site)
             r[5] = bornSite.map { .text($0) } ?? rows.column(5)
             r[7] = site.map { .text($0) } ?? rows.column(7)
-            let (def, values, changed) = try carried.resolve(r, file: file)
+            let (def, values, op, changed) = try carried.resolve(r, file: file)
             let tid = r[1].int64 ?? 0, rid = r[2].int64 ?? 0
-            guard seenRows[tid, default: []].insert(rid).inserted else {
+            guard references[tid, default: ReferenceSet()].insert(rid) else {
                 throw DiffFormatError.invalidRow(file: file, table: def.name, row: r[0].int64 ?? 0, reason: "carried row \(r[2]) is referenced twice")
             }
             rowsHash.add(r[1...])
-            rowsHash.add(values)
+            for i in 0..<def.columns.count { rowsHash.add(column: i, of: values) }
             guard deliver else { continue }
-            let op: RowOperation = r[3] == .text(RowOperation.delete.rawValue) ? .delete : .upsert
             let born = Clock(hlc: HLC(rawValue: r[4].int64 ?? 0), site: bornSite ?? author)
             let clock = Clock(hlc: HLC(rawValue: r[6].int64 ?? 0), site: site ?? author)
             let overrides = hasCellClocks ? cellClocks[tid]?[rid] ?? [:] : [:]
-            try body(RowChange(table: def.name, operation: op, values: values, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
+            if let row {
+                row.set(table: def, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides)
+            } else {
+                row = DiffRow(table: def, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides)
+            }
+            try body(row!)
         }
         for (tid, byRow) in cellClocks {
-            for rid in byRow.keys where seenRows[tid]?.contains(rid) != true {
+            for rid in byRow.keys where references[tid]?.contains(rid) != true {
                 throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: 0, reason: "cell refers to a row not in rtsync_rows")
             }
         }
@@ -338,29 +349,135 @@ public final class DiffReader {
     }
 }
 
-/// Looks up carried rows by the (tid, rid) references of `rtsync_rows`, checking each reference.
-private struct CarriedTables {
-    let tables: [Int64: TableDefinition]
-    let lookups: [Int64: Statement]
-    let keyIndexes: [Int64: [Int]]
+/// One row change of a diff while `DiffReader.forEachRow` reads it, its carried values still in SQLite.
+package final class DiffRow {
+    /// The carried table's definition.
+    package private(set) var table: TableDefinition
+    /// Upsert or delete.
+    package private(set) var operation: RowOperation
+    /// Names of the columns that changed; nil means every column.
+    package private(set) var changedColumns: [String]?
+    /// Clock of the last change to the row.
+    package private(set) var clock: Clock
+    /// Clock of the row's creation.
+    package private(set) var born: Clock
+    /// Per-column clocks that differ from `clock`.
+    package private(set) var columnClocks: [String: Clock]
+    /// The carried-table lookup, positioned on this row's values.
+    private var carried: Statement
 
-    init(db: Connection, tables: [Int64: TableDefinition]) throws {
-        self.tables = tables
-        var lookups: [Int64: Statement] = [:]
-        for (tid, def) in tables {
-            let alias = DiffFile.rowidAlias(for: def.columnNames)!
-            lookups[tid] = try db.prepare("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " WHERE " + alias + " = ?")
-        }
-        self.lookups = lookups
-        keyIndexes = tables.mapValues(\.primaryKeyIndexes)
+    init(table: TableDefinition, carried: Statement, operation: RowOperation, changedColumns: [String]?, clock: Clock, born: Clock, columnClocks: [String: Clock]) {
+        self.table = table; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
+        self.clock = clock; self.born = born; self.columnClocks = columnClocks
     }
 
-    /// Validates one `rtsync_rows` row (rowid, tid, rid, op, born, born_site, hlc, site, changed) and returns its table and values.
-    func resolve(_ r: [SQLValue], file: String) throws -> (TableDefinition, [SQLValue], [String]?) {
+    func set(table: TableDefinition, carried: Statement, operation: RowOperation, changedColumns: [String]?, clock: Clock, born: Clock, columnClocks: [String: Clock]) {
+        self.table = table; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
+        self.clock = clock; self.born = born; self.columnClocks = columnClocks
+    }
+
+    /// Binds carried column `column` to parameter `index` of `statement` as stored.
+    package func bind(_ column: Int, to statement: Statement, at index: Int) throws {
+        try statement.bind(columnOf: carried, column, at: index)
+    }
+
+    /// Whether carried column `column` is TEXT equal to `text`.
+    package func isText(_ column: Int, equalTo text: String) -> Bool { carried.columnIsText(column, equalTo: text) }
+
+    /// Carried column `column` as a Swift value.
+    package func value(_ column: Int) -> SQLValue { carried.column(column) }
+
+    /// The carried values in the table definition's column order.
+    package var values: [SQLValue] { (0..<table.columns.count).map { carried.column($0) } }
+
+    /// The row as a `RowChange` (its values copied out of SQLite).
+    package var change: RowChange {
+        RowChange(table: table.name, operation: operation, values: values, changedColumns: changedColumns, clock: clock, born: born, columnClocks: columnClocks)
+    }
+}
+
+/// The carried rows of one table referenced so far: a high-water mark while references only grow (as
+/// written), and a set once they do not.
+private struct ReferenceSet {
+    private var last = Int64.min
+    private var inOrder: [Int64] = []
+    private var all: Set<Int64>?
+
+    /// Records `rid`; false when it was already recorded.
+    mutating func insert(_ rid: Int64) -> Bool {
+        if all == nil {
+            if rid > last { last = rid; inOrder.append(rid); return true }
+            all = Set(inOrder)
+            inOrder = []
+        }
+        return all!.insert(rid).inserted
+    }
+
+    func contains(_ rid: Int64) -> Bool {
+        if let all { return all.contains(rid) }
+        return rid <= last && binarySearch(rid)
+    }
+
+    private func binarySearch(_ rid: Int64) -> Bool {
+        var lo = 0, hi = inOrder.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if inOrder[mid] < rid { lo = mid + 1 } else { hi = mid }
+        }
+        return lo < inOrder.count && inOrder[lo] == rid
+    }
+}
+
+/// Looks up carried rows by the (tid, rid) references of `rtsync_rows`, checking each reference.
+private struct CarriedTables {
+    /// One carried table: a scan in rowid order, which `rtsync_rows` follows as written, and a lookup by
+    /// rowid for references out of that order.
+    final class Table {
+        let definition: TableDefinition
+        let keyIndexes: [Int]
+        let lookup: Statement
+        /// The carried columns, then the rowid (column `definition.columns.count`).
+        let scan: Statement
+        /// Rowid of the scan's current row; nil before the first step and once the scan is done.
+        var scanRowid: Int64?
+        var scanDone = false
+
+        init(db: Connection, definition def: TableDefinition) throws {
+            definition = def
+            keyIndexes = def.primaryKeyIndexes
+            let alias = DiffFile.rowidAlias(for: def.columnNames)!
+            let columns = def.columnNames.map(quoteIdentifier).joined(separator: ", ")
+            lookup = try db.prepare("SELECT " + columns + " FROM " + quoteIdentifier(def.name) + " WHERE " + alias + " = ?")
+            scan = try db.prepare("SELECT " + columns + ", " + alias + " FROM " + quoteIdentifier(def.name) + " ORDER BY " + alias)
+        }
+
+        /// A statement positioned on carried row `rid` (valid until the next call), or nil when there is none.
+        func position(at rid: Int64) throws -> Statement? {
+            // Move the scan forward to `rid`; rows it passes are only read again through the lookup.
+            while !scanDone, scanRowid.map({ $0 < rid }) ?? true {
+                if try scan.step() { scanRowid = scan.int64(definition.columns.count) } else { scanDone = true; scanRowid = nil }
+            }
+            if scanRowid == rid { return scan }
+            try lookup.bind([.integer(rid)])
+            return try lookup.step() ? lookup : nil
+        }
+    }
+
+    let tables: [Int64: Table]
+
+    init(db: Connection, tables: [Int64: TableDefinition]) throws {
+        self.tables = try tables.mapValues { try Table(db: db, definition: $0) }
+    }
+
+    /// Validates one `rtsync_rows` row (rowid, tid, rid, op, born, born_site, hlc, site, changed); returns its
+    /// table, a statement positioned on the carried values (until the next call), the operation and the
+    /// changed columns.
+    func resolve(_ r: [SQLValue], file: String) throws -> (TableDefinition, Statement, RowOperation, [String]?) {
         let rowNumber = r[0].int64 ?? 0
-        guard let tid = r[1].int64, let def = tables[tid], let lookup = lookups[tid] else {
+        guard let tid = r[1].int64, let table = tables[tid] else {
             throw DiffFormatError.invalidRow(file: file, table: DiffFile.rowsTable, row: rowNumber, reason: "unknown table id \(r[1])")
         }
+        let def = table.definition
         func bad(_ why: String) -> DiffFormatError { .invalidRow(file: file, table: def.name, row: rowNumber, reason: why) }
         guard let rid = r[2].int64 else { throw bad("rid is not an integer") }
         guard let op = r[3].string.flatMap(RowOperation.init(rawValue:)) else { throw bad("op must be 'upsert' or 'delete'") }
@@ -376,11 +493,8 @@ private struct CarriedTables {
             changed = names
         default: throw bad("changed must be NULL or JSON text")
         }
-        try lookup.bind([.integer(rid)])
-        guard try lookup.step() else { throw bad("references carried row \(rid), which does not exist") }
-        let values = lookup.row()
-        lookup.reset()
-        for i in keyIndexes[tid] ?? [] where values[i].isNull { throw bad("primary key column '\(def.columns[i].name)' is NULL") }
-        return (def, values, changed)
+        guard let carried = try table.position(at: rid) else { throw bad("references carried row \(rid), which does not exist") }
+        for i in table.keyIndexes where carried.columnType(i) == .null { throw bad("primary key column '\(def.columns[i].name)' is NULL") }
+        return (def, carried, op, changed)
     }
 }

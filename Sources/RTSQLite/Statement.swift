@@ -1,5 +1,10 @@
 import CSQLite
 
+/// SQLite's storage classes, as `sqlite3_column_type` reports them.
+public enum StorageClass: Int32, Sendable {
+    case integer = 1, real = 2, text = 3, blob = 4, null = 5
+}
+
 /// A compiled SQL statement; finalized when released.
 public final class Statement {
     let handle: OpaquePointer
@@ -113,6 +118,52 @@ public final class Statement {
         if var previous, previous.utf8.count == n,
            previous.withUTF8({ $0.elementsEqual(bytes) }) { return previous }
         return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Storage class of column `index` in the current row.
+    public func columnType(_ index: Int) -> StorageClass { StorageClass(rawValue: sqlite3_column_type(handle, Int32(index))) ?? .null }
+
+    /// Column `index` of the current row as an integer (SQLite's conversion when it is not one).
+    public func int64(_ index: Int) -> Int64 { sqlite3_column_int64(handle, Int32(index)) }
+
+    /// Column `index` of the current row as a double (SQLite's conversion when it is not one).
+    public func double(_ index: Int) -> Double { sqlite3_column_double(handle, Int32(index)) }
+
+    /// Calls `body` with the bytes of a TEXT or BLOB column of the current row, without copying them;
+    /// the buffer is valid only during the call. Only for TEXT and BLOB columns: for others SQLite would
+    /// convert the stored value.
+    public func withColumnBytes<R>(_ index: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        let i = Int32(index)
+        // Text or blob pointer first, then the length (the order SQLite's documentation asks for).
+        let p: UnsafeRawPointer? = sqlite3_column_type(handle, i) == SQLITE_BLOB
+            ? sqlite3_column_blob(handle, i) : sqlite3_column_text(handle, i).map { UnsafeRawPointer($0) }
+        let n = Int(sqlite3_column_bytes(handle, i))
+        return try body(UnsafeRawBufferPointer(start: n > 0 ? p : nil, count: p == nil ? 0 : n))
+    }
+
+    /// Whether column `index` of the current row is TEXT with exactly the bytes of `text`.
+    public func columnIsText(_ index: Int, equalTo text: String) -> Bool {
+        guard columnType(index) == .text else { return false }
+        return withColumnBytes(index) { bytes in
+            var text = text
+            return text.withUTF8 { $0.count == bytes.count && $0.elementsEqual(bytes) }
+        }
+    }
+
+    /// Binds column `column` of `source`'s current row to the 1-based parameter `index`, as it is stored
+    /// (no conversion to a Swift value and back). `source` may belong to another connection of this thread.
+    public func bind(columnOf source: Statement, _ column: Int, at index: Int) throws {
+        let rc = sqlite3_bind_value(handle, Int32(index), sqlite3_column_value(source.handle, Int32(column)))
+        if rc != SQLITE_OK {
+            throw SQLiteError(code: rc, message: connection.lastErrorMessage, sql: sql)
+        }
+    }
+
+    /// Steps a statement that returns no rows to completion and resets it, keeping its bindings
+    /// (for statements bound parameter by parameter).
+    public func runBound() throws {
+        defer { sqlite3_reset(handle) }
+        while try step() {}
     }
 
     /// All columns of the current row.

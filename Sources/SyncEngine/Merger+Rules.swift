@@ -5,26 +5,33 @@ import RTSQLite
 // MARK: - The merge rules, one row change at a time
 
 extension Merger {
-    mutating func merge(_ change: RowChange) throws {
-        let plan: TablePlan
-        if let cachedPlan = plans[change.table] {
-            plan = cachedPlan
-        } else {
-            guard let info = tracked[change.table] ?? tracked.values.first(where: { $0.table.name.lowercased() == change.table.lowercased() }),
-                  let remoteDef = reader.tables.first(where: { $0.name == change.table }) else {
-                throw SyncEngineError.diffRejected(file: reader.url.path, reason: "table '\(change.table)' is neither in this database nor defined by the diff")
-            }
-            plan = TablePlan(info: info, remoteDef: remoteDef)
-            plans[change.table] = plan
-        }
+    /// Merges one row of the diff: rows new to this device take `insertNew`, every other the full merge.
+    mutating func merge(_ row: DiffRow) throws {
+        let plan = try plan(for: row.table.name)
         // A clock far ahead would win every merge until wall time caught up (and Int64.max would even beat
         // unexported local edits): such a diff comes from a badly skewed or hostile device.
-        try checkClock(change.clock, change.table)
-        try checkClock(change.born, change.table)
-        for clock in change.columnClocks.values { try checkClock(clock, change.table) }
-        let keyValues = plan.keyPositions.map { $0.map { change.values[$0] } ?? .null }
-        if change.operation == .upsert, try insertNew(plan, change, keyValues: keyValues) { return }
+        try checkClock(row.clock, row.table.name)
+        try checkClock(row.born, row.table.name)
+        for clock in row.columnClocks.values { try checkClock(clock, row.table.name) }
+        if row.operation == .upsert, try insertNew(plan, row) { return }
+        try mergeFully(row.change, plan: plan)
+    }
 
+    /// The plan of a carried table, made on first use.
+    mutating func plan(for table: String) throws -> TablePlan {
+        if let cachedPlan = plans[table] { return cachedPlan }
+        guard let info = tracked[table] ?? tracked.values.first(where: { $0.table.name.lowercased() == table.lowercased() }),
+              let remoteDef = reader.tables.first(where: { $0.name == table }) else {
+            throw SyncEngineError.diffRejected(file: reader.url.path, reason: "table '\(table)' is neither in this database nor defined by the diff")
+        }
+        let plan = TablePlan(info: info, remoteDef: remoteDef)
+        plans[table] = plan
+        return plan
+    }
+
+    /// Merges one row change by the table's policy (its clocks already checked).
+    mutating func mergeFully(_ change: RowChange, plan: TablePlan) throws {
+        let keyValues = plan.keyPositions.map { $0.map { change.values[$0] } ?? .null }
         let info = plan.info
         let remote = plan.remoteValues(change)
         let local = try localRow(info, keyValues: keyValues, plan: plan)
@@ -53,39 +60,50 @@ extension Merger {
     /// other bookkeeping for the key, no unexported local change. Every policy then inserts the whole row
     /// (owner-only only when the author owns it), so two statements do it: claiming the key in `rtsync_rows`
     /// (which fails when the key has any history here) and inserting the row (which does nothing when a row
-    /// with the key exists). Returns false, having changed nothing, when the row needs the full merge.
-    mutating func insertNew(_ plan: TablePlan, _ change: RowChange, keyValues: [SQLValue]) throws -> Bool {
+    /// with the key exists). Values go from the diff file to the database as SQLite holds them, without
+    /// Swift copies. Returns false, having changed nothing, when the row needs the full merge.
+    mutating func insertNew(_ plan: TablePlan, _ row: DiffRow) throws -> Bool {
         let info = plan.info
-        guard plan.fastInsert else { return false }
-        if let ownerPosition = plan.ownerPosition, change.values[ownerPosition] != .text(meta.authorUser) { return false }
-        let key = try keyText(keyValues)
+        guard plan.fastInsert, let keyPositions = plan.fastKeyPositions else { return false }
+        if let ownerPosition = plan.ownerPosition, !row.isText(ownerPosition, equalTo: meta.authorUser) { return false }
         let tid = info.table.id
         if !pending.isEmpty || !readOnlyShares.isEmpty {
-            let tk = "\(tid)|" + key
+            let tk = "\(tid)|" + (try keyText(keyPositions.map { row.value($0) }))
             if pending[tk] != nil || readOnlyShares.contains(tk) { return false }
         }
-        if claimKey == nil {
-            claimKey = try db.prepare("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?,?,?,?,NULL,NULL) ON CONFLICT(tid, pk) DO NOTHING")
-        }
-        try claimKey!.run([.integer(tid), .text(key), .integer(change.born.hlc.rawValue), .text(change.born.site)])
+        let statements = try plan.fastStatements(db)
+        // The key text is made by SQLite's quote(), as the capture triggers make it.
+        let claim = statements.claim
+        try claim.bind(.integer(tid), at: 1)
+        try claim.bind(.integer(row.born.hlc.rawValue), at: 2)
+        try claim.bind(.text(row.born.site), at: 3)
+        for (i, position) in keyPositions.enumerated() { try row.bind(position, to: claim, at: 4 + i) }
+        try claim.runBound()
         guard db.changes == 1 else { return false }
-        if plan.insertNewStatement == nil { plan.insertNewStatement = try db.prepare(plan.insertNewSQL) }
+        let insert = statements.insert
+        for (i, position) in plan.allPositions.enumerated() { try row.bind(position, to: insert, at: 1 + i) }
         var inserted = false
         do {
-            try plan.insertNewStatement!.run(plan.allPositions.map { change.values[$0] })
+            try insert.runBound()
             inserted = db.changes == 1
         } catch let e as SQLiteError where e.isUniqueViolation {
             inserted = false
         }
         guard inserted else {
             // A row with this key exists here without bookkeeping, or another key holds a UNIQUE value.
-            try cached("DELETE FROM rtsync_rows WHERE tid = ? AND pk = ?").run([.integer(tid), .text(key)])
+            let unclaim = statements.unclaim
+            try unclaim.bind(.integer(tid), at: 1)
+            for (i, position) in keyPositions.enumerated() { try row.bind(position, to: unclaim, at: 2 + i) }
+            try unclaim.runBound()
             return false
         }
         report.inserted += 1
         // Column clocks are kept only where they differ from the row's born clock.
-        let needsClocks = !(change.columnClocks.isEmpty && change.clock == change.born)
+        let needsClocks = !(row.columnClocks.isEmpty && row.clock == row.born)
         guard needsClocks || plan.hasDeleteActions else { return true }
+        let change = row.change
+        let keyValues = keyPositions.map { change.values[$0] }
+        let key = try keyText(keyValues)
         let remote = plan.remoteValues(change)
         let r = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         if needsClocks { try setColumnClocks(r, key, columns: r.changedColumns, clearFirst: true) }
@@ -112,8 +130,32 @@ extension Merger {
         let ownerPosition: Int?
         /// Inserts `allColumns`, doing nothing when a row with the key exists.
         let insertNewSQL: String
-        /// `insertNewSQL`, compiled on first use.
-        var insertNewStatement: Statement?
+        /// `keyPositions` when every key column is in the diff (always, for a diff that passed the schema check).
+        let fastKeyPositions: [Int]?
+        /// The statements of `insertNew`, compiled on first use.
+        private var fast: FastStatements?
+
+        /// Claiming a key, inserting the row, and releasing the claim when the row could not be inserted.
+        struct FastStatements {
+            let claim: Statement
+            let insert: Statement
+            let unclaim: Statement
+        }
+
+        /// The statements of `insertNew` (key text built by `quote()` from the bound key columns).
+        func fastStatements(_ db: Connection) throws -> FastStatements {
+            if let fast { return fast }
+            let keyCount = keyLower.count
+            func key(from first: Int) -> String {
+                (0..<keyCount).map { "quote(?\(first + $0))" }.joined(separator: " || ',' || ")
+            }
+            let made = FastStatements(
+                claim: try db.prepare("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?1, \(key(from: 4)), ?2, ?3, NULL, NULL) ON CONFLICT(tid, pk) DO NOTHING"),
+                insert: try db.prepare(insertNewSQL),
+                unclaim: try db.prepare("DELETE FROM rtsync_rows WHERE tid = ?1 AND pk = \(key(from: 2))"))
+            fast = made
+            return made
+        }
         /// Whether rows new to this device may take `insertNew` (not when an owner-only diff lacks the owner column).
         let fastInsert: Bool
         /// Whether the table has foreign keys with ON DELETE SET NULL or CASCADE.
@@ -153,6 +195,7 @@ extension Merger {
             allColumns = remoteLower.compactMap { names[$0] }
             let remoteLower = self.remoteLower
             keyPositions = keyLower.map { remoteLower.firstIndex(of: $0) }
+            fastKeyPositions = keyPositions.contains(where: { $0 == nil }) ? nil : keyPositions.compactMap { $0 }
             allPositions = remoteLower.indices.filter { names[remoteLower[$0]] != nil }
             let policy = info.table.policy
             ownerPosition = policy.policy == .ownerOnly ? remoteLower.firstIndex(of: (policy.ownerColumn ?? "owner_id").lowercased()) : nil

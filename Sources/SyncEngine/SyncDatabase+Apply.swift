@@ -106,8 +106,6 @@ struct Merger {
     /// Pending (not yet exported) local changes by "tid|pk".
     var pending: [String: PendingLocal] = [:]
     var statements: [String: Statement] = [:]
-    /// Claims a key new to this device in `rtsync_rows` (see `insertNew`).
-    var claimKey: Statement?
     var maxRemoteHLC: Int64 = 0
     /// The largest clock accepted: a day ahead of this device's wall time.
     let clockLimit = (HLC.wallMilliseconds() + 86_400_000) << 16
@@ -143,7 +141,7 @@ struct Merger {
         for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
         try loadPending()
         try loadReadOnlyShares()
-        try reader.forEachChange { change in try self.merge(change) }
+        try reader.forEachRow { row in try self.merge(row) }
         for info in try SyncDatabaseInternals.loadTracked(db).values {
             try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
         }
