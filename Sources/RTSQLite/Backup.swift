@@ -29,6 +29,20 @@ public final class Backup {
         }
     }
 
+    /// Takes the destination's write lock without copying a page (a step of 0 pages) and holds it until the
+    /// copy is done or the backup is released; the destination connection must not be used meanwhile. Returns
+    /// false when another connection holds the lock past the destination's busy timeout.
+    /// - Throws: `SQLiteError`, for example SQLITE_READONLY when the destination is in WAL mode with a page
+    ///   size other than the source's.
+    public func lockDestination() throws -> Bool {
+        let rc = sqlite3_backup_step(handle, 0)
+        switch rc {
+        case SQLITE_OK: return true
+        case SQLITE_BUSY, SQLITE_LOCKED: return false
+        default: throw SQLiteError(code: rc, message: String(cString: sqlite3_errstr(rc)))
+        }
+    }
+
     /// Pages left to copy after the last step.
     public var remaining: Int { Int(sqlite3_backup_remaining(handle)) }
     /// Pages in the source after the last step.

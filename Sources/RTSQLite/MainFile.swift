@@ -52,6 +52,21 @@ extension Connection {
         return Int64(size)
     }
 
+    /// The first `count` bytes of the main database file (its header), read through SQLite's own open file
+    /// like `copyMainFile`; bytes past the end of the file are zero.
+    public func readMainFileHeader(count: Int = 100) throws -> [UInt8] {
+        let file = try mainFile()
+        guard let methods = file.pointee.pMethods, let xRead = methods.pointee.xRead else {
+            throw SQLiteError(code: SQLITE_MISUSE, message: "the database file has no read method (\(path))")
+        }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let rc = bytes.withUnsafeMutableBytes { xRead(file, $0.baseAddress, Int32(count), 0) }
+        guard rc == SQLITE_OK || rc == SQLITE_IOERR | (2 << 8) else {  // SQLITE_IOERR_SHORT_READ zero-fills
+            throw SQLiteError(code: rc, message: "cannot read the header of \(path)")
+        }
+        return bytes
+    }
+
     /// The open descriptor SQLite holds for the main database file, when its VFS is a unix one and the
     /// descriptor verifiably refers to the same file as `path` (device and inode); otherwise nil. For calls
     /// that need a descriptor (a FICLONE clone) without opening, and later closing, the file again.

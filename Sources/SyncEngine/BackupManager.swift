@@ -415,21 +415,89 @@ public struct BackupManager: Sendable {
     /// Restores `backup` into the live database through SQLite's backup API, so connections other processes
     /// hold see the restored content (or wait on SQLite's locks) instead of writing into a file moved aside.
     /// The current content is first copied aside, consistently, as `<name>.replaced-<KSUID>`.
+    ///
+    /// The live database's write lock is taken before the copy aside and held until the restore commits, so
+    /// no commit can fall between the two and be in neither. Writers wait meanwhile (in rollback-journal mode
+    /// readers too), up to their busy timeout.
     static func restoreInPlace(_ backup: URL, into database: URL) throws -> URL? {
         guard FileManager.default.fileExists(atPath: database.path) else { return try install(backup, as: database) }
-        let aside = database.deletingLastPathComponent().appendingPathComponent(database.lastPathComponent + ".replaced-" + KSUID.generate().string)
-        try snapshotCopy(database: database, to: aside)
-        try makeSelfContained(aside)
-        try Durable.sync(file: aside)
         let live = try Connection(path: database.path, mode: .readWrite)
         live.setBusyTimeout(milliseconds: 10_000)
-        let source = try Connection(path: DiffReader.immutableURI(for: backup.path), mode: .readOnly, uri: true)
-        do {
-            try copyAll(Backup(from: source, to: live), database: database, lockedReason: "database stayed locked by another connection")
-        } catch let e as SQLiteError where e.code == 8 {  // SQLITE_READONLY: WAL database with another page size
-            return try install(backup, as: database)
+        var converted: URL?
+        defer { if let converted { try? FileManager.default.removeItem(at: converted) } }
+        var restore = try lockedRestore(from: backup, into: live, database: database)
+        if restore == nil {
+            // SQLite cannot change the page size of a WAL database: restore a copy made with the live page size.
+            let pageSize = try live.scalar("PRAGMA page_size")?.int64 ?? 4096
+            converted = try copy(backup, withPageSize: pageSize, besides: database)
+            restore = try lockedRestore(from: converted!, into: live, database: database)
         }
+        guard let restore else {
+            throw LifecycleError.backupFailed(path: database.path, reason: "the backup's page size differs from the database's and could not be converted")
+        }
+        let aside = database.deletingLastPathComponent().appendingPathComponent(database.lastPathComponent + ".replaced-" + KSUID.generate().string)
+        try copyAside(live, database: database, to: aside)
+        try makeSelfContained(aside)
+        try Durable.sync(file: aside)
+        BackupTestHooks.shared.run(.beforeRestore, database)
+        try copyAll(restore, database: database, lockedReason: "database stayed locked by another connection")
         return aside
+    }
+
+    /// A backup from `source` into `live` holding the live database's write lock, or nil when the page sizes
+    /// differ in WAL mode (SQLITE_READONLY).
+    static func lockedRestore(from source: URL, into live: Connection, database: URL) throws -> Backup? {
+        let reader = try Connection(path: DiffReader.immutableURI(for: source.path), mode: .readOnly, uri: true)
+        let restore = try Backup(from: reader, to: live)
+        do {
+            guard try restore.lockDestination() else {
+                throw LifecycleError.backupFailed(path: database.path, reason: "database stayed locked by another connection")
+            }
+        } catch let e as SQLiteError where e.code == 8 {  // SQLITE_READONLY
+            return nil
+        }
+        return restore
+    }
+
+    /// Copies the live database aside while `live` holds its write lock (nothing can commit meanwhile).
+    static func copyAside(_ live: Connection, database: URL, to aside: URL) throws {
+        // Bytes 18-19 of the header are 2 in WAL mode; the mode cannot change while the lock is held.
+        let header = try live.readMainFileHeader(count: 20)
+        let wal = header[18] == 2 || header[19] == 2
+        if wal {
+            // Readers are not blocked: a read transaction of another connection sees the last commit, and the
+            // WAL cannot restart while the lock is held.
+            try snapshotCopy(database: database, to: aside)
+            return
+        }
+        // Rollback-journal mode: the lock is EXCLUSIVE, so the file holds the last commit and nothing else can
+        // read or write it; copy it through the live connection's own descriptor.
+        if let fd = live.mainFileDescriptor() {
+            let rc = rtsync_copy_open_file(fd, aside.path)
+            guard rc == 0 else { throw LifecycleError.backupFailed(path: aside.path, reason: "copying \(database.path) failed: \(Self.describe(POSIXError(.init(rawValue: rc) ?? .EIO)))") }
+        } else {
+            do { _ = try live.copyMainFile(to: aside) } catch {
+                throw LifecycleError.backupFailed(path: aside.path, reason: "copying \(database.path) failed: \(Self.describe(error))")
+            }
+        }
+    }
+
+    /// A temporary copy of `backup` beside `database`, rebuilt with `pageSize` (VACUUM).
+    static func copy(_ backup: URL, withPageSize pageSize: Int64, besides database: URL) throws -> URL {
+        let temp = database.deletingLastPathComponent().appendingPathComponent(".\(database.lastPathComponent).restore-\(KSUID.generate().string)")
+        try copyFile(backup, to: temp)
+        do {
+            let db = try Connection(path: temp.path, mode: .readWrite)
+            _ = try db.rows("PRAGMA journal_mode = DELETE")
+            try db.execute("PRAGMA page_size = \(pageSize); VACUUM")
+            guard try db.scalar("PRAGMA page_size")?.int64 == pageSize else {
+                throw LifecycleError.backupFailed(path: database.path, reason: "could not rebuild the backup with page size \(pageSize)")
+            }
+        } catch {
+            try? FileManager.default.removeItem(at: temp)
+            throw error
+        }
+        return temp
     }
 
     /// Copies `source` next to `target`, syncs it, moves any existing target (and its WAL files) aside,
@@ -469,6 +537,8 @@ final class BackupTestHooks: @unchecked Sendable {
         case afterDatabaseCopy
         /// After copying the WAL, before comparing its header with the live one.
         case afterWALCopy
+        /// In a restore, after the copy aside and before the backup is copied in (the write lock held).
+        case beforeRestore
     }
 
     static let shared = BackupTestHooks()
