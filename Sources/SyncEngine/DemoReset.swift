@@ -21,8 +21,9 @@ public struct DemoReset: Sendable {
         self.retry = retry
     }
 
-    /// Replaces the database (the old one is kept aside), tracks it with a new site id, and re-applies
-    /// demo protection when `protect`. Returns where the data came from.
+    /// Replaces the database's content in place, so an app's open connections read the demo data (the old
+    /// content is kept aside), tracks it with a new site id, and re-applies demo protection when `protect`.
+    /// Returns where the data came from.
     public func run(scratchTables: [String], protect: Bool) async throws -> String {
         try home.createFolders()
         var source: String?
@@ -31,7 +32,7 @@ public struct DemoReset: Sendable {
             defer { try? FileManager.default.removeItem(at: temp) }
             if let newest = try? await remote.downloadNewestDatabase(prefix: "demo/", to: temp, retry: retry),
                BackupManager.verificationProblem(temp, immutable: true) == nil {
-                _ = try BackupManager.install(temp, as: home.database)
+                _ = try BackupManager.restoreInPlace(temp, into: home.database)
                 source = "bucket \(newest.key)"
             }
         }
@@ -39,7 +40,7 @@ public struct DemoReset: Sendable {
             guard let asset = bundledAsset, BackupManager.verificationProblem(asset, immutable: true) == nil else {
                 throw LifecycleError.noSourceAvailable(attempts: ["demo: no demo database in the bucket", "bundled: not installed with this binary"])
             }
-            _ = try BackupManager.install(asset, as: home.database)
+            _ = try BackupManager.restoreInPlace(asset, into: home.database)
             source = "the bundled demo database"
         }
         let db = try SyncDatabase(path: home.database.path)

@@ -296,6 +296,24 @@ struct LifecycleTests {
         #expect(try SyncDatabase(path: home.database.path).isDemoProtected)
     }
 
+    /// The reset writes into the live database: an app's open connection reads the demo rows afterwards
+    /// (a file renamed under it would keep the connection on the old content, and its writes would be lost).
+    @Test func demoReset_whileAppConnectionIsOpen_connectionReadsDemoRows() async throws {
+        let dir = try TemporaryDirectory()
+        let home = ltHome(dir, "device")
+        _ = try await initHome(home, dir)
+        let app = try Connection(path: home.database.path, mode: .readWrite)
+        try app.execute("DELETE FROM things WHERE title = 'Laptop'")
+        let original = try #require(try ltScalar(LTFixture.demoCopy(in: dir, name: "original.sqlite"), "SELECT count(*) FROM things")?.int64)
+        #expect(try app.scalar("SELECT count(*) FROM things")?.int64 == original - 1)
+
+        _ = try await DemoReset(home: home, remote: nil, bundledAsset: dir.file("asset.sqlite"), retry: ltShortRetry).run(scratchTables: [], protect: false)
+
+        #expect(try app.scalar("SELECT count(*) FROM things")?.int64 == original)
+        try app.execute("UPDATE translations SET value = 'written after the reset'")
+        #expect(try ltScalar(home.database, "SELECT count(*) FROM translations WHERE value = 'written after the reset'")?.int64 ?? 0 > 0)
+    }
+
     @Test func demoReset_withBucketDemo_prefersBucketCopy() async throws {
         let dir = try TemporaryDirectory()
         let home = ltHome(dir, "device")
