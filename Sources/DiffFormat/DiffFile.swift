@@ -193,12 +193,13 @@ struct CanonicalHasher {
     /// Adds column `index` of `statement`'s current row as `add(_:)` would add its `SQLValue`, from SQLite's
     /// own bytes (no Swift value is built). Text is hashed as stored; for valid UTF-8 that is the same.
     mutating func add(column index: Int, of statement: Statement) {
-        switch statement.columnType(index) {
+        let type = statement.columnType(index)
+        switch type {
         case .null: buffer.append(0)
         case .integer: append(tag: 1, UInt64(bitPattern: statement.int64(index)))
         case .real: append(tag: 2, statement.double(index).bitPattern)
         case .text, .blob:
-            let tag: UInt8 = statement.columnType(index) == .text ? 3 : 4
+            let tag: UInt8 = type == .text ? 3 : 4
             statement.withColumnBytes(index) { bytes in
                 append(tag: tag, UInt64(bytes.count))
                 buffer.append(contentsOf: bytes)

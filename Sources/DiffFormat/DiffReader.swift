@@ -305,25 +305,21 @@ public final class DiffReader {
         let author = metadata.authorSite
         // Site ids repeat row after row: read into the previous string when the bytes are the same.
         var bornSite: String?, site: String?
-        var r = [SQLValue](repeating: .null, count: 9)
         var row: DiffRow?
         while try rows.step() {
-            r[0] = rows.column(0); r[1] = rows.column(1); r[2] = rows.column(2); r[3] = rows.column(3)
-            r[4] = rows.column(4); r[6] = rows.column(6); r[8] = rows.column(8)
             bornSite = rows.text(5, reusing: bornSite)
             site = rows.text(7, reusing: site)
-            r[5] = bornSite.map { .text($0) } ?? rows.column(5)
-            r[7] = site.map { .text($0) } ?? rows.column(7)
-            let (def, values, op, changed) = try carried.resolve(r, file: file)
-            let tid = r[1].int64 ?? 0, rid = r[2].int64 ?? 0
+            let (def, values, op, changed) = try carried.resolve(rows, file: file)
+            let tid = rows.int64(1), rid = rows.int64(2)
             guard references[tid, default: ReferenceSet()].insert(rid) else {
-                throw DiffFormatError.invalidRow(file: file, table: def.name, row: r[0].int64 ?? 0, reason: "carried row \(r[2]) is referenced twice")
+                throw DiffFormatError.invalidRow(file: file, table: def.name, row: rows.int64(0), reason: "carried row \(rid) is referenced twice")
             }
-            rowsHash.add(r[1...])
+            // tid, rid, op, born, born_site, hlc, site, changed; then the carried values.
+            for i in 1...8 { rowsHash.add(column: i, of: rows) }
             for i in 0..<def.columns.count { rowsHash.add(column: i, of: values) }
             guard deliver else { continue }
-            let born = Clock(hlc: HLC(rawValue: r[4].int64 ?? 0), site: bornSite ?? author)
-            let clock = Clock(hlc: HLC(rawValue: r[6].int64 ?? 0), site: site ?? author)
+            let born = Clock(hlc: HLC(rawValue: rows.int64(4)), site: bornSite ?? author)
+            let clock = Clock(hlc: HLC(rawValue: rows.int64(6)), site: site ?? author)
             let overrides = hasCellClocks ? cellClocks[tid]?[rid] ?? [:] : [:]
             if let row {
                 row.set(table: def, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides)
@@ -469,25 +465,30 @@ private struct CarriedTables {
         self.tables = try tables.mapValues { try Table(db: db, definition: $0) }
     }
 
-    /// Validates one `rtsync_rows` row (rowid, tid, rid, op, born, born_site, hlc, site, changed); returns its
+    /// Validates the current `rtsync_rows` row of `rows` (rowid, tid, rid, op, born, born_site, hlc, site,
+    /// changed); returns its
     /// table, a statement positioned on the carried values (until the next call), the operation and the
     /// changed columns.
-    func resolve(_ r: [SQLValue], file: String) throws -> (TableDefinition, Statement, RowOperation, [String]?) {
-        let rowNumber = r[0].int64 ?? 0
-        guard let tid = r[1].int64, let table = tables[tid] else {
-            throw DiffFormatError.invalidRow(file: file, table: DiffFile.rowsTable, row: rowNumber, reason: "unknown table id \(r[1])")
+    func resolve(_ rows: Statement, file: String) throws -> (TableDefinition, Statement, RowOperation, [String]?) {
+        let rowNumber = rows.int64(0)
+        guard rows.columnType(1) == .integer, let table = tables[rows.int64(1)] else {
+            throw DiffFormatError.invalidRow(file: file, table: DiffFile.rowsTable, row: rowNumber, reason: "unknown table id \(rows.column(1))")
         }
         let def = table.definition
         func bad(_ why: String) -> DiffFormatError { .invalidRow(file: file, table: def.name, row: rowNumber, reason: why) }
-        guard let rid = r[2].int64 else { throw bad("rid is not an integer") }
-        guard let op = r[3].string.flatMap(RowOperation.init(rawValue:)) else { throw bad("op must be 'upsert' or 'delete'") }
-        guard r[4].int64 != nil, r[6].int64 != nil else { throw bad("clocks must be integers") }
-        guard r[5].isNull || r[5].string != nil, r[7].isNull || r[7].string != nil else { throw bad("sites must be text or NULL") }
+        guard rows.columnType(2) == .integer else { throw bad("rid is not an integer") }
+        let rid = rows.int64(2)
+        let op: RowOperation
+        if rows.columnIsText(3, equalTo: RowOperation.upsert.rawValue) { op = .upsert }
+        else if rows.columnIsText(3, equalTo: RowOperation.delete.rawValue) { op = .delete }
+        else { throw bad("op must be 'upsert' or 'delete'") }
+        guard rows.columnType(4) == .integer, rows.columnType(6) == .integer else { throw bad("clocks must be integers") }
+        guard [.null, .text].contains(rows.columnType(5)), [.null, .text].contains(rows.columnType(7)) else { throw bad("sites must be text or NULL") }
         var changed: [String]?
-        switch r[8] {
+        switch rows.columnType(8) {
         case .null: changed = nil
-        case .text(let t):
-            guard op == .upsert, let names = JSON.decode([String].self, t), names.allSatisfy({ def.columnIndex($0) != nil }) else {
+        case .text:
+            guard op == .upsert, let t = rows.column(8).string, let names = JSON.decode([String].self, t), names.allSatisfy({ def.columnIndex($0) != nil }) else {
                 throw bad("changed must be a JSON array of the table's column names")
             }
             changed = names
