@@ -246,10 +246,18 @@ struct Merger {
     }
 
     /// The row key text the capture triggers make with SQLite's `quote()`: built here for integers, text
-    /// and blobs (whose `quote()` form is exact), asked of SQLite for REALs (whose formatting is SQLite's own).
+    /// and blobs (whose `quote()` form is exact), asked of SQLite for REALs (whose formatting is SQLite's own)
+    /// and for text holding a NUL byte (which `quote()` ends at).
     mutating func keyText(_ values: [SQLValue]) throws -> String {
-        if values.count == 1, case let v = values[0], !v.isReal { return v.sqlLiteral }
-        if !values.contains(where: \.isReal) {
+        func exact(_ v: SQLValue) -> Bool {
+            switch v {
+            case .real: return false
+            case .text(let t): return !t.utf8.contains(0)
+            default: return true
+            }
+        }
+        if values.count == 1, exact(values[0]) { return values[0].sqlLiteral }
+        if values.allSatisfy(exact) {
             return values.map(\.sqlLiteral).joined(separator: ",")
         }
         let s = try cached("SELECT " + (1...values.count).map { "quote(?\($0))" }.joined(separator: " || ',' || "))

@@ -38,6 +38,36 @@ struct ApplyNewRowsTests {
         #expect(try b.value("SELECT count(*) FROM translations WHERE lang = 'xx'") == .integer(201))
     }
 
+    /// The short path builds key texts with SQLite's quote(), the full merge in Swift: for keys with quotes,
+    /// non-ASCII text and negative integers they must be the same text, or a later change to a row applied by
+    /// the short path would not find the row's bookkeeping (and the capture triggers' texts would differ too).
+    @Test func keysAppliedByTheShortPath_haveTheBookkeepingTheFullMergeLooksUp() throws {
+        let box = try Sandbox("newrows-keytext")
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try box.replica("B", fixture: "record-thing-demo")
+        let keys = ["it's", "''", "naïve ☃ 𝄞", "a,b", "-1", "1.5e300"]
+        for k in keys { try a.exec("INSERT INTO translations VALUES ('kt', ?, 'v1', 'ctx')", [.text(k)]) }
+        try a.exec("INSERT INTO requests(id, url, type, status) VALUES (-77, 'https://example.com/kt', 'image', 'new')")
+        let first = b.apply(try a.exportFile())
+        #expect(first.status == .applied && first.inserted == keys.count + 1, "\(first)")
+        let tid = try #require(try b.value("SELECT tid FROM rtsync_tracked WHERE name = 'translations'")?.int64)
+        let mismatched = try b.value("""
+            SELECT count(*) FROM translations t WHERE t.lang = 'kt'
+              AND NOT EXISTS (SELECT 1 FROM rtsync_rows r WHERE r.tid = ? AND r.pk = quote(t.lang) || ',' || quote(t.key))
+            """, [.integer(tid)])
+        #expect(mismatched == .integer(0), "rows applied without bookkeeping under the triggers' key text")
+
+        tick()
+        try a.exec("UPDATE translations SET value = 'v2' WHERE lang = 'kt'")
+        try a.exec("UPDATE requests SET status = 'done' WHERE id = -77")
+        let second = b.apply(try a.exportFile())
+        #expect(second.status == .applied && second.updated == keys.count + 1 && second.inserted == 0, "\(second)")
+        #expect(second.conflicts == 0, "the rows' own history was not found: \(second)")
+        let entries = try b.value("SELECT count(*) FROM rtsync_rows WHERE tid = ? AND pk LIKE ?", [.integer(tid), .text("'kt',%")])
+        #expect(entries == .integer(Int64(keys.count)))
+        try expectSameData(a, b)
+    }
+
     /// A key that exists here without any rtsync history (data from before tracking) is not "new":
     /// the insert falls back to the full merge, which keeps the whole incoming row (it was born later).
     @Test func insertOfKeyPresentLocallyWithoutHistory_takesTheFullMerge() throws {
