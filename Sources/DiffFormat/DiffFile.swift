@@ -191,21 +191,33 @@ struct CanonicalHasher {
     }
 
     /// Adds column `index` of `statement`'s current row as `add(_:)` would add its `SQLValue`, from SQLite's
-    /// own bytes (no Swift value is built). Text is hashed as stored; for valid UTF-8 that is the same.
-    mutating func add(column index: Int, of statement: Statement) {
+    /// own bytes (no Swift value is built). Returns false, having added nothing, for TEXT that is not valid
+    /// UTF-8 (a `String` would have replaced those bytes, so they hash as neither form).
+    mutating func add(column index: Int, of statement: Statement) -> Bool {
         let type = statement.columnType(index)
         switch type {
         case .null: buffer.append(0)
         case .integer: append(tag: 1, UInt64(bitPattern: statement.int64(index)))
         case .real: append(tag: 2, statement.double(index).bitPattern)
         case .text, .blob:
-            let tag: UInt8 = type == .text ? 3 : 4
-            statement.withColumnBytes(index) { bytes in
-                append(tag: tag, UInt64(bytes.count))
+            let added = statement.withColumnBytes(index) { bytes -> Bool in
+                if type == .text && !Self.isValidUTF8(bytes) { return false }
+                append(tag: type == .text ? 3 : 4, UInt64(bytes.count))
                 buffer.append(contentsOf: bytes)
+                return true
             }
+            guard added else { return false }
         }
         flushIfNeeded()
+        return true
+    }
+
+    /// Whether `bytes` are valid UTF-8 (ASCII, the usual case, checked eight bytes at a time).
+    static func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        while i + 8 <= bytes.count, bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { i += 8 }
+        while i < bytes.count, bytes[i] < 0x80 { i += 1 }
+        return i == bytes.count || String(validating: bytes, as: UTF8.self) != nil
     }
 
     mutating func add<C: Collection<SQLValue>>(_ values: C) { for v in values { add(v) } }

@@ -315,8 +315,12 @@ public final class DiffReader {
                 throw DiffFormatError.invalidRow(file: file, table: def.name, row: rows.int64(0), reason: "carried row \(rid) is referenced twice")
             }
             // tid, rid, op, born, born_site, hlc, site, changed; then the carried values.
-            for i in 1...8 { rowsHash.add(column: i, of: rows) }
-            for i in 0..<def.columns.count { rowsHash.add(column: i, of: values) }
+            for i in 1...8 where !rowsHash.add(column: i, of: rows) {
+                throw DiffFormatError.invalidRow(file: file, table: DiffFile.rowsTable, row: rows.int64(0), reason: "column \(rows.columnName(i)) is text that is not valid UTF-8")
+            }
+            for i in 0..<def.columns.count where !rowsHash.add(column: i, of: values) {
+                throw DiffFormatError.invalidRow(file: file, table: def.name, row: rows.int64(0), reason: "column '\(def.columns[i].name)' is text that is not valid UTF-8")
+            }
             guard deliver else { continue }
             let born = Clock(hlc: HLC(rawValue: rows.int64(4)), site: bornSite ?? author)
             let clock = Clock(hlc: HLC(rawValue: rows.int64(6)), site: site ?? author)

@@ -414,71 +414,116 @@ public struct BackupManager: Sendable {
 
     /// Restores `backup` into the live database through SQLite's backup API, so connections other processes
     /// hold see the restored content (or wait on SQLite's locks) instead of writing into a file moved aside.
-    /// The current content is first copied aside, consistently, as `<name>.replaced-<KSUID>`.
+    /// The current content is first copied aside as `<name>.replaced-<KSUID>`.
     ///
     /// The live database's write lock is taken before the copy aside and held until the restore commits, so
     /// no commit can fall between the two and be in neither. Writers wait meanwhile (in rollback-journal mode
-    /// readers too), up to their busy timeout.
+    /// readers too), up to their busy timeout. A file SQLite cannot read as a database (the case a restore is
+    /// for) has no readers to keep: it is moved aside and the backup put in its place (`install`).
     static func restoreInPlace(_ backup: URL, into database: URL) throws -> URL? {
         guard FileManager.default.fileExists(atPath: database.path) else { return try install(backup, as: database) }
+        removeStaleRebuilds(besides: database)
         let live = try Connection(path: database.path, mode: .readWrite)
         live.setBusyTimeout(milliseconds: 10_000)
         var converted: URL?
         defer { if let converted { try? FileManager.default.removeItem(at: converted) } }
-        var restore = try lockedRestore(from: backup, into: live, database: database)
-        if restore == nil {
+        let restore: Backup
+        switch try lockedRestore(from: backup, into: live, database: database) {
+        case .locked(let r): restore = r
+        case .unreadable: return try install(backup, as: database)
+        case .readOnly:
             // SQLite cannot change the page size of a WAL database: restore a copy made with the live page size.
             let pageSize = try live.scalar("PRAGMA page_size")?.int64 ?? 4096
+            guard let backupPageSize = Self.pageSize(ofDatabase: backup), backupPageSize != pageSize else {
+                throw LifecycleError.backupFailed(path: database.path, reason: "the database cannot be written (SQLITE_READONLY): check the file's permissions and its folder's")
+            }
             converted = try copy(backup, withPageSize: pageSize, besides: database)
-            restore = try lockedRestore(from: converted!, into: live, database: database)
-        }
-        guard let restore else {
-            throw LifecycleError.backupFailed(path: database.path, reason: "the backup's page size differs from the database's and could not be converted")
+            guard case .locked(let r) = try lockedRestore(from: converted!, into: live, database: database) else {
+                throw LifecycleError.backupFailed(path: database.path, reason: "the backup rebuilt with page size \(pageSize) could not be written into the database")
+            }
+            restore = r
         }
         let aside = database.deletingLastPathComponent().appendingPathComponent(database.lastPathComponent + ".replaced-" + KSUID.generate().string)
         try copyAside(live, database: database, to: aside)
-        try makeSelfContained(aside)
+        // Folding a copied WAL into the copy needs a readable database; a damaged one keeps its WAL beside it.
+        if (try? makeSelfContained(aside)) != nil {
+            for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: aside.path + suffix) }
+        }
         try Durable.sync(file: aside)
+        if FileManager.default.fileExists(atPath: aside.path + "-wal") { try Durable.sync(file: URL(fileURLWithPath: aside.path + "-wal")) }
         BackupTestHooks.shared.run(.beforeRestore, database)
         try copyAll(restore, database: database, lockedReason: "database stayed locked by another connection")
         return aside
     }
 
-    /// A backup from `source` into `live` holding the live database's write lock, or nil when the page sizes
-    /// differ in WAL mode (SQLITE_READONLY).
-    static func lockedRestore(from source: URL, into live: Connection, database: URL) throws -> Backup? {
+    /// What taking the live database's write lock for a restore found.
+    enum LockedRestore {
+        /// The lock is held by this backup.
+        case locked(Backup)
+        /// SQLITE_READONLY: a WAL database and a backup with another page size, or a database that cannot be written.
+        case readOnly
+        /// SQLITE_NOTADB or SQLITE_CORRUPT: the live file is not a readable database.
+        case unreadable
+    }
+
+    /// A backup from `source` into `live` that holds the live database's write lock.
+    static func lockedRestore(from source: URL, into live: Connection, database: URL) throws -> LockedRestore {
         let reader = try Connection(path: DiffReader.immutableURI(for: source.path), mode: .readOnly, uri: true)
         let restore = try Backup(from: reader, to: live)
         do {
             guard try restore.lockDestination() else {
                 throw LifecycleError.backupFailed(path: database.path, reason: "database stayed locked by another connection")
             }
-        } catch let e as SQLiteError where e.code == 8 {  // SQLITE_READONLY
-            return nil
+        } catch let e as SQLiteError where e.code & 0xff == 8 {  // SQLITE_READONLY
+            return .readOnly
+        } catch let e as SQLiteError where e.code & 0xff == 26 || e.code & 0xff == 11 {  // SQLITE_NOTADB, SQLITE_CORRUPT
+            return .unreadable
         }
-        return restore
+        return .locked(restore)
     }
 
-    /// Copies the live database aside while `live` holds its write lock (nothing can commit meanwhile).
+    /// Copies the live database aside, byte for byte, while `live` holds its write lock. Rollback-journal mode:
+    /// the lock is EXCLUSIVE, so the file holds the last commit and nothing else reads or writes it. WAL mode:
+    /// nothing can commit, and the WAL cannot restart (that needs the write lock), so the database file plus
+    /// the whole WAL replay to the last commit even if a checkpoint copies frames into the file meanwhile. No
+    /// page is read through SQLite, so a damaged database is copied as it is.
     static func copyAside(_ live: Connection, database: URL, to aside: URL) throws {
         // Bytes 18-19 of the header are 2 in WAL mode; the mode cannot change while the lock is held.
         let header = try live.readMainFileHeader(count: 20)
         let wal = header[18] == 2 || header[19] == 2
-        if wal {
-            // Readers are not blocked: a read transaction of another connection sees the last commit, and the
-            // WAL cannot restart while the lock is held.
-            try snapshotCopy(database: database, to: aside)
-            return
+        func failed(_ error: Error) -> LifecycleError {
+            .backupFailed(path: aside.path, reason: "copying \(database.path) aside failed: \(Self.describe(error))")
         }
-        // Rollback-journal mode: the lock is EXCLUSIVE, so the file holds the last commit and nothing else can
-        // read or write it; copy it through the live connection's own descriptor.
+        // Through SQLite's own descriptor: opening and closing the file here would drop this process's locks.
         if let fd = live.mainFileDescriptor() {
-            let rc = rtsync_copy_open_file(fd, aside.path)
-            guard rc == 0 else { throw LifecycleError.backupFailed(path: aside.path, reason: "copying \(database.path) failed: \(Self.describe(POSIXError(.init(rawValue: rc) ?? .EIO)))") }
+            var rc = rtsync_clone_open_file(fd, database.path, aside.path)
+            if rc != 0 { rc = rtsync_copy_open_file(fd, aside.path) }
+            guard rc == 0 else { throw failed(POSIXError(.init(rawValue: rc) ?? .EIO)) }
         } else {
-            do { _ = try live.copyMainFile(to: aside) } catch {
-                throw LifecycleError.backupFailed(path: aside.path, reason: "copying \(database.path) failed: \(Self.describe(error))")
-            }
+            do { _ = try live.copyMainFile(to: aside) } catch { throw failed(error) }
+        }
+        // SQLite holds no locks on the WAL file itself, so it may be opened and closed here.
+        let walPath = database.path + "-wal"
+        if wal, FileManager.default.fileExists(atPath: walPath) {
+            if rtsync_clone_file(walPath, aside.path + "-wal") != 0 { try copyFile(URL(fileURLWithPath: walPath), to: URL(fileURLWithPath: aside.path + "-wal")) }
+        }
+    }
+
+    /// The page size in a database file's header, or nil when it is not one.
+    static func pageSize(ofDatabase file: URL) -> Int64? {
+        guard let handle = FileHandle(forReadingAtPath: file.path) else { return nil }
+        defer { try? handle.close() }
+        guard let h = try? handle.read(upToCount: 18), h.count == 18, h.prefix(16) == Data("SQLite format 3\0".utf8) else { return nil }
+        let raw = Int64(h[16]) << 8 | Int64(h[17])
+        return raw == 1 ? 65536 : raw
+    }
+
+    /// Removes rebuilt copies (`copy(_:withPageSize:besides:)`) that a restore killed midway left behind.
+    static func removeStaleRebuilds(besides database: URL) {
+        let folder = database.deletingLastPathComponent()
+        let prefix = ".\(database.lastPathComponent).restore-"
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [] where name.hasPrefix(prefix) {
+            try? FileManager.default.removeItem(at: folder.appendingPathComponent(name))
         }
     }
 

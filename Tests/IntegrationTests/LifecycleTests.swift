@@ -314,6 +314,23 @@ struct LifecycleTests {
         #expect(try ltScalar(home.database, "SELECT count(*) FROM translations WHERE value = 'written after the reset'")?.int64 ?? 0 > 0)
     }
 
+    /// A damaged database, the case a reset is for, cannot be written through SQLite: it is moved aside and
+    /// the demo data put in its place.
+    @Test func demoReset_overDamagedDatabase_restoresDemoData() async throws {
+        let dir = try TemporaryDirectory()
+        let home = ltHome(dir, "device")
+        _ = try await initHome(home, dir)
+        for s in ["-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: home.database.path + s) }
+        try ltWriteGarbage(home.database)
+
+        await #expect(throws: Never.self) {
+            _ = try await DemoReset(home: home, remote: nil, bundledAsset: dir.file("asset.sqlite"), retry: ltShortRetry).run(scratchTables: [], protect: false)
+        }
+        let original = try ltScalar(LTFixture.demoCopy(in: dir, name: "original.sqlite"), "SELECT count(*) FROM things")
+        let restored = try? ltScalar(home.database, "SELECT count(*) FROM things")
+        #expect(restored == original)
+    }
+
     @Test func demoReset_withBucketDemo_prefersBucketCopy() async throws {
         let dir = try TemporaryDirectory()
         let home = ltHome(dir, "device")

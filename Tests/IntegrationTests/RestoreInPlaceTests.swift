@@ -78,6 +78,50 @@ struct RestoreInPlaceTests {
         #expect(live == [1, 3], "the row written during the restore lands on the restored database")
     }
 
+    /// Restoring over a file SQLite cannot read as a database puts the backup in place and keeps the damaged
+    /// file aside, byte for byte.
+    @Test func restore_overDamagedDatabase_installsBackupAndKeepsDamagedFileAside() throws {
+        let dir = try TemporaryDirectory()
+        let database = dir.file("primary.sqlite")
+        let folder = dir.url.appendingPathComponent("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        do {
+            let c = try Connection(path: database.path)
+            try c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')")
+        }
+        let manager = BackupManager(database: database, folder: folder, keep: 3)
+        _ = try manager.create()
+        let garbage = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try garbage.write(to: database)
+
+        let (_, aside) = try manager.restore()
+
+        #expect(try Connection(path: database.path, mode: .readOnly).rows("SELECT id FROM t") == [[.integer(1)]])
+        #expect(try Data(contentsOf: try #require(aside)) == garbage, "the damaged file is kept aside as it was")
+    }
+
+    /// In WAL mode the copy aside is the database file plus its WAL, folded into one file: commits still only
+    /// in the WAL (no checkpoint since) are in it.
+    @Test func restore_walNotCheckpointed_copyAsideHasEveryCommit() throws {
+        let dir = try TemporaryDirectory()
+        let database = dir.file("primary.sqlite")
+        let folder = dir.url.appendingPathComponent("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let app = try Connection(path: database.path)
+        _ = try app.rows("PRAGMA journal_mode = WAL")
+        try app.execute("PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')")
+        let manager = BackupManager(database: database, folder: folder, keep: 3)
+        _ = try manager.create()
+        for i in 2...50 { try app.execute("INSERT INTO t VALUES (\(i), 'only in the WAL')") }
+
+        let (_, aside) = try manager.restore()
+
+        let asideURL = try #require(aside)
+        #expect(try Connection(path: asideURL.path, mode: .readOnly).scalar("SELECT count(*) FROM t")?.int64 == 50)
+        #expect(!FileManager.default.fileExists(atPath: asideURL.path + "-wal"), "the copy aside is one self-contained file")
+        #expect(try app.scalar("SELECT count(*) FROM t")?.int64 == 1)
+    }
+
     /// A WAL database's page size cannot change; a backup with another page size is rebuilt with the live
     /// one and restored in place, so an open connection reads the restored rows.
     @Test func restore_backupWithOtherPageSizeIntoWALDatabase_restoresInPlace() throws {
