@@ -212,12 +212,33 @@ struct CanonicalHasher {
         return true
     }
 
-    /// Whether `bytes` are valid UTF-8 (ASCII, the usual case, checked eight bytes at a time).
+    /// Whether `bytes` are valid UTF-8 (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF).
+    /// ASCII, the usual case, is checked eight bytes at a time. (`String(validating:as:)` would do, but needs
+    /// macOS 15 / iOS 18.)
     static func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let n = bytes.count
         var i = 0
-        while i + 8 <= bytes.count, bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { i += 8 }
-        while i < bytes.count, bytes[i] < 0x80 { i += 1 }
-        return i == bytes.count || String(validating: bytes, as: UTF8.self) != nil
+        while i < n {
+            if i + 8 <= n, bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { i += 8; continue }
+            let b = bytes[i]
+            if b < 0x80 { i += 1; continue }
+            let length: Int
+            var low: UInt8 = 0x80, high: UInt8 = 0xBF  // allowed range of the second byte
+            switch b {
+            case 0xC2...0xDF: length = 2
+            case 0xE0: length = 3; low = 0xA0
+            case 0xE1...0xEC, 0xEE...0xEF: length = 3
+            case 0xED: length = 3; high = 0x9F
+            case 0xF0: length = 4; low = 0x90
+            case 0xF1...0xF3: length = 4
+            case 0xF4: length = 4; high = 0x8F
+            default: return false
+            }
+            guard i + length <= n, (low...high).contains(bytes[i + 1]) else { return false }
+            for k in 2..<length where bytes[i + k] & 0xC0 != 0x80 { return false }
+            i += length
+        }
+        return true
     }
 
     mutating func add<C: Collection<SQLValue>>(_ values: C) { for v in values { add(v) } }

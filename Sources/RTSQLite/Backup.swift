@@ -36,7 +36,7 @@ public final class Backup {
     ///   size other than the source's.
     public func lockDestination() throws -> Bool {
         let rc = sqlite3_backup_step(handle, 0)
-        switch rc {
+        switch rc & 0xff {
         case SQLITE_OK: return true
         case SQLITE_BUSY, SQLITE_LOCKED: return false
         default: throw SQLiteError(code: rc, message: String(cString: sqlite3_errstr(rc)))

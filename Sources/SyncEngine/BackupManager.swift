@@ -418,8 +418,9 @@ public struct BackupManager: Sendable {
     ///
     /// The live database's write lock is taken before the copy aside and held until the restore commits, so
     /// no commit can fall between the two and be in neither. Writers wait meanwhile (in rollback-journal mode
-    /// readers too), up to their busy timeout. A file SQLite cannot read as a database (the case a restore is
-    /// for) has no readers to keep: it is moved aside and the backup put in its place (`install`).
+    /// readers too), up to their busy timeout. A file whose header SQLite cannot read (SQLITE_NOTADB, CORRUPT)
+    /// is moved aside and the backup put in its place (`install`): a connection still open on it then keeps the
+    /// file moved aside (in WAL mode it could go on committing there), so close the app's connections first.
     static func restoreInPlace(_ backup: URL, into database: URL) throws -> URL? {
         guard FileManager.default.fileExists(atPath: database.path) else { return try install(backup, as: database) }
         removeStaleRebuilds(besides: database)
@@ -451,6 +452,7 @@ public struct BackupManager: Sendable {
         }
         try Durable.sync(file: aside)
         if FileManager.default.fileExists(atPath: aside.path + "-wal") { try Durable.sync(file: URL(fileURLWithPath: aside.path + "-wal")) }
+        Durable.sync(folderOf: aside)
         BackupTestHooks.shared.run(.beforeRestore, database)
         try copyAll(restore, database: database, lockedReason: "database stayed locked by another connection")
         return aside
@@ -477,6 +479,10 @@ public struct BackupManager: Sendable {
         } catch let e as SQLiteError where e.code & 0xff == 8 {  // SQLITE_READONLY
             return .readOnly
         } catch let e as SQLiteError where e.code & 0xff == 26 || e.code & 0xff == 11 {  // SQLITE_NOTADB, SQLITE_CORRUPT
+            // The step reads the backup first: an unreadable backup must not replace a good database.
+            if let problem = verificationProblem(source, immutable: true) {
+                throw LifecycleError.backupFailed(path: source.path, reason: "the backup cannot be read: \(problem)")
+            }
             return .unreadable
         }
         return .locked(restore)

@@ -100,6 +100,60 @@ struct RestoreInPlaceTests {
         #expect(try Data(contentsOf: try #require(aside)) == garbage, "the damaged file is kept aside as it was")
     }
 
+    /// The 0-page step that takes the lock reads the backup first and reports its errors as it would the live
+    /// database's: an unreadable backup must leave a good database where it is.
+    @Test func restoreInPlace_unreadableBackup_leavesGoodLiveDatabaseInPlace() throws {
+        let dir = try TemporaryDirectory()
+        let database = dir.file("primary.sqlite")
+        do {
+            let c = try Connection(path: database.path)
+            try c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'live')")
+        }
+        let backup = dir.file("backup.sqlite")
+        try ltWriteGarbage(backup)
+
+        #expect(throws: LifecycleError.self) { try BackupManager.restoreInPlace(backup, into: database) }
+
+        #expect(BackupManager.verificationProblem(database) == nil, "the live database was replaced by the unreadable backup")
+        #expect(try Connection(path: database.path, mode: .readOnly).scalar("SELECT v FROM t")?.string == "live")
+    }
+
+    /// A hot journal left by a crashed writer (pages already written into the database file) is rolled back when
+    /// the restore takes the lock, before the copy aside: the copy holds the last commit, not the half-written one.
+    @Test func restore_hotJournal_rolledBackBeforeCopyAside() throws {
+        let dir = try TemporaryDirectory()
+        let original = dir.file("original.sqlite")
+        let database = dir.file("primary.sqlite")
+        let folder = dir.url.appendingPathComponent("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        do {
+            let c = try Connection(path: original.path)
+            try c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+            try c.execute("BEGIN")
+            for i in 1...2000 { try c.execute("INSERT INTO t VALUES (\(i), 'original original original original original original')") }
+            try c.execute("COMMIT")
+        }
+        let backup = try BackupManager(database: original, folder: folder, keep: 3).create()
+        // A writer whose tiny cache spills changed pages into the file mid-transaction; the copies taken now are
+        // what a crash at this point leaves behind.
+        let writer = try Connection(path: original.path, mode: .readWrite)
+        try writer.execute("PRAGMA cache_size = 2; BEGIN; UPDATE t SET v = 'changed changed changed changed changed changed changed'")
+        try FileManager.default.copyItem(at: original, to: database)
+        try FileManager.default.copyItem(atPath: original.path + "-journal", toPath: database.path + "-journal")
+        let probe = dir.file("probe.sqlite")
+        try FileManager.default.copyItem(at: database, to: probe)
+        let spilled = try Connection(path: probe.path, mode: .readOnly).scalar("SELECT count(*) FROM t WHERE v LIKE 'changed%'")?.int64 ?? 0
+        #expect(spilled > 0, "the journal is not hot: nothing was written to the database file")
+
+        let aside = try #require(try BackupManager.restoreInPlace(folder.appendingPathComponent(backup.file), into: database))
+
+        let kept = try Connection(path: aside.path, mode: .readOnly)
+        #expect(try kept.scalar("SELECT count(*) FROM t WHERE v LIKE 'original%'")?.int64 == 2000)
+        #expect(try kept.scalar("PRAGMA quick_check")?.string == "ok")
+        #expect(!FileManager.default.fileExists(atPath: database.path + "-journal"))
+        try writer.execute("ROLLBACK")
+    }
+
     /// In WAL mode the copy aside is the database file plus its WAL, folded into one file: commits still only
     /// in the WAL (no checkpoint since) are in it.
     @Test func restore_walNotCheckpointed_copyAsideHasEveryCommit() throws {
