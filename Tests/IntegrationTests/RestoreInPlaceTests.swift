@@ -6,16 +6,29 @@ import Testing
 
 @Suite("backups: restore in place")
 struct RestoreInPlaceTests {
-    @Test func restore_whileAnotherConnectionIsOpen_thatConnectionSeesRestoredRows_andOldContentKeptAside() throws {
-        let dir = try TemporaryDirectory()
-        let database = dir.file("primary.sqlite")
-        let folder = dir.url.appendingPathComponent("backups")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        do {
+    /// A database `primary.sqlite` made by `sql` (after switching to `journalMode` when given), a backups folder
+    /// beside it, and a manager for both.
+    struct Setup {
+        let dir: TemporaryDirectory
+        let database: URL
+        let folder: URL
+        let manager: BackupManager
+
+        init(journalMode: String? = nil, _ sql: String = "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')") throws {
+            dir = try TemporaryDirectory()
+            database = dir.file("primary.sqlite")
+            folder = dir.url.appendingPathComponent("backups")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             let c = try Connection(path: database.path)
-            try c.execute("PRAGMA journal_mode = WAL; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')")
+            if let journalMode { _ = try c.rows("PRAGMA journal_mode = \(journalMode)") }
+            try c.execute(sql)
+            manager = BackupManager(database: database, folder: folder, keep: 3)
         }
-        let manager = BackupManager(database: database, folder: folder, keep: 3)
+    }
+
+    @Test func restore_whileAnotherConnectionIsOpen_thatConnectionSeesRestoredRows_andOldContentKeptAside() throws {
+        let setup = try Setup(journalMode: "WAL")
+        let (database, manager) = (setup.database, setup.manager)
         _ = try manager.create()
 
         // The app keeps its connection open and writes after the backup.
@@ -36,16 +49,8 @@ struct RestoreInPlaceTests {
     /// between the copy aside and the restore was in neither the copy nor the restored database.
     @Test(arguments: ["WAL", "DELETE"])
     func restore_commitDuringRestore_waitsAndLandsAfterIt(_ journalMode: String) throws {
-        let dir = try TemporaryDirectory()
-        let database = dir.file("primary.sqlite")
-        let folder = dir.url.appendingPathComponent("backups")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        do {
-            let c = try Connection(path: database.path)
-            _ = try c.rows("PRAGMA journal_mode = \(journalMode)")
-            try c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')")
-        }
-        let manager = BackupManager(database: database, folder: folder, keep: 3)
+        let setup = try Setup(journalMode: journalMode)
+        let (database, manager) = (setup.database, setup.manager)
         _ = try manager.create()
         try Connection(path: database.path, mode: .readWrite).execute("INSERT INTO t VALUES (2, 'after backup')")
 
@@ -81,15 +86,8 @@ struct RestoreInPlaceTests {
     /// Restoring over a file SQLite cannot read as a database puts the backup in place and keeps the damaged
     /// file aside, byte for byte.
     @Test func restore_overDamagedDatabase_installsBackupAndKeepsDamagedFileAside() throws {
-        let dir = try TemporaryDirectory()
-        let database = dir.file("primary.sqlite")
-        let folder = dir.url.appendingPathComponent("backups")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        do {
-            let c = try Connection(path: database.path)
-            try c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')")
-        }
-        let manager = BackupManager(database: database, folder: folder, keep: 3)
+        let setup = try Setup()
+        let (database, manager) = (setup.database, setup.manager)
         _ = try manager.create()
         let garbage = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         try garbage.write(to: database)
@@ -157,14 +155,10 @@ struct RestoreInPlaceTests {
     /// In WAL mode the copy aside is the database file plus its WAL, folded into one file: commits still only
     /// in the WAL (no checkpoint since) are in it.
     @Test func restore_walNotCheckpointed_copyAsideHasEveryCommit() throws {
-        let dir = try TemporaryDirectory()
-        let database = dir.file("primary.sqlite")
-        let folder = dir.url.appendingPathComponent("backups")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let setup = try Setup(journalMode: "WAL")
+        let (database, manager) = (setup.database, setup.manager)
         let app = try Connection(path: database.path)
-        _ = try app.rows("PRAGMA journal_mode = WAL")
-        try app.execute("PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')")
-        let manager = BackupManager(database: database, folder: folder, keep: 3)
+        try app.execute("PRAGMA wal_autocheckpoint = 0")
         _ = try manager.create()
         for i in 2...50 { try app.execute("INSERT INTO t VALUES (\(i), 'only in the WAL')") }
 
@@ -179,15 +173,8 @@ struct RestoreInPlaceTests {
     /// A WAL database's page size cannot change; a backup with another page size is rebuilt with the live
     /// one and restored in place, so an open connection reads the restored rows.
     @Test func restore_backupWithOtherPageSizeIntoWALDatabase_restoresInPlace() throws {
-        let dir = try TemporaryDirectory()
-        let database = dir.file("primary.sqlite")
-        let folder = dir.url.appendingPathComponent("backups")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        do {
-            let c = try Connection(path: database.path)
-            try c.execute("PRAGMA page_size = 8192; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')")
-        }
-        let manager = BackupManager(database: database, folder: folder, keep: 3)
+        let setup = try Setup("PRAGMA page_size = 8192; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'backed up')")
+        let (dir, database, manager) = (setup.dir, setup.database, setup.manager)
         _ = try manager.create()
         // Rebuild the live database with another page size, then switch it to WAL.
         do {
