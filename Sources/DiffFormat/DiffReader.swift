@@ -305,7 +305,6 @@ public final class DiffReader {
         let author = metadata.authorSite
         // Site ids repeat row after row: read into the previous string when the bytes are the same.
         var bornSite: String?, site: String?
-        var row: DiffRow?
         while try rows.step() {
             bornSite = rows.text(5, reusing: bornSite)
             site = rows.text(7, reusing: site)
@@ -325,12 +324,7 @@ public final class DiffReader {
             let born = Clock(hlc: HLC(rawValue: rows.int64(4)), site: bornSite ?? author)
             let clock = Clock(hlc: HLC(rawValue: rows.int64(6)), site: site ?? author)
             let overrides = hasCellClocks ? cellClocks[tid]?[rid] ?? [:] : [:]
-            if let row {
-                row.set(table: def, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides)
-            } else {
-                row = DiffRow(table: def, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides)
-            }
-            try body(row!)
+            try body(DiffRow(table: def, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
         }
         for (tid, byRow) in cellClocks {
             for rid in byRow.keys where references[tid]?.contains(rid) != true {
@@ -352,26 +346,21 @@ public final class DiffReader {
 /// One row change of a diff while `DiffReader.forEachRow` reads it, its carried values still in SQLite.
 package final class DiffRow {
     /// The carried table's definition.
-    package private(set) var table: TableDefinition
+    package let table: TableDefinition
     /// Upsert or delete.
-    package private(set) var operation: RowOperation
+    package let operation: RowOperation
     /// Names of the columns that changed; nil means every column.
-    package private(set) var changedColumns: [String]?
+    package let changedColumns: [String]?
     /// Clock of the last change to the row.
-    package private(set) var clock: Clock
+    package let clock: Clock
     /// Clock of the row's creation.
-    package private(set) var born: Clock
+    package let born: Clock
     /// Per-column clocks that differ from `clock`.
-    package private(set) var columnClocks: [String: Clock]
-    /// The carried-table lookup, positioned on this row's values.
-    private var carried: Statement
+    package let columnClocks: [String: Clock]
+    /// The statement (the carried table's scan or lookup) positioned on this row's values.
+    private let carried: Statement
 
     init(table: TableDefinition, carried: Statement, operation: RowOperation, changedColumns: [String]?, clock: Clock, born: Clock, columnClocks: [String: Clock]) {
-        self.table = table; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
-        self.clock = clock; self.born = born; self.columnClocks = columnClocks
-    }
-
-    func set(table: TableDefinition, carried: Statement, operation: RowOperation, changedColumns: [String]?, clock: Clock, born: Clock, columnClocks: [String: Clock]) {
         self.table = table; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
         self.clock = clock; self.born = born; self.columnClocks = columnClocks
     }
@@ -470,9 +459,8 @@ private struct CarriedTables {
     }
 
     /// Validates the current `rtsync_rows` row of `rows` (rowid, tid, rid, op, born, born_site, hlc, site,
-    /// changed); returns its
-    /// table, a statement positioned on the carried values (until the next call), the operation and the
-    /// changed columns.
+    /// changed); returns its table, a statement positioned on the carried values (until the next call), the
+    /// operation and the changed columns.
     func resolve(_ rows: Statement, file: String) throws -> (TableDefinition, Statement, RowOperation, [String]?) {
         let rowNumber = rows.int64(0)
         guard rows.columnType(1) == .integer, let table = tables[rows.int64(1)] else {
