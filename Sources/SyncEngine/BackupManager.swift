@@ -579,8 +579,9 @@ public struct BackupManager: Sendable {
     }
 }
 
-/// Points where tests make another process act in the middle of a backup (faults real timing cannot produce
-/// on demand). Each hook gets the database being backed up; backups of other databases pass through untouched.
+/// Points where tests make another process act in the middle of a backup or restore (faults real timing cannot
+/// produce on demand). A hook is set for one database: backups of other databases, such as those of tests running
+/// at the same time, pass through untouched.
 final class BackupTestHooks: @unchecked Sendable {
     /// Where a hook runs.
     enum Point: Hashable {
@@ -594,18 +595,19 @@ final class BackupTestHooks: @unchecked Sendable {
 
     static let shared = BackupTestHooks()
     private let lock = NSLock()
-    private var hooks: [Point: (URL) -> Void] = [:]
+    private var hooks: [Point: [String: () -> Void]] = [:]
 
-    func set(_ point: Point, _ hook: ((URL) -> Void)?) {
+    /// Sets (or with nil removes) the hook run at `point` for `database`.
+    func set(_ point: Point, for database: URL, _ hook: (() -> Void)?) {
         lock.lock(); defer { lock.unlock() }
-        hooks[point] = hook
+        hooks[point, default: [:]][database.standardizedFileURL.path] = hook
     }
 
     func run(_ point: Point, _ database: URL) {
         lock.lock()
-        let hook = hooks[point]
+        let hook = hooks[point]?[database.standardizedFileURL.path]
         lock.unlock()
-        hook?(database)
+        hook?()
     }
 }
 

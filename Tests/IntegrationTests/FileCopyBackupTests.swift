@@ -244,13 +244,11 @@ struct BackupKeepsLocksTests {
         let folder = dir.file("backups")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         var hookRan = false
-        // Backups of other tests running at the same time pass through the hook too: only this database counts.
-        BackupTestHooks.shared.set(.afterDatabaseCopy) { database in
-            guard database.path == db.path else { return }
+        BackupTestHooks.shared.set(.afterDatabaseCopy, for: db) {
             hookRan = true
             truncateWALAndCommit(db, ids: 301...310, sqlite3: sqlite3)
         }
-        defer { BackupTestHooks.shared.set(.afterDatabaseCopy, nil) }
+        defer { BackupTestHooks.shared.set(.afterDatabaseCopy, for: db, nil) }
 
         let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
 
@@ -297,8 +295,7 @@ struct WALRestartDuringCopyTests {
         var hookRan = false
         // What a TRUNCATE checkpoint racing the WAL copy leaves: the start of the old WAL (up to a commit in its
         // middle) in the copy, while the live WAL has started over.
-        BackupTestHooks.shared.set(.afterWALCopy) { database in
-            guard database.path == db.path else { return }
+        BackupTestHooks.shared.set(.afterWALCopy, for: db) {
             hookRan = true
             truncateWALAndCommit(db, ids: 301...305, sqlite3: sqlite3)
             let copiedWAL = folder.path
@@ -309,7 +306,7 @@ struct WALRestartDuringCopyTests {
                 if let h = FileHandle(forWritingAtPath: path) { try? h.truncate(atOffset: UInt64(32 + ((size - 32) / frame / 2) * frame)); try? h.close() }
             }
         }
-        defer { BackupTestHooks.shared.set(.afterWALCopy, nil) }
+        defer { BackupTestHooks.shared.set(.afterWALCopy, for: db, nil) }
 
         let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
 

@@ -57,8 +57,7 @@ struct RestoreInPlaceTests {
         let committed = DispatchSemaphore(value: 0)
         let writerError = LockedBox<String?>(nil)
         var committedBeforeRestore = false
-        BackupTestHooks.shared.set(.beforeRestore) { restoring in
-            guard restoring.path == database.path else { return }
+        BackupTestHooks.shared.set(.beforeRestore, for: database) {
             Thread {
                 do {
                     let c = try Connection(path: database.path, mode: .readWrite)
@@ -70,7 +69,7 @@ struct RestoreInPlaceTests {
             // Time enough for the writer to commit if nothing holds it back.
             committedBeforeRestore = committed.wait(timeout: .now() + 0.5) == .success
         }
-        defer { BackupTestHooks.shared.set(.beforeRestore, nil) }
+        defer { BackupTestHooks.shared.set(.beforeRestore, for: database, nil) }
 
         let (_, aside) = try manager.restore()
 
