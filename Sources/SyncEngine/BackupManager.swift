@@ -235,15 +235,7 @@ public struct BackupManager: Sendable {
         // hot journal). Asked after it, the journal mode cannot change until the transaction ends.
         _ = try source.scalar("SELECT count(*) FROM sqlite_schema")
         let wal = try source.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal"
-        // Through SQLite's own descriptor (in the kernel with copy_file_range), else through its file methods.
-        if let fd = source.mainFileDescriptor() {
-            let rc = rtsync_copy_open_file(fd, temp.path)
-            guard rc == 0 else { throw LifecycleError.backupFailed(path: temp.path, reason: "copying \(database.path) failed: \(Self.describe(POSIXError(.init(rawValue: rc) ?? .EIO)))") }
-        } else {
-            do { _ = try source.copyMainFile(to: temp) } catch {
-                throw LifecycleError.backupFailed(path: temp.path, reason: "copying \(database.path) failed: \(Self.describe(error))")
-            }
-        }
+        try copyDatabaseFile(of: source, to: temp, clone: false, action: "copying \(database.path)")
         BackupTestHooks.shared.run(.afterDatabaseCopy, database)
         let walPath = database.path + "-wal", walCopy = temp.path + "-wal"
         if wal, FileManager.default.fileExists(atPath: walPath) {
@@ -432,10 +424,10 @@ public struct BackupManager: Sendable {
         switch try lockedRestore(from: backup, into: live, database: database) {
         case .locked(let r): restore = r
         case .unreadable: return try install(backup, as: database)
-        case .readOnly:
+        case .readOnly(let backupPageSize):
             // SQLite cannot change the page size of a WAL database: restore a copy made with the live page size.
             let pageSize = try live.scalar("PRAGMA page_size")?.int64 ?? 4096
-            guard let backupPageSize = Self.pageSize(ofDatabase: backup), backupPageSize != pageSize else {
+            guard let backupPageSize, backupPageSize != pageSize else {
                 throw LifecycleError.backupFailed(path: database.path, reason: "the database cannot be written (SQLITE_READONLY): check the file's permissions and its folder's")
             }
             converted = try copy(backup, withPageSize: pageSize, besides: database)
@@ -462,8 +454,9 @@ public struct BackupManager: Sendable {
     enum LockedRestore {
         /// The lock is held by this backup.
         case locked(Backup)
-        /// SQLITE_READONLY: a WAL database and a backup with another page size, or a database that cannot be written.
-        case readOnly
+        /// SQLITE_READONLY: a WAL database and a backup with another page size (the backup's is given), or a
+        /// database that cannot be written.
+        case readOnly(backupPageSize: Int64?)
         /// SQLITE_NOTADB or SQLITE_CORRUPT: the live file is not a readable database.
         case unreadable
     }
@@ -477,7 +470,7 @@ public struct BackupManager: Sendable {
                 throw LifecycleError.backupFailed(path: database.path, reason: "database stayed locked by another connection")
             }
         } catch let e as SQLiteError where e.code & 0xff == 8 {  // SQLITE_READONLY
-            return .readOnly
+            return .readOnly(backupPageSize: try? reader.scalar("PRAGMA page_size")?.int64)
         } catch let e as SQLiteError where e.code & 0xff == 26 || e.code & 0xff == 11 {  // SQLITE_NOTADB, SQLITE_CORRUPT
             // The step reads the backup first: an unreadable backup must not replace a good database.
             if let problem = verificationProblem(source, immutable: true) {
@@ -486,6 +479,22 @@ public struct BackupManager: Sendable {
             return .unreadable
         }
         return .locked(restore)
+    }
+
+    /// Copies `connection`'s main database file into the new file `target` through SQLite's own descriptor (a
+    /// clone first when `clone`, else or then `copy_file_range`), or through SQLite's file methods for other VFSes.
+    /// Opening and closing the file again here would drop this process's locks on it. `action` starts the error.
+    static func copyDatabaseFile(of connection: Connection, to target: URL, clone: Bool, action: String) throws {
+        func failed(_ error: Error) -> LifecycleError {
+            .backupFailed(path: target.path, reason: "\(action) failed: \(Self.describe(error))")
+        }
+        if let fd = connection.mainFileDescriptor() {
+            var rc = clone ? rtsync_clone_open_file(fd, connection.path, target.path) : -1
+            if rc != 0 { rc = rtsync_copy_open_file(fd, target.path) }
+            guard rc == 0 else { throw failed(POSIXError(.init(rawValue: rc) ?? .EIO)) }
+        } else {
+            do { _ = try connection.copyMainFile(to: target) } catch { throw failed(error) }
+        }
     }
 
     /// Copies the live database aside, byte for byte, while `live` holds its write lock. Rollback-journal mode:
@@ -497,31 +506,12 @@ public struct BackupManager: Sendable {
         // Bytes 18-19 of the header are 2 in WAL mode; the mode cannot change while the lock is held.
         let header = try live.readMainFileHeader(count: 20)
         let wal = header[18] == 2 || header[19] == 2
-        func failed(_ error: Error) -> LifecycleError {
-            .backupFailed(path: aside.path, reason: "copying \(database.path) aside failed: \(Self.describe(error))")
-        }
-        // Through SQLite's own descriptor: opening and closing the file here would drop this process's locks.
-        if let fd = live.mainFileDescriptor() {
-            var rc = rtsync_clone_open_file(fd, database.path, aside.path)
-            if rc != 0 { rc = rtsync_copy_open_file(fd, aside.path) }
-            guard rc == 0 else { throw failed(POSIXError(.init(rawValue: rc) ?? .EIO)) }
-        } else {
-            do { _ = try live.copyMainFile(to: aside) } catch { throw failed(error) }
-        }
+        try copyDatabaseFile(of: live, to: aside, clone: true, action: "copying \(database.path) aside")
         // SQLite holds no locks on the WAL file itself, so it may be opened and closed here.
         let walPath = database.path + "-wal"
         if wal, FileManager.default.fileExists(atPath: walPath) {
             if rtsync_clone_file(walPath, aside.path + "-wal") != 0 { try copyFile(URL(fileURLWithPath: walPath), to: URL(fileURLWithPath: aside.path + "-wal")) }
         }
-    }
-
-    /// The page size in a database file's header, or nil when it is not one.
-    static func pageSize(ofDatabase file: URL) -> Int64? {
-        guard let handle = FileHandle(forReadingAtPath: file.path) else { return nil }
-        defer { try? handle.close() }
-        guard let h = try? handle.read(upToCount: 18), h.count == 18, h.prefix(16) == Data("SQLite format 3\0".utf8) else { return nil }
-        let raw = Int64(h[16]) << 8 | Int64(h[17])
-        return raw == 1 ? 65536 : raw
     }
 
     /// Removes rebuilt copies (`copy(_:withPageSize:besides:)`) that a restore killed midway left behind.

@@ -236,28 +236,13 @@ struct BackupKeepsLocksTests {
     /// Everything is checkpointed when the backup starts (its reader then reads the database file alone), and
     /// another process truncates the WAL and commits more between the copy of the database file and of the WAL.
     @Test func fileCopy_walTruncatedAndRewrittenDuringTheBackup_copyIsOneCommit() throws {
-        let sqlite3 = try #require(findExecutable("sqlite3"))
-        let dir = try TemporaryDirectory()
-        let db = dir.file("app.sqlite")
-        let keeper = try makeCheckpointedWALDatabase(db)
-        defer { withExtendedLifetime(keeper) {} }
-        let folder = dir.file("backups")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        var hookRan = false
-        BackupTestHooks.shared.set(.afterDatabaseCopy, for: db) {
-            hookRan = true
+        try backUpCheckpointedWALDatabase(hookAt: .afterDatabaseCopy, { db, _, sqlite3 in
             truncateWALAndCommit(db, ids: 301...310, sqlite3: sqlite3)
-        }
-        defer { BackupTestHooks.shared.set(.afterDatabaseCopy, for: db, nil) }
-
-        let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
-
-        #expect(hookRan)
-        let copy = folder.appendingPathComponent(info.file)
-        #expect(try ltScalar(copy, "PRAGMA integrity_check")?.string == "ok")
-        let n = try #require(try ltScalar(copy, "SELECT n FROM meta")?.int64)
-        #expect([300, 310].contains(n), "the copy holds commit \(n)")
-        #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == n)
+        }, check: { copy throws in
+            let n = try #require(try ltScalar(copy, "SELECT n FROM meta")?.int64)
+            #expect([300, 310].contains(n), "the copy holds commit \(n)")
+            #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == n)
+        })
     }
 }
 
@@ -273,6 +258,33 @@ func makeCheckpointedWALDatabase(_ db: URL) throws -> Connection {
     return keeper
 }
 
+/// Backs up a `makeCheckpointedWALDatabase` database by file copy with `hook` (given the database, the backups
+/// folder and the sqlite3 shell) run at `point`; checks that the hook ran and that the copy passes
+/// `integrity_check`, then hands the copy to `check`.
+func backUpCheckpointedWALDatabase(hookAt point: BackupTestHooks.Point, _ hook: @escaping (URL, URL, String) -> Void,
+                                   check: (URL) throws -> Void) throws {
+    let sqlite3 = try #require(findExecutable("sqlite3"))
+    let dir = try TemporaryDirectory()
+    let db = dir.file("app.sqlite")
+    let keeper = try makeCheckpointedWALDatabase(db)
+    defer { withExtendedLifetime(keeper) {} }
+    let folder = dir.file("backups")
+    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+    var hookRan = false
+    BackupTestHooks.shared.set(point, for: db) {
+        hookRan = true
+        hook(db, folder, sqlite3)
+    }
+    defer { BackupTestHooks.shared.set(point, for: db, nil) }
+
+    let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
+
+    #expect(hookRan)
+    let copy = folder.appendingPathComponent(info.file)
+    #expect(try ltScalar(copy, "PRAGMA integrity_check")?.string == "ok")
+    try check(copy)
+}
+
 /// Another process truncates the WAL (a TRUNCATE checkpoint), then commits log rows `ids`, one at a time.
 func truncateWALAndCommit(_ db: URL, ids: ClosedRange<Int>, sqlite3: String) {
     var sql = ".timeout 5000\nPRAGMA wal_checkpoint(TRUNCATE);\n"
@@ -285,18 +297,9 @@ func truncateWALAndCommit(_ db: URL, ids: ClosedRange<Int>, sqlite3: String) {
 @Suite("backups: WAL restarted during its copy", .serialized)
 struct WALRestartDuringCopyTests {
     @Test func fileCopy_walCopyCutShortByATruncate_isDropped_copyIsTheSnapshot() throws {
-        let sqlite3 = try #require(findExecutable("sqlite3"))
-        let dir = try TemporaryDirectory()
-        let db = dir.file("app.sqlite")
-        let keeper = try makeCheckpointedWALDatabase(db)
-        defer { withExtendedLifetime(keeper) {} }
-        let folder = dir.file("backups")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        var hookRan = false
         // What a TRUNCATE checkpoint racing the WAL copy leaves: the start of the old WAL (up to a commit in its
         // middle) in the copy, while the live WAL has started over.
-        BackupTestHooks.shared.set(.afterWALCopy, for: db) {
-            hookRan = true
+        try backUpCheckpointedWALDatabase(hookAt: .afterWALCopy, { db, folder, sqlite3 in
             truncateWALAndCommit(db, ids: 301...305, sqlite3: sqlite3)
             let copiedWAL = folder.path
             for name in (try? FileManager.default.contentsOfDirectory(atPath: copiedWAL)) ?? [] where name.hasSuffix("-wal") {
@@ -305,16 +308,10 @@ struct WALRestartDuringCopyTests {
                 let frame = 24 + 4096
                 if let h = FileHandle(forWritingAtPath: path) { try? h.truncate(atOffset: UInt64(32 + ((size - 32) / frame / 2) * frame)); try? h.close() }
             }
-        }
-        defer { BackupTestHooks.shared.set(.afterWALCopy, for: db, nil) }
-
-        let info = try BackupManager(database: db, folder: folder, preferClone: false).create()
-
-        #expect(hookRan)
-        let copy = folder.appendingPathComponent(info.file)
-        #expect(try ltScalar(copy, "PRAGMA integrity_check")?.string == "ok")
-        #expect(try ltScalar(copy, "SELECT n FROM meta")?.int64 == 300, "the copy is not the state the backup began with")
-        #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == 300)
+        }, check: { copy throws in
+            #expect(try ltScalar(copy, "SELECT n FROM meta")?.int64 == 300, "the copy is not the state the backup began with")
+            #expect(try ltScalar(copy, "SELECT count(*) FROM log")?.int64 == 300)
+        })
     }
 }
 
