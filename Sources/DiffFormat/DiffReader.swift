@@ -39,8 +39,9 @@ public final class DiffReader {
     /// When rows are validated: `.upfront` (all of them, before `init` returns) or `.whileReading`.
     public let rowValidation: RowValidation
 
+    /// Carried table definitions by the table id rows refer to (`rtsync_rows.tid`).
+    package let tableIDs: [Int64: TableDefinition]
     private let db: Connection
-    private let tableIDs: [Int64: TableDefinition]
     private let cellClocks: [Int64: [Int64: [String: Clock]]]
     private let tablesHash: CanonicalHasher
     private let cellsHash: CanonicalHasher
@@ -290,13 +291,21 @@ public final class DiffReader {
 
     /// `forEachChange` for callers that copy carried values into another database: each row's values stay
     /// in SQLite until asked for (`DiffRow.bind`, `DiffRow.values`). The row is valid only during the call.
-    package func forEachRow(_ body: (DiffRow) throws -> Void) throws {
-        try scanRows(body, deliver: true)
+    /// With `validated` (after `validateRows()` succeeded on this reader) rows are not hashed and checked again.
+    package func forEachRow(validated: Bool = false, _ body: (DiffRow) throws -> Void) throws {
+        try scanRows(body, deliver: true, validate: !validated)
+    }
+
+    /// Checks every row and the content digest without handing rows out (for a caller that wrote the rows by
+    /// other means inside a transaction it rolls back when this throws). Uses only this reader's connection,
+    /// so it may run on another thread while the caller works on other connections.
+    package func validateRows() throws {
+        try scanRows({ _ in }, deliver: false)
     }
 
     /// Reads `rtsync_rows` in order, validating every reference and hashing the content; checks that every
     /// cell clock names a row, and that the digest matches. Hands each row to `body` when `deliver` is set.
-    private func scanRows(_ body: (DiffRow) throws -> Void, deliver: Bool) throws {
+    private func scanRows(_ body: (DiffRow) throws -> Void, deliver: Bool, validate: Bool = true) throws {
         let file = url.path
         var rowsHash = CanonicalHasher()
         var references: [Int64: ReferenceSet] = [:]
@@ -310,22 +319,25 @@ public final class DiffReader {
             site = rows.text(7, reusing: site)
             let (def, values, op, changed) = try carried.resolve(rows, file: file)
             let tid = rows.int64(1), rid = rows.int64(2)
-            guard references[tid, default: ReferenceSet()].insert(rid) else {
-                throw DiffFormatError.invalidRow(file: file, table: def.name, row: rows.int64(0), reason: "carried row \(rid) is referenced twice")
-            }
-            // tid, rid, op, born, born_site, hlc, site, changed; then the carried values.
-            for i in 1...8 where !rowsHash.add(column: i, of: rows) {
-                throw DiffFormatError.invalidRow(file: file, table: DiffFile.rowsTable, row: rows.int64(0), reason: "column \(rows.columnName(i)) is text that is not valid UTF-8")
-            }
-            for i in 0..<def.columns.count where !rowsHash.add(column: i, of: values) {
-                throw DiffFormatError.invalidRow(file: file, table: def.name, row: rows.int64(0), reason: "column '\(def.columns[i].name)' is text that is not valid UTF-8")
+            if validate {
+                guard references[tid, default: ReferenceSet()].insert(rid) else {
+                    throw DiffFormatError.invalidRow(file: file, table: def.name, row: rows.int64(0), reason: "carried row \(rid) is referenced twice")
+                }
+                // tid, rid, op, born, born_site, hlc, site, changed; then the carried values.
+                for i in 1...8 where !rowsHash.add(column: i, of: rows) {
+                    throw DiffFormatError.invalidRow(file: file, table: DiffFile.rowsTable, row: rows.int64(0), reason: "column \(rows.columnName(i)) is text that is not valid UTF-8")
+                }
+                for i in 0..<def.columns.count where !rowsHash.add(column: i, of: values) {
+                    throw DiffFormatError.invalidRow(file: file, table: def.name, row: rows.int64(0), reason: "column '\(def.columns[i].name)' is text that is not valid UTF-8")
+                }
             }
             guard deliver else { continue }
             let born = Clock(hlc: HLC(rawValue: rows.int64(4)), site: bornSite ?? author)
             let clock = Clock(hlc: HLC(rawValue: rows.int64(6)), site: site ?? author)
             let overrides = hasCellClocks ? cellClocks[tid]?[rid] ?? [:] : [:]
-            try body(DiffRow(table: def, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
+            try body(DiffRow(table: def, tableID: tid, rid: rid, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
         }
+        guard validate else { return }
         for (tid, byRow) in cellClocks {
             for rid in byRow.keys where references[tid]?.contains(rid) != true {
                 throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: 0, reason: "cell refers to a row not in rtsync_rows")
@@ -347,6 +359,10 @@ public final class DiffReader {
 package final class DiffRow {
     /// The carried table's definition.
     package let table: TableDefinition
+    /// The table's id in this diff (`rtsync_rows.tid`).
+    package let tableID: Int64
+    /// The carried row's rowid in its table in this diff (`rtsync_rows.rid`).
+    package let rid: Int64
     /// Upsert or delete.
     package let operation: RowOperation
     /// Names of the columns that changed; nil means every column.
@@ -360,8 +376,9 @@ package final class DiffRow {
     /// The statement (the carried table's scan or lookup) positioned on this row's values.
     private let carried: Statement
 
-    init(table: TableDefinition, carried: Statement, operation: RowOperation, changedColumns: [String]?, clock: Clock, born: Clock, columnClocks: [String: Clock]) {
-        self.table = table; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
+    init(table: TableDefinition, tableID: Int64, rid: Int64, carried: Statement, operation: RowOperation, changedColumns: [String]?,
+         clock: Clock, born: Clock, columnClocks: [String: Clock]) {
+        self.table = table; self.tableID = tableID; self.rid = rid; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
         self.clock = clock; self.born = born; self.columnClocks = columnClocks
     }
 

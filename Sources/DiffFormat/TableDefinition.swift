@@ -248,11 +248,11 @@ extension TableDefinition {
 // MARK: - Reading a live schema
 
 extension TableDefinition {
-    /// Reads the definition of `table` from a database through SQLite's schema pragmas.
+    /// Reads the definition of `table` from a database through SQLite's schema pragmas (from schema `main`,
+    /// also when other databases are attached).
     /// - Returns: nil when the table does not exist.
     public static func read(table: String, from db: Connection) throws -> TableDefinition? {
-
-        let info = try db.rows("SELECT name, type, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?)", [.text(table)])
+        let info = try db.rows("SELECT name, type, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?, 'main')", [.text(table)])
         if info.isEmpty { return nil }
         let columns = info.compactMap { r -> ColumnDefinition? in
             // Hidden (virtual table) and generated columns cannot be written, so they are not carried.
@@ -261,14 +261,14 @@ extension TableDefinition {
                                     defaultValue: r[3].string, primaryKey: Int(r[4].int64 ?? 0))
         }
         var uniques: [[String]] = []
-        for idx in try db.rows("SELECT name, \"unique\", origin FROM pragma_index_list(?)", [.text(table)]) {
+        for idx in try db.rows("SELECT name, \"unique\", origin FROM pragma_index_list(?, 'main')", [.text(table)]) {
             guard idx[1].int64 == 1, idx[2].string == "u", let iname = idx[0].string else { continue }
-            let cols = try db.rows("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [.text(iname)]).compactMap { $0[0].string }
+            let cols = try db.rows("SELECT name FROM pragma_index_info(?, 'main') ORDER BY seqno", [.text(iname)]).compactMap { $0[0].string }
             if !cols.isEmpty { uniques.append(cols) }
         }
         var fks: [Int64: ForeignKeyDefinition] = [:]
         var order: [Int64] = []
-        for r in try db.rows("SELECT id, seq, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?) ORDER BY id, seq", [.text(table)]) {
+        for r in try db.rows("SELECT id, seq, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?, 'main') ORDER BY id, seq", [.text(table)]) {
             let id = r[0].int64 ?? 0
             if fks[id] == nil {
                 order.append(id)
@@ -283,7 +283,7 @@ extension TableDefinition {
             if fk.referencedColumns.count != fk.columns.count { fk.referencedColumns = [] }
             return fk
         }
-        let sql = try db.scalar("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", [.text(table)])?.string ?? ""
+        let sql = try db.scalar("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", [.text(table)])?.string ?? ""
         let withoutRowID = sql.uppercased().replacingOccurrences(of: " ", with: "").hasSuffix("WITHOUTROWID")
 
         return TableDefinition(name: table, columns: columns, uniqueConstraints: uniques, foreignKeys: foreignKeys, withoutRowID: withoutRowID)

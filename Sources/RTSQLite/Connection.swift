@@ -18,6 +18,8 @@ public final class Connection {
     let handle: OpaquePointer
     /// The path this connection was opened with.
     public let path: String
+    /// Whether `file:` URIs are understood, here and in `ATTACH` (opened with `uri: true`).
+    public let interpretsURIs: Bool
 
     /// Opens (or creates) a database.
     /// - Throws: `SQLiteError` when the file cannot be opened.
@@ -41,6 +43,7 @@ public final class Connection {
         }
         self.handle = db
         self.path = path
+        self.interpretsURIs = uri
         sqlite3_extended_result_codes(db, 1)
     }
 

@@ -159,6 +159,9 @@ public final class Statement {
         }
     }
 
+    /// The number of parameters (the largest `?NNN` index used).
+    public var parameterCount: Int { Int(sqlite3_bind_parameter_count(handle)) }
+
     /// Steps a statement that returns no rows to completion and resets it, keeping its bindings
     /// (for statements bound parameter by parameter).
     public func runBound() throws {

@@ -50,10 +50,14 @@ extension Merger {
     }
 
     mutating func checkClock(_ clock: Clock, _ table: String) throws {
-        if clock.hlc.rawValue > clockLimit {
-            throw SyncEngineError.diffRejected(file: reader.url.path, reason: "clock \(clock) of a row of '\(table)' is more than a day ahead of this device's clock")
-        }
+        if let error = Merger.clockError(clock, table: table, limit: clockLimit, file: reader.url.path) { throw error }
         if clock.site == meta.authorSite { maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue) }
+    }
+
+    /// The rejection of a clock more than a day ahead of this device's (`limit`), or nil.
+    static func clockError(_ clock: Clock, table: String, limit: Int64, file: String) -> SyncEngineError? {
+        guard clock.hlc.rawValue > limit else { return nil }
+        return .diffRejected(file: file, reason: "clock \(clock) of a row of '\(table)' is more than a day ahead of this device's clock")
     }
 
     /// The common case of a diff carrying rows this device has never seen: no local row, no tombstone or

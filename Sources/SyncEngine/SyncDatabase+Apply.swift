@@ -57,11 +57,15 @@ extension SyncDatabase {
                     report.reason = "this device's own diff"
                     return report
                 }
+                // The merge may attach the diff to copy new rows in bulk; it is detached once the transaction ends.
+                defer { try? db.execute("DETACH DATABASE " + Merger.attachedDiff) }
                 try db.transaction {
                     try upgradeBookkeeping()
                     var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
+                    merger.bulkAllowed = bulkApply
                     try merger.run()
                     report = merger.report
+                    bulkRowsWritten += merger.bulkRows
                 }
                 report.status = .applied
                 return report
@@ -111,6 +115,10 @@ struct Merger {
     let clockLimit = (HLC.wallMilliseconds() + 86_400_000) << 16
     var readOnlyShares = Set<String>()
     var plans: [String: TablePlan] = [:]
+    /// Whether rows new to this device may be written in bulk (`insertNewRowsInBulk`).
+    var bulkAllowed = true
+    /// Rows written in bulk.
+    var bulkRows = 0
     let now = ISO8601.format(Date(), fractional: true)
 
     /// A clock that beats every real one: a local change not yet exported will be stamped later than anything seen.
@@ -141,7 +149,16 @@ struct Merger {
         for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
         try loadPending()
         try loadReadOnlyShares()
-        try reader.forEachRow { row in try self.merge(row) }
+        if let bulk = try insertNewRowsInBulk() {
+            // Every row and the digest were checked while the new rows were written; merge the rest.
+            if !bulk.wroteEverything(of: reader) {
+                try reader.forEachRow(validated: true) { row in
+                    if !bulk.wrote(row) { try self.merge(row) }
+                }
+            }
+        } else {
+            try reader.forEachRow { row in try self.merge(row) }
+        }
         for info in try SyncDatabaseInternals.loadTracked(db).values {
             try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
         }

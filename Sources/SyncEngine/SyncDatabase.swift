@@ -11,13 +11,19 @@ public final class SyncDatabase: @unchecked Sendable {
     let db: Connection
     private let lock = NSLock()
     var resolvers: [String: ConflictResolver] = [:]
+    /// Whether apply may write rows new to this device in bulk (tests turn it off to compare with the per-row merge).
+    package var bulkApply = true
+    /// Rows apply wrote in bulk since this value was opened (for tests).
+    package internal(set) var bulkRowsWritten = 0
 
     /// Opens an existing database (never creates one: a typo must not make an empty database).
     /// - Throws: `SyncEngineError.databaseNotFound`, or `SQLiteError` when it cannot be opened.
     public init(path: String) throws {
         guard FileManager.default.fileExists(atPath: path) else { throw SyncEngineError.databaseNotFound(path: path) }
         self.path = path
-        db = try Connection(path: path, mode: .readWrite)
+        // URIs let apply attach a diff read-only (`ATTACH 'file:…?mode=ro'`); a path that itself starts with
+        // `file:` is opened as a plain name, and apply then does without attaching.
+        db = try Connection(path: path, mode: .readWrite, uri: !path.hasPrefix("file:"))
         db.setBusyTimeout(milliseconds: 5_000)
         // Foreign keys: local ON DELETE SET NULL / CASCADE must behave as the schema says while diffs are applied.
         // Recursive triggers: INSERT OR REPLACE then fires the delete trigger, so a replaced row is captured.
@@ -114,7 +120,7 @@ public final class SyncDatabase: @unchecked Sendable {
     /// One-time repairs of bookkeeping written by earlier versions, each recorded in `rtsync_upgrades` once done
     /// (one indexed lookup when there is nothing to do). Runs from `track` and before every apply.
     func upgradeBookkeeping() throws {
-        if let done = try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'clock-rows'"), done != nil { return }
+        if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'clock-rows'")) != nil { return }
         try db.execute("CREATE TABLE IF NOT EXISTS rtsync_upgrades(name TEXT PRIMARY KEY) WITHOUT ROWID")
         // Every key with column clocks has an rtsync_rows entry (born 0 when its birth is unknown): apply's short
         // path for rows new to this device relies on it. Earlier versions wrote clocks without one on export of
