@@ -124,10 +124,12 @@ extension Merger {
             try statement.runBound()
             return db.changes
         }
+        /// Keys the last claim took.
+        var claimed = 0
         /// Runs the claim and the insert for the rows `filter` selects; true when both wrote `expected` rows.
         func write(_ filter: String, expected: Int) throws -> Bool {
-            guard try run(claimSQL + from + " AND " + filter + claimConflict) == expected,
-                  try run(insertSQL + from + " AND " + filter + insertConflict) == expected else { return false }
+            claimed = try run(claimSQL + from + " AND " + filter + claimConflict)
+            guard claimed == expected, try run(insertSQL + from + " AND " + filter + insertConflict) == expected else { return false }
             report.inserted += expected
             bulkRows += expected
             return true
@@ -151,6 +153,8 @@ extension Merger {
                     try db.execute("RELEASE rtsync_bulk")
                     return left
                 }
+                // Every key already has bookkeeping here (a diff of updates): no row is new.
+                if claimed == 0 { try db.execute("ROLLBACK TO rtsync_bulk; RELEASE rtsync_bulk"); return nil }
                 try db.execute("ROLLBACK TO rtsync_bulk")
             }
             // Second try: also leave out keys that have bookkeeping or a row here, unexported local changes,

@@ -18,6 +18,7 @@ func runExportApplySuite(_ ctx: BenchContext) throws -> [Row] {
         var rtApply: [Double] = [], csApply: [Double] = []
         var diffBytes: Int64 = 0, changeset: [UInt8] = []
         var diffURL: URL?
+        var lastInsertDiff: URL?
 
         for run in 0..<ctx.runs {
             // rtsync: capture (tracked insert) then export.
@@ -32,6 +33,7 @@ func runExportApplySuite(_ ctx: BenchContext) throws -> [Row] {
             export.append(try timeOnce { result = try sdb.exportChanges(to: outbox) })
             guard let result, result.rows == n else { throw BenchSQLiteError(code: 0, message: "export carried \(result?.rows ?? 0) rows, expected \(n)") }
             diffBytes = fileSize(result.file)
+            lastInsertDiff = URL(fileURLWithPath: result.file)
             if diffURL == nil {
                 let kept = keptDiff.appendingPathComponent(URL(fileURLWithPath: result.file).lastPathComponent)
                 try FileManager.default.createDirectory(at: keptDiff, withIntermediateDirectories: true)
@@ -92,7 +94,50 @@ func runExportApplySuite(_ ctx: BenchContext) throws -> [Row] {
         out.append(applyRow)
         out.append(Row(suite: "export-apply", name: "apply \(label)", rtsync: Stat(samples: rtApply),
                        baselineName: "sqlite3changeset_apply", baseline: Stat(samples: csApply), extra: csPerRow))
+        if n >= 10_000, let lastInsertDiff {
+            out.append(try updateDiffRow(ctx, n: n, label: label, rows: rows, dir: dir, src: src, outbox: outbox, insertDiff: lastInsertDiff))
+        }
         try? FileManager.default.removeItem(at: dir)
     }
     return out
+}
+
+/// Informational (no aim): applying a diff that updates N rows the device already has, which the per-row merge
+/// does (each row's clocks and local state decide), against plain UPDATEs of the same rows in one transaction.
+/// `src` holds the last run's rows, exported as `insertDiff`; it updates every row and exports that.
+private func updateDiffRow(_ ctx: BenchContext, n: Int, label: String, rows: [[BenchValue]], dir: URL, src: String, outbox: URL,
+                           insertDiff: URL) throws -> Row {
+    let updates = Items.updates(keys: Items.keys(of: rows), seed: 0xBEEF + UInt64(n))
+    try Items.bulkUpdate(try Items.open(src), updates)
+    guard let result = try SyncDatabase(path: src).exportChanges(to: outbox), result.rows == n else {
+        throw BenchSQLiteError(code: 0, message: "update export did not carry \(n) rows")
+    }
+    let updateDiff = URL(fileURLWithPath: result.file)
+    // The device before the update: the rows applied from the insert diff (its WAL checkpointed on close).
+    let base = dir.appendingPathComponent("base.sqlite").path
+    let dst = dir.appendingPathComponent("dst-update.sqlite").path
+    try Items.createDatabase(base, tracked: true)
+    guard try SyncDatabase(path: base).apply(diffs: [insertDiff]).first?.status == .applied else {
+        throw BenchSQLiteError(code: 0, message: "insert diff did not apply")
+    }
+    var rtsync: [Double] = [], plain: [Double] = []
+    for run in 0..<ctx.runs {
+        removeDatabase(dst)
+        try FileManager.default.copyItem(atPath: base, toPath: dst)
+        do {
+            let db = try SyncDatabase(path: dst)
+            var reports: [ApplyReport] = []
+            rtsync.append(timeOnce { reports = db.apply(diffs: [updateDiff]) })
+            guard reports.count == 1, reports[0].status == .applied, reports[0].updated == n else {
+                throw BenchSQLiteError(code: 0, message: "update apply: \(reports.map { "\($0.status) \($0.updated) \($0.reason ?? "")" })")
+            }
+        }
+        try Items.createDatabase(dst, tracked: false)
+        let db = try Items.open(dst)
+        try Items.bulkInsert(db, rows)
+        plain.append(try timeOnce { try Items.bulkUpdate(db, updates) })
+        ctx.log("export-apply \(n) updated rows: run \(run + 1)/\(ctx.runs)")
+    }
+    return Row(suite: "export-apply", name: "apply \(label) updated (keys known here; per-row merge)", rtsync: Stat(samples: rtsync),
+               baselineName: "bulk update", baseline: Stat(samples: plain), extra: "diff \(formatBytes(Double(fileSize(result.file))))")
 }
