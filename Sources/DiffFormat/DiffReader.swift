@@ -27,6 +27,8 @@ public enum RowValidation: Sendable {
 public final class DiffReader {
     /// The file.
     public let url: URL
+    /// Where its bytes are read from: `url`, or a private copy of it.
+    package let contentURL: URL
     /// The validated metadata.
     public let metadata: DiffMetadata
     /// Carried table definitions, in file order.
@@ -49,8 +51,14 @@ public final class DiffReader {
     /// Opens and validates `url`: the file, its structure, metadata and table definitions always, its
     /// rows and content digest before returning (`.upfront`) or while `forEachChange` reads them.
     /// - Throws: `DiffFormatError` naming the file and the reason.
-    public init(url: URL, limits: DiffLimits = .default, rowValidation: RowValidation = .upfront) throws {
+    public convenience init(url: URL, limits: DiffLimits = .default, rowValidation: RowValidation = .upfront) throws {
+        try self.init(url: url, contentsAt: url, limits: limits, rowValidation: rowValidation)
+    }
+
+    /// Opens and validates the diff `url` from a copy of it at `content` (errors and names still say `url`).
+    package init(url: URL, contentsAt content: URL, limits: DiffLimits = .default, rowValidation: RowValidation = .upfront) throws {
         self.url = url
+        self.contentURL = content
         let file = url.path
         func corrupt(_ error: Error) -> DiffFormatError {
             if let e = error as? DiffFormatError { return e }
@@ -60,10 +68,10 @@ public final class DiffReader {
         }
 
         // 1. The file itself: exists, within the size limit, has a SQLite header.
-        guard let attrs = try? FileManager.default.attributesOfItem(atPath: file) else { throw DiffFormatError.fileNotFound(file: file) }
+        guard let attrs = try? FileManager.default.attributesOfItem(atPath: content.path) else { throw DiffFormatError.fileNotFound(file: file) }
         let size = (attrs[.size] as? NSNumber)?.int64Value ?? 0
         if size > limits.maxFileBytes { throw DiffFormatError.limitExceeded(file: file, what: "file size \(size) bytes", limit: limits.maxFileBytes) }
-        guard let handle = FileHandle(forReadingAtPath: file) else { throw DiffFormatError.fileNotFound(file: file) }
+        guard let handle = FileHandle(forReadingAtPath: content.path) else { throw DiffFormatError.fileNotFound(file: file) }
         let header = (try? handle.read(upToCount: 100)) ?? Data()
         try? handle.close()
         guard header.count == 100, header.prefix(16) == Data("SQLite format 3\0".utf8) else { throw DiffFormatError.notSQLite(file: file) }
@@ -74,7 +82,7 @@ public final class DiffReader {
 
         // 2. Open read-only and immutable, locked down against anything the file could run.
         do {
-            db = try Connection(path: DiffReader.immutableURI(for: file), mode: .readOnly, uri: true)
+            db = try Connection(path: DiffReader.immutableURI(for: content.path), mode: .readOnly, uri: true)
             try db.hardenForUntrustedInput()
             let check = try db.rows("PRAGMA quick_check(20)").compactMap { $0.first?.string }
             if check != ["ok"] { throw DiffFormatError.corrupt(file: file, detail: check.prefix(3).joined(separator: "; ")) }

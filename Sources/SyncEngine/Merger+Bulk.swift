@@ -8,65 +8,76 @@ extension Merger {
     /// The schema name a diff is attached under while its new rows are copied (detached after the transaction).
     static let attachedDiff = "rtsync_diff"
 
-    /// Which upserts `insertNewRowsInBulk` wrote. For each diff table id it handled: the carried rowids it left
-    /// to the per-row merge. Deletes, and every row of a table it did not handle, are left to the merge.
+    /// The diff tables `insertNewRowsInBulk` wrote, every row of each.
     struct BulkResult {
-        var leftToMerge: [Int64: Set<Int64>] = [:]
+        var tables = Set<Int64>()
 
         /// Whether `row` was written in bulk.
-        func wrote(_ row: DiffRow) -> Bool {
-            guard row.operation == .upsert, let left = leftToMerge[row.tableID] else { return false }
-            return !left.contains(row.rid)
-        }
+        func wrote(_ row: DiffRow) -> Bool { tables.contains(row.tableID) }
 
-        /// Whether every row of the diff was written in bulk (no delete, no upsert left to the merge).
+        /// Whether every row of the diff was written in bulk.
         func wroteEverything(of reader: DiffReader) -> Bool {
             reader.tableIDs.allSatisfy { did, def in
                 let counts = reader.counts[def.name] ?? OperationCounts()
-                return counts.deletes == 0 && (counts.upserts == 0 || leftToMerge[did]?.isEmpty == true)
+                return tables.contains(did) || counts.upserts + counts.deletes == 0
             }
         }
     }
 
-    /// Writes the upserts of rows new to this device with two `INSERT … SELECT` per table from the attached
-    /// diff: the claim in `rtsync_rows` and the row, the same writes `insertNew` makes one row at a time.
-    /// A row is new when its key has no bookkeeping and no row here, no unexported local change, is not
-    /// shared read-only with the author, carries one clock for all its columns, and (owner-only tables) is
-    /// owned by the author. A table whose new rows cannot all be written so (a UNIQUE value held by another
-    /// key, a constraint, an app trigger that skips rows) is rolled back to its savepoint and left whole to
-    /// the per-row merge; so is a table with ON DELETE actions.
-    /// Meanwhile another thread checks every row, the digest and the clocks through the reader's connection;
-    /// its failure is thrown here, and the caller's transaction rolls these writes back.
-    /// - Returns: nil, having done nothing, when no table can be written so (the caller then merges and
-    ///   checks every row itself).
+    /// Writes carried tables whose rows are all new to this device with two `INSERT … SELECT` each from the
+    /// attached diff: the claims in `rtsync_rows` and the rows, the same writes `insertNew` makes one row at
+    /// a time. A table qualifies when it has no deletes in the diff and every upsert is new: one clock for the
+    /// whole row (no column clocks to keep), owned by the author (owner-only tables), no unexported local
+    /// change to its key, no read-only share, and, shown by the two statements' counts, no bookkeeping and no
+    /// row for its key here and no key twice. Tables with ON DELETE actions, and every table when the database
+    /// has triggers of its own (which could see rows in another order than the diff's), go to the per-row
+    /// merge; so does a table whose writes fail (a UNIQUE value held by another key, a constraint), after its
+    /// savepoint is rolled back. Whole tables only: the per-row merge of the other tables then cannot see
+    /// their rows in another order than the file's, because nothing it merges shares a table with them.
+    /// Meanwhile another thread checks every row, the clocks and the digest through the reader's connection.
+    /// If that check (or anything here) fails, the bulk writes are rolled back and nil returned, so that the
+    /// per-row merge reads the file from the start and rejects it for the first problem in file order.
+    /// - Returns: nil, having changed nothing, when no table was written in bulk this way; the caller then
+    ///   merges and checks every row itself.
     mutating func insertNewRowsInBulk() throws -> BulkResult? {
+        guard bulkAllowed else { return nil }
         var candidates: [(did: Int64, plan: TablePlan, upserts: Int)] = []
         for (did, remoteDef) in reader.tableIDs.sorted(by: { $0.key < $1.key }) {
-            guard let counts = reader.counts[remoteDef.name], counts.upserts > 0 else { continue }
+            guard let counts = reader.counts[remoteDef.name], counts.upserts > 0, counts.deletes == 0 else { continue }
             let plan = try plan(for: remoteDef.name)
             guard plan.fastInsert, plan.fastKeyPositions != nil, !plan.hasDeleteActions else { continue }
             candidates.append((did, plan, counts.upserts))
         }
-        guard bulkAllowed, !candidates.isEmpty, try attachDiff() else { return nil }
+        guard !candidates.isEmpty,
+              try db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' AND name NOT LIKE 'rtsync\\_%' ESCAPE '\\' LIMIT 1") == nil,
+              try attachDiff() else { return nil }
         let check = BackgroundRowCheck(reader: reader, clockLimit: clockLimit)
         defer { check.finish() }
         var result = BulkResult()
-        for c in candidates {
-            if let left = try bulkInsert(c.plan, diffTable: c.did, upserts: c.upserts) { result.leftToMerge[c.did] = left }
+        try db.execute("SAVEPOINT rtsync_bulk_all")
+        do {
+            for c in candidates where try bulkInsert(c.plan, diffTable: c.did, upserts: c.upserts) { result.tables.insert(c.did) }
+            try check.wait()
+        } catch {
+            check.finish()
+            try db.execute("ROLLBACK TO rtsync_bulk_all; RELEASE rtsync_bulk_all")
+            report.inserted -= bulkRows
+            bulkRows = 0
+            return nil
         }
-        try check.wait()
+        try db.execute("RELEASE rtsync_bulk_all")
         maxRemoteHLC = max(maxRemoteHLC, check.maxAuthorHLC)
         return result
     }
 
-    /// Attaches the diff read-only and immutable (as the reader opened it) and checks what this connection
+    /// Attaches the diff read-only and immutable (the private copy the reader opened) and checks what this connection
     /// sees there: ordinary tables with no hidden or generated columns, no other objects. False, with
     /// nothing attached, when that cannot be done or shown; the per-row merge then does all the work.
     mutating func attachDiff() throws -> Bool {
         guard db.interpretsURIs else { return false }
         let d = Merger.attachedDiff
         do {
-            try db.execute("ATTACH DATABASE ? AS " + d, [.text(DiffReader.immutableURI(for: reader.url.path))])
+            try db.execute("ATTACH DATABASE ? AS " + d, [.text(DiffReader.immutableURI(for: reader.contentURL.path))])
         } catch { return false }
         do {
             let odd = try db.scalar("""
@@ -84,14 +95,13 @@ extension Merger {
         return false
     }
 
-    /// Writes the new rows of one carried table; returns the upserts left to the per-row merge, or nil when
-    /// the table is left whole to it (nothing written).
-    mutating func bulkInsert(_ plan: TablePlan, diffTable did: Int64, upserts: Int) throws -> Set<Int64>? {
-        guard let keyPositions = plan.fastKeyPositions, let alias = DiffFile.rowidAlias(for: plan.remoteDef.columnNames) else { return nil }
+    /// Writes every row of one carried table when all are new here (see `insertNewRowsInBulk`); false, having
+    /// written nothing, when they are not.
+    mutating func bulkInsert(_ plan: TablePlan, diffTable did: Int64, upserts: Int) throws -> Bool {
+        guard let keyPositions = plan.fastKeyPositions, let alias = DiffFile.rowidAlias(for: plan.remoteDef.columnNames) else { return false }
         let d = Merger.attachedDiff
         let tid = plan.info.table.id
         let def = plan.info.definition
-        let table = "main." + quoteIdentifier(def.name)
         let remoteNames = plan.remoteDef.columnNames
         func carried(_ position: Int) -> String { "c." + quoteIdentifier(remoteNames[position]) }
         // The key text the capture triggers make: quote() of each key column, joined by commas.
@@ -99,88 +109,49 @@ extension Merger {
         let from = "FROM \(d).rtsync_rows r JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) c ON c.\(alias) = r.rid "
             + "WHERE r.tid = \(did) AND r.op = 'upsert' COLLATE BINARY"
         // ?1 is the author's site, ?2 the author's user.
-        var arguments: [SQLValue] = [.text(meta.authorSite)]
-        // One clock for the whole row: no column clocks to keep (born == clock, no cell clocks).
-        var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
-        if reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells x WHERE x.tid = r.tid AND x.rid = r.rid)" }
-        if let owner = plan.ownerPosition {
-            isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY"
-            arguments.append(.text(meta.authorUser))
+        let arguments: [SQLValue] = [.text(meta.authorSite), .text(meta.authorUser)]
+        func statement(_ sql: String) throws -> Statement {
+            let s = try db.prepare(sql)
+            try s.bind(Array(arguments.prefix(s.parameterCount)))
+            return s
         }
-        let hasPending = pending.keys.contains { $0.hasPrefix("\(tid)|") }
-        let hasShares = readOnlyShares.contains { $0.hasPrefix("\(tid)|") }
-        if hasShares && arguments.count == 1 { arguments.append(.text(meta.authorUser)) }
-
-        let claimSQL = "INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), \(keyText), r.born, coalesce(r.born_site, ?1), NULL, NULL "
-        let insertSQL = "INSERT INTO \(table) (" + plan.allColumns.map(quoteIdentifier).joined(separator: ", ") + ") SELECT "
-            + plan.allPositions.map(carried).joined(separator: ", ") + " "
-        let claimConflict = " ORDER BY r.rowid ON CONFLICT(tid, pk) DO NOTHING"
-        let insertConflict = " ORDER BY r.rowid ON CONFLICT(" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
-
-        /// Runs one statement with the arguments it uses (?1 and ?2 are numbered, so those are the first ones).
+        func any(_ condition: String) throws -> Bool { try statement("SELECT 1 " + from + " AND " + condition + " LIMIT 1").step() }
         func run(_ sql: String) throws -> Int {
-            let statement = try db.prepare(sql)
-            try statement.bind(Array(arguments.prefix(statement.parameterCount)))
-            try statement.runBound()
+            try statement(sql).runBound()
             return db.changes
         }
-        /// Keys the last claim took.
-        var claimed = 0
-        /// Runs the claim and the insert for the rows `filter` selects; true when both wrote `expected` rows.
-        func write(_ filter: String, expected: Int) throws -> Bool {
-            claimed = try run(claimSQL + from + " AND " + filter + claimConflict)
-            guard claimed == expected, try run(insertSQL + from + " AND " + filter + insertConflict) == expected else { return false }
-            report.inserted += expected
-            bulkRows += expected
-            return true
-        }
-        func rids(_ sql: String) throws -> Set<Int64> {
-            let statement = try db.prepare(sql)
-            try statement.bind(Array(arguments.prefix(statement.parameterCount)))
-            var out = Set<Int64>()
-            while try statement.step() { out.insert(statement.int64(0)) }
-            return out
-        }
 
+        // One clock for the whole row (born == clock, no cell clocks), and the author owns it.
+        var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
+        if reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells x WHERE x.tid = r.tid AND x.rid = r.rid)" }
+        if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }
+        if try any("NOT coalesce((\(isNew)), 0)") { return false }
+        if pending.keys.contains(where: { $0.hasPrefix("\(tid)|") }),
+           try any("\(keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
+        if readOnlyShares.contains(where: { $0.hasPrefix("\(tid)|") }),
+           try any("\(keyText) IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')") { return false }
+
+        // A key with bookkeeping here is not claimed, a key with a row here is not inserted, and a key twice
+        // in the diff is claimed once: each shows as a count short of `upserts`.
+        let claim = "INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), \(keyText), r.born, coalesce(r.born_site, ?1), NULL, NULL "
+            + from + " ORDER BY r.rowid ON CONFLICT(tid, pk) DO NOTHING"
+        let insert = "INSERT INTO main.\(quoteIdentifier(def.name)) (" + plan.allColumns.map(quoteIdentifier).joined(separator: ", ") + ") SELECT "
+            + plan.allPositions.map(carried).joined(separator: ", ") + " " + from
+            + " ORDER BY r.rowid ON CONFLICT(" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
         try db.execute("SAVEPOINT rtsync_bulk")
         do {
-            // First try: every row that is new by its own content; nothing here has the key (checked by the
-            // counts: a key with bookkeeping is not claimed, a key with a row is not inserted).
-            if !hasPending && !hasShares {
-                let left = try rids("SELECT r.rid " + from + " AND NOT coalesce((\(isNew)), 0)")
-                if left.count == upserts { try db.execute("RELEASE rtsync_bulk"); return nil }
-                if try write("(\(isNew))", expected: upserts - left.count) {
-                    try db.execute("RELEASE rtsync_bulk")
-                    return left
-                }
-                // Every key already has bookkeeping here (a diff of updates): no row is new.
-                if claimed == 0 { try db.execute("ROLLBACK TO rtsync_bulk; RELEASE rtsync_bulk"); return nil }
-                try db.execute("ROLLBACK TO rtsync_bulk")
-            }
-            // Second try: also leave out keys that have bookkeeping or a row here, unexported local changes,
-            // or a read-only share. The claim changes what "has bookkeeping" means, so the rows left out are
-            // listed first, in a temporary table both writes consult.
-            var known = "NOT EXISTS (SELECT 1 FROM main.rtsync_rows m WHERE m.tid = \(tid) AND m.pk = \(keyText))"
-                + " AND NOT EXISTS (SELECT 1 FROM \(table) l WHERE "
-                + zip(def.primaryKeyColumns, keyPositions).map { "l.\(quoteIdentifier($0.0)) = \(carried($0.1))" }.joined(separator: " AND ") + ")"
-            if hasPending { known += " AND \(keyText) NOT IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))" }
-            if hasShares {
-                known += " AND \(keyText) NOT IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')"
-            }
-            try db.execute("CREATE TEMP TABLE IF NOT EXISTS rtsync_bulk_left(rid INTEGER PRIMARY KEY); DELETE FROM temp.rtsync_bulk_left")
-            _ = try run("INSERT OR IGNORE INTO temp.rtsync_bulk_left(rid) SELECT r.rid " + from + " AND NOT coalesce((\(isNew) AND \(known)), 0)")
-            let left = try rids("SELECT rid FROM temp.rtsync_bulk_left")
-            if left.count < upserts, try write("r.rid NOT IN (SELECT rid FROM temp.rtsync_bulk_left)", expected: upserts - left.count) {
-                try db.execute("DROP TABLE temp.rtsync_bulk_left; RELEASE rtsync_bulk")
-                return left
+            if try run(claim) == upserts, try run(insert) == upserts {
+                try db.execute("RELEASE rtsync_bulk")
+                report.inserted += upserts
+                bulkRows += upserts
+                return true
             }
         } catch is SQLiteError {
             // A UNIQUE value held by another key, a NOT NULL or CHECK constraint, a value of the wrong type:
             // the per-row merge meets the same row and decides (resolve the collision, or reject the diff).
         }
         try db.execute("ROLLBACK TO rtsync_bulk; RELEASE rtsync_bulk")
-        try? db.execute("DROP TABLE IF EXISTS temp.rtsync_bulk_left")
-        return nil
+        return false
     }
 }
 
@@ -199,7 +170,10 @@ final class BackgroundRowCheck: @unchecked Sendable {
     /// Starts the check.
     init(reader: DiffReader, clockLimit: Int64) {
         self.reader = reader
-        DispatchQueue.global(qos: .userInitiated).async { self.run(clockLimit: clockLimit) }
+        // A thread of its own, not a Dispatch or Swift concurrency worker: the caller blocks until it is done.
+        let thread = Thread { self.run(clockLimit: clockLimit) }
+        thread.qualityOfService = .userInitiated
+        thread.start()
     }
 
     private func run(clockLimit: Int64) {

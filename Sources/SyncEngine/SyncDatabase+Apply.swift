@@ -1,3 +1,4 @@
+import CClone
 import DiffFormat
 import Foundation
 import RTSQLite
@@ -31,8 +32,12 @@ extension SyncDatabase {
                 if let quarantine { report.quarantinedTo = Self.moveToQuarantine(url, folder: quarantine, reason: reason) }
                 return report
             }
+            // The reader reads a private copy when rows may be written in bulk: that attaches the file a second
+            // time, and both reads must see the bytes that were checked even if `url` is replaced meanwhile.
+            let copy = bulkApply && db.interpretsURIs ? Self.privateCopy(of: url, limits: limits) : nil
+            defer { if let copy { try? FileManager.default.removeItem(at: copy.deletingLastPathComponent()) } }
             let reader: DiffReader
-            do { reader = try DiffReader(url: url, limits: limits, rowValidation: .whileReading) } catch let e as DiffFormatError {
+            do { reader = try DiffReader(url: url, contentsAt: copy ?? url, limits: limits, rowValidation: .whileReading) } catch let e as DiffFormatError {
                 return reject(e.reason)
             } catch { return reject("\(error)") }
             let meta = reader.metadata
@@ -62,7 +67,7 @@ extension SyncDatabase {
                 try db.transaction {
                     try upgradeBookkeeping()
                     var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
-                    merger.bulkAllowed = bulkApply
+                    merger.bulkAllowed = copy != nil
                     try merger.run()
                     report = merger.report
                     bulkRowsWritten += merger.bulkRows
@@ -80,6 +85,20 @@ extension SyncDatabase {
                 return reject("\(error)")
             }
         }
+    }
+
+    /// A copy of `url` in a new folder only this user can read (a clone where the filesystem allows), or nil
+    /// when it cannot be made or the file is over the size limit (the reader then reads `url` and says why).
+    static func privateCopy(of url: URL, limits: DiffLimits) -> URL? {
+        let fm = FileManager.default
+        guard let attributes = try? fm.attributesOfItem(atPath: url.path), attributes[.type] as? FileAttributeType == .typeRegular,
+              let size = attributes[.size] as? NSNumber, size.int64Value <= limits.maxFileBytes else { return nil }
+        let folder = fm.temporaryDirectory.appendingPathComponent("rtsync-apply-" + UUID().uuidString, isDirectory: true)
+        do { try fm.createDirectory(at: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700]) } catch { return nil }
+        let copy = folder.appendingPathComponent(url.lastPathComponent)
+        if rtsync_clone_file(url.path, copy.path) == 0 || rtsync_copy_file(url.path, copy.path) == 0 { return copy }
+        try? fm.removeItem(at: folder)
+        return nil
     }
 
     /// Moves a rejected diff into the quarantine folder beside a `.reason.txt`; returns its new path.

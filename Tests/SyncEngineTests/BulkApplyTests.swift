@@ -1,72 +1,55 @@
+import CSQLite
 import DiffFormat
 import Foundation
-import RTSQLite
-import SyncEngine
+@testable import RTSQLite
+@testable import SyncEngine
 import Testing
 
-/// Apply writes rows new to a device table by table (`INSERT … SELECT` from the attached diff) and leaves every
-/// other row to the per-row merge. Each test applies the same diff to two identical copies of one device, one
-/// with the bulk writes turned off, and expects the same database: rows, bookkeeping, conflict log, triggers.
+/// Apply writes carried tables whose rows are all new to a device with `INSERT … SELECT` from the attached diff
+/// and leaves every other table to the per-row merge. Each test applies the same diff to two identical copies
+/// of one device (`Twins`), one with the bulk writes turned off, and expects the same report and database:
+/// rows, bookkeeping, conflict log, triggers.
 @Suite("Applying new rows in bulk")
 struct BulkApplyTests {
-    /// Two copies of one tracked device (same site id and state); the second merges every row one by one.
-    func twins(_ box: Sandbox, _ device: Replica, policies: [String: TablePolicy] = [:]) throws -> (bulk: Replica, perRow: Replica) {
-        let user = try #require(device.value("SELECT user_id FROM rtsync_site")?.string)
-        let bulk = try box.replica(device.name + "-bulk", source: device.dbURL, user: user, policies: policies)
-        let perRow = try box.replica(device.name + "-rows", source: device.dbURL, user: user, policies: policies)
-        perRow.db.bulkApply = false
-        return (bulk, perRow)
+    /// A tracked device made from `sql`.
+    func device(_ box: Sandbox, _ name: String, _ sql: String) throws -> Replica {
+        let source = box.path("\(name)-source.sqlite")
+        do { let c = try Connection(path: source.path); try c.execute(sql) }
+        return try box.replica(name, source: source)
     }
 
-    /// Applies `file` to both twins; expects the same report and the same database.
-    @discardableResult
-    func applyToBoth(_ file: URL, _ twins: (bulk: Replica, perRow: Replica), sourceLocation: SourceLocation = #_sourceLocation) throws -> ApplyReport {
-        // Each twin gets its own copy: a rejected file is moved to the twin's quarantine.
-        func copy(for twin: Replica) throws -> URL {
-            let folder = twin.dir.appendingPathComponent("incoming")
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            let target = folder.appendingPathComponent(file.lastPathComponent)
-            try FileManager.default.copyItem(at: file, to: target)
-            return target
-        }
-        let a = twins.bulk.apply(try copy(for: twins.bulk)), b = twins.perRow.apply(try copy(for: twins.perRow))
-        #expect(a.status == b.status && a.reason == b.reason, "bulk: \(a.status) \(a.reason ?? ""); per row: \(b.status) \(b.reason ?? "")", sourceLocation: sourceLocation)
-        func counts(_ r: ApplyReport) -> [Int] { [r.inserted, r.updated, r.deleted, r.conflicts] }
-        #expect(counts(a) == counts(b),
-                "bulk: \(a); per row: \(b)", sourceLocation: sourceLocation)
-        let x = try comparableDump(twins.bulk), y = try comparableDump(twins.perRow)
-        #expect(x == y, "the databases differ: \(firstDifference(x, y) ?? "")", sourceLocation: sourceLocation)
-        #expect(try twins.bulk.value("SELECT count(*) FROM pragma_database_list WHERE name = 'rtsync_diff'") == .integer(0),
-                "the diff is still attached", sourceLocation: sourceLocation)
-        return a
+    /// A diff writer for another device (site "other", user "u-other").
+    func writer(_ box: Sandbox, id: KSUID = .generate(), folder: String = "in") throws -> DiffWriter {
+        let dir = box.path(folder)
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return try DiffWriter(directory: dir, id: id, kind: .changes, authorUser: "u-other", authorSite: "other", expectedRows: 4)
     }
 
-    /// Every table with bookkeeping, the times of applying and logging blanked, plus the triggers.
-    func comparableDump(_ r: Replica) throws -> [String: TableDump] {
-        var dump = try r.fullDump()
-        for (table, column) in [("rtsync_applied", "applied_at"), ("rtsync_conflicts", "at")] {
-            guard var t = dump[table], let i = t.columns.firstIndex(of: column) else { continue }
-            for j in t.rows.indices { t.rows[j][i] = .null }
-            t.rows.sort { $0.map(\.sqlLiteral).joined(separator: "|") < $1.map(\.sqlLiteral).joined(separator: "|") }
-            dump[table] = t
-        }
-        dump["(triggers)"] = TableDump(columns: ["name", "sql"], rows: try r.rows("SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' ORDER BY name"))
-        return dump
+    /// A clock of the other device `msAgo` milliseconds ago (negative: ahead).
+    func clock(_ msAgo: Int64) -> Clock {
+        Clock(hlc: HLC(milliseconds: HLC.wallMilliseconds() - msAgo, counter: 0), site: "other")
     }
+
+    static let notes = TableDefinition(name: "notes", columns: [
+        ColumnDefinition(name: "id", type: "TEXT", primaryKey: 1),
+        ColumnDefinition(name: "body", type: "TEXT"),
+        ColumnDefinition(name: "extra", type: "TEXT"),
+    ])
+
+    // MARK: What is written in bulk
 
     /// Keys of every kind (text with quotes and non-ASCII, negative integers, composite keys), REAL and NULL
     /// values: all new to the device, so all written in bulk, with the bookkeeping the per-row merge writes.
-    /// A later diff with updates and more new rows writes only the new ones in bulk.
+    /// A later diff of updates, deletes and new rows in the same tables is merged row by row.
     @Test func newRows_areWrittenInBulk_asThePerRowMergeWritesThem() throws {
         let box = try Sandbox("bulk-new")
         let a = try box.replica("A", fixture: "record-thing-demo")
-        let device = try box.replica("B", fixture: "record-thing-demo")
-        let b = try twins(box, device)
+        let b = try Twins(box, try box.replica("B", fixture: "record-thing-demo"))
         for i in 0..<300 { try a.exec("INSERT INTO translations VALUES (?, ?, ?, NULL)", [.text(i % 3 == 0 ? "it's" : "naïve ☃"), .text("key.\(i)"), .text("value \(i)")]) }
         for i in 0..<40 { try a.exec("INSERT INTO requests(id, url, type, status, created_at) VALUES (?, ?, 'image', 'new', ?)", [.integer(Int64(-i - 1)), .text("https://example.com/\(i)"), .real(Double(i) + 0.25)]) }
         for i in 0..<25 { try a.exec("INSERT INTO things(id, account_id, title, created_at) VALUES (?, 'acct', ?, 1.5e300)", [.text("thing-\(i)"), .text("Thing \(i)")]) }
-        let first = try applyToBoth(try a.exportFile(), b)
-        #expect(first.status == .applied && first.inserted == 365, "\(first)")
+        let first = try b.apply(try a.exportFile())
+        #expect(first.bulk.status == .applied && first.bulk.inserted == 365, "\(first.bulk)")
         #expect(b.bulk.db.bulkRowsWritten == 365)
         #expect(b.perRow.db.bulkRowsWritten == 0)
 
@@ -74,97 +57,201 @@ struct BulkApplyTests {
         try a.exec("UPDATE translations SET value = 'changed' WHERE key IN ('key.1', 'key.2')")
         try a.exec("DELETE FROM requests WHERE id = -3")
         for i in 300..<310 { try a.exec("INSERT INTO translations VALUES ('it''s', ?, 'late', 'ctx')", [.text("key.\(i)")]) }
-        let second = try applyToBoth(try a.exportFile(), b)
-        #expect(second.status == .applied && second.inserted == 10 && second.updated == 2 && second.deleted == 1, "\(second)")
-        #expect(b.bulk.db.bulkRowsWritten == 375)
+        let second = try b.apply(try a.exportFile())
+        #expect(second.bulk.status == .applied && second.bulk.inserted == 10 && second.bulk.updated == 2 && second.bulk.deleted == 1, "\(second.bulk)")
+        #expect(b.bulk.db.bulkRowsWritten == 365)
         try expectSameData(a, b.bulk)
     }
 
-    /// Rows that are not new here are left to the per-row merge, table by table or row by row: a key present
-    /// without history, a key inserted and deleted here and not yet exported, a local edit not yet exported,
-    /// and a UNIQUE value another key holds here (which sends its whole table to the per-row merge).
-    @Test func rowsWithLocalHistory_areLeftToThePerRowMerge() throws {
+    /// A table with any row that is not new here goes whole to the per-row merge: a key present without
+    /// history, a key inserted and deleted here and not yet exported, a local edit not yet exported, a UNIQUE
+    /// value another key holds here. A table of only new rows in the same diff is still written in bulk.
+    @Test func tablesWithLocalHistory_areLeftToThePerRowMerge() throws {
         let box = try Sandbox("bulk-mixed")
         let a = try box.replica("A", fixture: "record-thing-demo")
         let device = try box.replica("B", fixture: "record-thing-demo")
-        let tid = try #require(device.value("SELECT tid FROM rtsync_tracked WHERE name = 'translations'")?.int64)
+        let tid = try #require(device.value("SELECT tid FROM rtsync_tracked WHERE name = 'evidence'")?.int64)
         try device.exec("DROP TRIGGER rtsync_ins_\(tid)")
-        try device.exec("INSERT INTO translations VALUES ('mx', 'untracked', 'from before tracking', NULL)")
+        try device.exec("INSERT INTO evidence(id, data) VALUES ('ev-untracked', 'from before tracking')")
         try device.db.track()
-        try device.exec("INSERT INTO translations VALUES ('mx', 'gone', 'inserted then deleted here', NULL)")
-        try device.exec("DELETE FROM translations WHERE lang = 'mx' AND key = 'gone'")
+        try device.exec("INSERT INTO things(id, account_id, title) VALUES ('t-gone', 'acct', 'inserted then deleted here')")
+        try device.exec("DELETE FROM things WHERE id = 't-gone'")
         try device.exec("INSERT INTO requests(id, url, type, status) VALUES (500, 'https://example.com/taken', 'image', 'new')")
-        try device.exec("UPDATE things SET color = 'red' WHERE id = '2siF0MQxlcAmWuBgrPsNUQrOdcv'")
+        try device.exec("UPDATE accounts SET region = 'US'")
         tick()
         for i in 0..<100 { try a.exec("INSERT INTO translations VALUES ('mx', ?, 'new', NULL)", [.text("k\(i)")]) }
-        try a.exec("INSERT INTO translations VALUES ('mx', 'untracked', 'from A', NULL)")
-        try a.exec("INSERT INTO translations VALUES ('mx', 'gone', 'from A', NULL)")
+        try a.exec("INSERT INTO evidence(id, data) VALUES ('ev-untracked', 'from A'), ('ev-new', 'from A')")
+        try a.exec("INSERT INTO things(id, account_id, title) VALUES ('t-gone', 'acct', 'from A'), ('t-new', 'acct', 'from A')")
         try a.exec("INSERT INTO requests(id, url, type, status) VALUES (501, 'https://example.com/taken', 'image', 'new')")
         for i in 0..<5 { try a.exec("INSERT INTO requests(id, url, type, status) VALUES (?, ?, 'image', 'new')", [.integer(Int64(600 + i)), .text("https://example.com/free\(i)")]) }
-        try a.exec("UPDATE things SET color = 'blue' WHERE id = '2siF0MQxlcAmWuBgrPsNUQrOdcv'")
-        let b = try twins(box, device)
-        let report = try applyToBoth(try a.exportFile(), b)
-        #expect(report.status == .applied, "\(report)")
-        // The 100 plain new translations; the two keys with history here and all of requests took the merge.
-        #expect(b.bulk.db.bulkRowsWritten == 100)
-        #expect(try b.bulk.value("SELECT value FROM translations WHERE lang = 'mx' AND key = 'untracked'") == .text("from A"))
+        try a.exec("INSERT INTO accounts(account_id, name, username, email) VALUES ('acct-new', 'New', 'new', 'new@example.com')")
+        try a.exec("UPDATE accounts SET region = 'APAC' WHERE account_id = '2siEySuKO1wK4XiJHWQ0YxhLxd2'")
+        let b = try Twins(box, device)
+        let report = try b.apply(try a.exportFile())
+        #expect(report.bulk.status == .applied, "\(report.bulk)")
+        #expect(b.bulk.db.bulkRowsWritten == 100, "only translations is new throughout")
+        #expect(try b.bulk.value("SELECT data FROM evidence WHERE id = 'ev-untracked'") == .text("from A"))
     }
 
-    /// A row whose columns carry different clocks (born in an earlier diff this device has not seen) needs
-    /// column clocks, which only the per-row merge writes; the rest of the table is still written in bulk.
-    @Test func rowsWithColumnClocks_areLeftToThePerRowMerge() throws {
+    /// Rows whose columns carry different clocks (born in an earlier diff this device has not seen) need
+    /// column clocks, which only the per-row merge writes: their table is merged row by row.
+    @Test func rowsWithColumnClocks_sendTheirTableToThePerRowMerge() throws {
         let box = try Sandbox("bulk-clocks")
         let a = try box.replica("A", fixture: "record-thing-demo")
-        let device = try box.replica("B", fixture: "record-thing-demo")
-        let b = try twins(box, device)
+        let b = try Twins(box, try box.replica("B", fixture: "record-thing-demo"))
         for i in 0..<20 { try a.exec("INSERT INTO translations VALUES ('cc', ?, 'v1', NULL)", [.text("k\(i)")]) }
         let born = try a.exportFile()
         tick()
         try a.exec("UPDATE translations SET value = 'v2' WHERE lang = 'cc' AND key IN ('k1', 'k2', 'k3')")
         for i in 20..<30 { try a.exec("INSERT INTO translations VALUES ('cc', ?, 'v1', NULL)", [.text("k\(i)")]) }
+        for i in 0..<5 { try a.exec("INSERT INTO requests(id, url, type, status) VALUES (?, ?, 'image', 'new')", [.integer(Int64(700 + i)), .text("https://example.com/cc\(i)")]) }
         let later = try a.exportFile()
         // The later diff first: k1-k3 are new here but carry a born clock older than their value's clock.
-        let first = try applyToBoth(later, b)
-        #expect(first.inserted == 13, "\(first)")
-        #expect(b.bulk.db.bulkRowsWritten == 10)
-        let second = try applyToBoth(born, b)
-        #expect(second.status == .applied, "\(second)")
-        #expect(b.bulk.db.bulkRowsWritten == 27)
+        let first = try b.apply(later)
+        #expect(first.bulk.inserted == 18, "\(first.bulk)")
+        #expect(b.bulk.db.bulkRowsWritten == 5)
+        let second = try b.apply(born)
+        #expect(second.bulk.status == .applied, "\(second.bulk)")
+        #expect(b.bulk.db.bulkRowsWritten == 5)
         try expectSameData(a, b.bulk)
     }
 
-    /// Owner-only tables: rows owned by the diff's author are written in bulk, others refused by the merge.
-    @Test func ownerOnlyTable_writesTheAuthorsRowsInBulk_andRefusesTheRest() throws {
+    /// Owner-only tables: a table of rows all owned by the diff's author is written in bulk; one with a row
+    /// of another owner goes to the per-row merge, which refuses that row.
+    @Test func ownerOnlyTables_areWrittenInBulkOnlyWhenTheAuthorOwnsEveryRow() throws {
         let policies = ["logs": TablePolicy(.appendOnly), "routines": TablePolicy(.ownerOnly, ownerColumn: "owner_id")]
         let box = try Sandbox("bulk-owner")
         let a = try box.replica("A", fixture: "routines-logs", user: "userA", policies: policies)
-        let device = try box.replica("B", fixture: "routines-logs", user: "userB", policies: policies)
-        let b = try twins(box, device, policies: policies)
+        let b = try Twins(box, try box.replica("B", fixture: "routines-logs", user: "userB", policies: policies), policies: policies)
         for i in 0..<10 { try a.exec("INSERT INTO routines(id, owner_id, name) VALUES (?, 'userA', 'mine')", [.text("r\(i)")]) }
-        try a.exec("INSERT INTO routines(id, owner_id, name) VALUES ('r-theirs', 'userB', 'not mine')")
         for i in 0..<10 { try a.exec("INSERT INTO logs(id, routine_id, author_id, at) VALUES (?, ?, 'userA', '2026-01-01')", [.text("l\(i)"), .text("r\(i)")]) }
-        let report = try applyToBoth(try a.exportFile(), b)
-        #expect(report.status == .applied, "\(report)")
+        let first = try b.apply(try a.exportFile())
+        #expect(first.bulk.status == .applied && first.bulk.inserted == 20, "\(first.bulk)")
+        #expect(b.bulk.db.bulkRowsWritten == 20)
+        try a.exec("INSERT INTO routines(id, owner_id, name) VALUES ('r-mine', 'userA', 'mine'), ('r-theirs', 'userB', 'not mine')")
+        let second = try b.apply(try a.exportFile())
+        #expect(second.bulk.status == .applied && second.bulk.inserted == 1 && second.bulk.conflicts > 0, "\(second.bulk)")
         #expect(b.bulk.db.bulkRowsWritten == 20)
         #expect(try b.bulk.value("SELECT count(*) FROM routines WHERE id = 'r-theirs'") == .integer(0))
     }
 
-    /// What this connection sees of an attached diff must be plain tables: a carried table with a generated
-    /// column (invisible to the reader's checks, which only look at declared columns) is not attached for
-    /// bulk writes; the per-row merge applies the diff instead, reading only the declared columns.
+    /// Keys sent with another storage class than the local column holds, NOCASE keys colliding with local rows
+    /// and with each other, REAL and composite WITHOUT ROWID keys.
+    @Test func keyAffinityAndCollation_asThePerRowMerge() throws {
+        let box = try Sandbox("bulk-keys")
+        let b = try Twins(box, try device(box, "B", """
+            CREATE TABLE ci(k TEXT COLLATE NOCASE PRIMARY KEY, v TEXT);
+            CREATE TABLE ip(id INTEGER PRIMARY KEY, v TEXT);
+            CREATE TABLE rk(k REAL PRIMARY KEY, v TEXT);
+            CREATE TABLE ck(a INTEGER, b TEXT COLLATE NOCASE, v TEXT, PRIMARY KEY (a, b)) WITHOUT ROWID;
+            INSERT INTO ci VALUES ('abc', 'local'); INSERT INTO ip VALUES (5, 'local'); INSERT INTO rk VALUES (1.5, 'local');
+            INSERT INTO ck VALUES (1, 'x', 'local');
+            """))
+        let w = try writer(box)
+        func table(_ name: String, _ cols: [(String, String, Int)]) -> TableDefinition {
+            TableDefinition(name: name, columns: cols.map { ColumnDefinition(name: $0.0, type: $0.1, primaryKey: $0.2) })
+        }
+        try w.addTable(table("ci", [("k", "TEXT", 1), ("v", "TEXT", 0)]))
+        try w.addTable(table("ip", [("id", "INTEGER", 1), ("v", "TEXT", 0)]))
+        try w.addTable(table("rk", [("k", "REAL", 1), ("v", "TEXT", 0)]))
+        try w.addTable(table("ck", [("a", "INTEGER", 1), ("b", "TEXT", 2), ("v", "TEXT", 0)]))
+        let c = clock(1_000)
+        func up(_ t: String, _ v: [SQLValue]) throws { try w.append(RowChange(table: t, operation: .upsert, values: v, clock: c, born: c)) }
+        try up("ci", [.text("ABC"), .text("remote")]); try up("ci", [.text("new"), .text("remote")]); try up("ci", [.text("NEW"), .text("remote2")])
+        try up("ip", [.text("5"), .text("remote")]); try up("ip", [.text("6"), .text("remote")]); try up("ip", [.real(7.0), .text("remote")])
+        try up("rk", [.integer(1), .text("remote")]); try up("rk", [.text("1.5"), .text("remote")]); try up("rk", [.real(2.25), .text("remote")])
+        try up("ck", [.text("1"), .text("X"), .text("remote")]); try up("ck", [.integer(2), .text("y"), .text("remote")])
+        try b.apply(try w.finish())
+    }
+
+    /// All new keys of mixed storage classes (written in bulk); a later local edit is captured under the same
+    /// key texts on both twins.
+    @Test func mixedStorageClassKeys_allNew_asThePerRowMerge() throws {
+        let box = try Sandbox("bulk-keys2")
+        let b = try Twins(box, try device(box, "B", "CREATE TABLE ip(id INTEGER PRIMARY KEY, v TEXT); CREATE TABLE tk(k TEXT PRIMARY KEY, v TEXT); CREATE TABLE nk(k PRIMARY KEY, v TEXT)"))
+        let w = try writer(box)
+        for t in ["ip", "tk", "nk"] {
+            try w.addTable(TableDefinition(name: t, columns: [ColumnDefinition(name: t == "ip" ? "id" : "k", type: t == "ip" ? "INTEGER" : "TEXT", primaryKey: 1), ColumnDefinition(name: "v", type: "TEXT")]))
+        }
+        let c = clock(1_000)
+        func up(_ t: String, _ v: [SQLValue]) throws { try w.append(RowChange(table: t, operation: .upsert, values: v, clock: c, born: c)) }
+        try up("ip", [.text("5"), .text("a")]); try up("ip", [.integer(6), .text("b")]); try up("ip", [.real(8.0), .text("b")])
+        try up("tk", [.integer(5), .text("a")]); try up("tk", [.text("5"), .text("b")]); try up("tk", [.real(1.0), .text("c")])
+        try up("nk", [.integer(5), .text("a")]); try up("nk", [.text("5"), .text("b")]); try up("nk", [.blob([0, 1]), .text("c")])
+        try b.apply(try w.finish())
+        #expect(b.bulk.db.bulkRowsWritten > 0)
+        try b.bulk.exec("UPDATE tk SET v = 'z'"); try b.perRow.exec("UPDATE tk SET v = 'z'")
+        #expect(try b.bulk.rows("SELECT pk FROM rtsync_changes ORDER BY seq") == b.perRow.rows("SELECT pk FROM rtsync_changes ORDER BY seq"))
+    }
+
+    // MARK: Order: what must be merged in file order
+
+    /// The later version of a key (clock > born, only `body` changed) comes before its first version in the
+    /// file: the table is merged row by row, in file order.
+    @Test func sameKeyTwice_newestVersionFirst() throws {
+        let box = try Sandbox("bulk-dupkey")
+        let b = try Twins(box, try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)"))
+        let born = clock(10_000), later = clock(5_000)
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n7"), .text("B1"), .text("E1")], changedColumns: ["body"], clock: later, born: born))
+        try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n7"), .text("B0"), .text("E0")], clock: born, born: born))
+        #expect(try b.apply(try w.finish()).bulk.status == .applied)
+    }
+
+    /// The same key twice, both versions new-looking: the claim counts show it and the table is merged row by row.
+    @Test func sameKeyTwice_bothNew() throws {
+        let box = try Sandbox("bulk-dupkey2")
+        let b = try Twins(box, try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)"))
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n9"), .text("first"), .null], clock: clock(9_000), born: clock(9_000)))
+        try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n9"), .text("second"), .null], clock: clock(8_000), born: clock(8_000)))
+        #expect(try b.apply(try w.finish()).bulk.status == .applied)
+        #expect(b.bulk.db.bulkRowsWritten == 0)
+    }
+
+    /// A delete of a key, then an upsert of a newer incarnation of it, in one diff.
+    @Test func sameKeyTwice_deleteThenUpsert() throws {
+        let box = try Sandbox("bulk-delup")
+        let b = try Twins(box, try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)"))
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        try w.append(RowChange(table: "notes", operation: .delete, values: [.text("n8"), .null, .null], clock: clock(3_000), born: clock(9_000)))
+        try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n8"), .text("v"), .null], clock: clock(6_000), born: clock(6_000)))
+        try b.apply(try w.finish())
+    }
+
+    /// An app trigger on the receiving device counts items per list, so it sees the order rows arrive in:
+    /// a database with triggers of its own is merged row by row, in file order.
+    @Test func appTriggers_seeRowsInFileOrder() throws {
+        let box = try Sandbox("bulk-trigger")
+        let schema = "CREATE TABLE lists(id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0); CREATE TABLE items(id TEXT PRIMARY KEY, list_id TEXT)"
+        let a = try device(box, "A", schema)
+        let device = try device(box, "B", schema)
+        try device.exec("CREATE TRIGGER app_count AFTER INSERT ON items BEGIN UPDATE lists SET n = n + 1 WHERE id = NEW.list_id; END")
+        let b = try Twins(box, device)
+        try a.exec("INSERT INTO items VALUES ('i1', 'L')")
+        try a.exec("INSERT INTO lists(id) VALUES ('L')")
+        try a.exec("INSERT INTO items VALUES ('i2', 'L')")
+        #expect(try b.apply(try a.exportFile()).bulk.status == .applied)
+        #expect(try b.bulk.value("SELECT n FROM lists") == .integer(1))
+        #expect(b.bulk.db.bulkRowsWritten == 0)
+    }
+
+    // MARK: Bad input
+
+    /// A carried table with a generated column (invisible to the reader's checks, which only look at declared
+    /// columns) is not attached for bulk writes; the per-row merge reads only the declared columns.
     @Test func diffWithAGeneratedColumn_isMergedRowByRow() throws {
         let box = try Sandbox("bulk-hidden")
         let a = try box.replica("A", fixture: "record-thing-demo")
-        let device = try box.replica("B", fixture: "record-thing-demo")
-        let b = try twins(box, device)
+        let b = try Twins(box, try box.replica("B", fixture: "record-thing-demo"))
         for i in 0..<20 { try a.exec("INSERT INTO translations VALUES ('gg', ?, 'v', NULL)", [.text("k\(i)")]) }
         let file = try a.exportFile()
-        do {
-            let raw = try Connection(path: file.path)
-            try raw.execute("ALTER TABLE translations ADD COLUMN extra AS (length(value) * 2)")
-        }
-        let report = try applyToBoth(file, b)
-        #expect(report.status == .applied && report.inserted == 20, "\(report)")
+        do { try Connection(path: file.path).execute("ALTER TABLE translations ADD COLUMN extra AS (length(value) * 2)") }
+        let report = try b.apply(file)
+        #expect(report.bulk.status == .applied && report.bulk.inserted == 20, "\(report.bulk)")
         #expect(b.bulk.db.bulkRowsWritten == 0)
     }
 
@@ -172,18 +259,107 @@ struct BulkApplyTests {
     @Test func digestMismatch_rollsBackTheBulkWrites() throws {
         let box = try Sandbox("bulk-digest")
         let a = try box.replica("A", fixture: "record-thing-demo")
-        let device = try box.replica("B", fixture: "record-thing-demo")
-        let b = try twins(box, device)
+        let b = try Twins(box, try box.replica("B", fixture: "record-thing-demo"))
         for i in 0..<50 { try a.exec("INSERT INTO translations VALUES ('dd', ?, 'v', NULL)", [.text("k\(i)")]) }
         let file = try a.exportFile()
-        do {
-            let raw = try Connection(path: file.path)
-            try raw.execute("UPDATE translations SET value = 'w' WHERE key = 'k49'")
-        }
+        do { try Connection(path: file.path).execute("UPDATE translations SET value = 'w' WHERE key = 'k49'") }
         let before = try b.bulk.fullDump()
-        let report = try applyToBoth(file, b)
-        #expect(report.status == .rejected && report.reason?.contains("digest") == true, "\(report)")
+        let report = try b.apply(file)
+        #expect(report.bulk.status == .rejected && report.bulk.reason?.contains("digest") == true, "\(report.bulk)")
         let after = try b.bulk.fullDump()
         #expect(after == before, "database changed: \(firstDifference(before, after) ?? "")")
     }
+
+    /// Two problems: row 1 breaks a local NOT NULL constraint, row 2 carries a clock two days ahead. The diff
+    /// is rejected for the first in file order, as by the per-row merge, not for what the background check saw.
+    @Test func rejectedDiff_namesTheFirstProblemInFileOrder() throws {
+        let box = try Sandbox("bulk-reason")
+        let b = try Twins(box, try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT NOT NULL, extra TEXT)"))
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        let now = clock(0), future = clock(-2 * 86_400_000)
+        try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n1"), .null, .null], clock: now, born: now))
+        try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n2"), .text("x"), .null], clock: future, born: future))
+        let report = try b.apply(try w.finish())
+        #expect(report.bulk.status == .rejected && report.bulk.reason?.contains("NOT NULL") == true, "\(report.bulk)")
+    }
+
+    /// The diff file is replaced (renamed over) the moment the bulk path attaches it. Apply reads a private
+    /// copy made before the reader opened it, so the rows written are those checked, not the replacement's
+    /// (whose born clock is ten days ahead and whose rows the digest never covered).
+    @Test func fileReplacedWhileApplying_theCheckedBytesAreWritten() throws {
+        let box = try Sandbox("bulk-toctou")
+        let b = try Twins(box, try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)"))
+        let id = KSUID.generate()
+        let legit = try writer(box, id: id, folder: "legit")
+        try legit.addTable(Self.notes)
+        try legit.append(RowChange(table: "notes", operation: .upsert, values: [.text("n1"), .text("legit"), .null], clock: clock(0), born: clock(0)))
+        let legitFile = try legit.finish()
+        let evil = try writer(box, id: id, folder: "evil")
+        try evil.addTable(Self.notes)
+        let far = clock(-10 * 86_400_000)
+        try evil.append(RowChange(table: "notes", operation: .upsert, values: [.text("n1"), .text("EVIL"), .null], clock: far, born: far))
+        let evilFile = try evil.finish()
+
+        let folder = b.bulk.dir.appendingPathComponent("incoming")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let target = folder.appendingPathComponent(legitFile.lastPathComponent)
+        let replacement = folder.appendingPathComponent("replacement.tmp")
+        try FileManager.default.copyItem(at: legitFile, to: target)
+        try FileManager.default.copyItem(at: evilFile, to: replacement)
+        SwapOnAttach.set(from: replacement.path, to: target.path)
+        sqlite3_trace_v2(b.bulk.db.db.handle, UInt32(SQLITE_TRACE_STMT), swapOnAttachTrace, nil)
+        let report = b.bulk.apply(target)
+        sqlite3_trace_v2(b.bulk.db.db.handle, 0, nil, nil)
+        let swapped = SwapOnAttach.paths == nil
+        SwapOnAttach.clear()
+        #expect(swapped, "the bulk path did not attach the diff")
+        #expect(report.status == .applied, "\(report)")
+        #expect(try b.bulk.value("SELECT body FROM notes WHERE id = 'n1'") == .text("legit"))
+        let limit = (HLC.wallMilliseconds() + 86_400_000) << 16
+        #expect((try b.bulk.value("SELECT max(born_hlc) FROM rtsync_rows")?.int64 ?? 0) <= limit)
+    }
+
+    // MARK: Threads
+
+    /// Many applies at once from Swift tasks: each blocks its thread until its own check thread is done.
+    @Test func manyConcurrentAppliesFromTasks_finish() async throws {
+        let box = try Sandbox("bulk-tasks")
+        let a = try device(box, "A", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)")
+        for i in 0..<200 { try a.exec("INSERT INTO notes VALUES (?, 'x', NULL)", [.text("n\(i)")]) }
+        let file = try a.exportFile()
+        let source = try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)")
+        var pairs: [(Replica, URL)] = []
+        for i in 0..<16 {
+            let d = try box.replica("B\(i)", source: source.dbURL)
+            let target = d.dir.appendingPathComponent(file.lastPathComponent)
+            try FileManager.default.copyItem(at: file, to: target)
+            pairs.append((d, target))
+        }
+        let statuses = await withTaskGroup(of: ApplyStatus.self) { group in
+            for (d, f) in pairs { group.addTask { d.apply(f).status } }
+            var out: [ApplyStatus] = []
+            for await s in group { out.append(s) }
+            return out
+        }
+        #expect(statuses.count == 16 && statuses.allSatisfy { $0 == .applied })
+        #expect(pairs.allSatisfy { $0.0.db.bulkRowsWritten == 200 })
+    }
+}
+
+/// Where the trace callback of `fileReplacedWhileApplying_theCheckedBytesAreWritten` renames the replacement
+/// file to, once, when the traced connection starts an ATTACH.
+enum SwapOnAttach {
+    nonisolated(unsafe) static var paths: (from: String, to: String)?
+    static func set(from: String, to: String) { paths = (from, to) }
+    static func clear() { paths = nil }
+}
+
+let swapOnAttachTrace: @convention(c) (UInt32, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32 = { _, _, _, x in
+    guard let x, let p = SwapOnAttach.paths else { return 0 }
+    if String(cString: x.assumingMemoryBound(to: CChar.self)).uppercased().hasPrefix("ATTACH") {
+        rename(p.from, p.to)
+        SwapOnAttach.paths = nil
+    }
+    return 0
 }

@@ -194,3 +194,54 @@ func expectSameData(_ a: Replica, _ b: Replica, sourceLocation: SourceLocation =
     let x = try a.dump(), y = try b.dump()
     #expect(x == y, "\(a.name) and \(b.name) differ: \(firstDifference(x, y) ?? "")", sourceLocation: sourceLocation)
 }
+
+// MARK: - Bulk writes against the per-row merge
+
+/// Two copies of one tracked device (same site id and state); the second merges every row one by one.
+struct Twins {
+    let bulk: Replica
+    let perRow: Replica
+
+    init(_ box: Sandbox, _ device: Replica, policies: [String: TablePolicy] = [:]) throws {
+        let user = try #require(device.value("SELECT user_id FROM rtsync_site")?.string)
+        bulk = try box.replica(device.name + "-bulk", source: device.dbURL, user: user, policies: policies)
+        perRow = try box.replica(device.name + "-rows", source: device.dbURL, user: user, policies: policies)
+        perRow.db.bulkApply = false
+    }
+
+    /// Applies a copy of `file` to each twin (a rejected file is moved to the twin's quarantine); expects the
+    /// same report and the same database, and nothing left attached or in `temp`.
+    @discardableResult
+    func apply(_ file: URL, sourceLocation: SourceLocation = #_sourceLocation) throws -> (bulk: ApplyReport, perRow: ApplyReport) {
+        func copy(for twin: Replica) throws -> URL {
+            let folder = twin.dir.appendingPathComponent("incoming")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            let target = folder.appendingPathComponent(file.lastPathComponent)
+            try FileManager.default.copyItem(at: file, to: target)
+            return target
+        }
+        let a = bulk.apply(try copy(for: bulk)), b = perRow.apply(try copy(for: perRow))
+        #expect(a.status == b.status && a.reason == b.reason, "bulk: \(a.status) \(a.reason ?? ""); per row: \(b.status) \(b.reason ?? "")", sourceLocation: sourceLocation)
+        func counts(_ r: ApplyReport) -> [Int] { [r.inserted, r.updated, r.deleted, r.conflicts] }
+        #expect(counts(a) == counts(b), "bulk: \(a); per row: \(b)", sourceLocation: sourceLocation)
+        let x = try Twins.comparableDump(bulk), y = try Twins.comparableDump(perRow)
+        #expect(x == y, "the databases differ: \(firstDifference(x, y) ?? "")", sourceLocation: sourceLocation)
+        #expect(try bulk.value("SELECT count(*) FROM pragma_database_list WHERE name = 'rtsync_diff'") == .integer(0),
+                "the diff is still attached", sourceLocation: sourceLocation)
+        #expect(try bulk.value("SELECT count(*) FROM temp.sqlite_schema") == .integer(0), "temp objects left", sourceLocation: sourceLocation)
+        return (a, b)
+    }
+
+    /// Every table with bookkeeping, the times of applying and logging blanked, plus the triggers.
+    static func comparableDump(_ r: Replica) throws -> [String: TableDump] {
+        var dump = try r.fullDump()
+        for (table, column) in [("rtsync_applied", "applied_at"), ("rtsync_conflicts", "at")] {
+            guard var t = dump[table], let i = t.columns.firstIndex(of: column) else { continue }
+            for j in t.rows.indices { t.rows[j][i] = .null }
+            t.rows.sort { $0.map(\.sqlLiteral).joined(separator: "|") < $1.map(\.sqlLiteral).joined(separator: "|") }
+            dump[table] = t
+        }
+        dump["(triggers)"] = TableDump(columns: ["name", "sql"], rows: try r.rows("SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' ORDER BY name"))
+        return dump
+    }
+}
