@@ -125,16 +125,16 @@ extension Merger {
         var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
         if reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells x WHERE x.tid = r.tid AND x.rid = r.rid)" }
         if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }
-        if try any("NOT coalesce((\(isNew)), 0)") { return false }
         if pending.keys.contains(where: { $0.hasPrefix("\(tid)|") }),
            try any("\(keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
         if readOnlyShares.contains(where: { $0.hasPrefix("\(tid)|") }),
            try any("\(keyText) IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')") { return false }
 
-        // A key with bookkeeping here is not claimed, a key with a row here is not inserted, and a key twice
-        // in the diff is claimed once: each shows as a count short of `upserts`.
+        // A row that is not new by its own content is not claimed, nor a key with bookkeeping here; a key with
+        // a row here is not inserted, and a key twice in the diff is claimed once: each shows as a count short
+        // of `upserts`.
         let claim = "INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), \(keyText), r.born, coalesce(r.born_site, ?1), NULL, NULL "
-            + from + " ORDER BY r.rowid ON CONFLICT(tid, pk) DO NOTHING"
+            + from + " AND (\(isNew)) ORDER BY r.rowid ON CONFLICT(tid, pk) DO NOTHING"
         let insert = "INSERT INTO main.\(quoteIdentifier(def.name)) (" + plan.allColumns.map(quoteIdentifier).joined(separator: ", ") + ") SELECT "
             + plan.allPositions.map(carried).joined(separator: ", ") + " " + from
             + " ORDER BY r.rowid ON CONFLICT(" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"

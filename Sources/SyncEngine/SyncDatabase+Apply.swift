@@ -34,7 +34,7 @@ extension SyncDatabase {
             }
             // The reader reads a private copy when rows may be written in bulk: that attaches the file a second
             // time, and both reads must see the bytes that were checked even if `url` is replaced meanwhile.
-            let copy = bulkApply && db.interpretsURIs ? Self.privateCopy(of: url, limits: limits) : nil
+            let copy = bulkApply && db.interpretsURIs ? Self.privateCopy(of: url, limits: limits, minimumBytes: bulkApplyMinimumBytes) : nil
             defer { if let copy { try? FileManager.default.removeItem(at: copy.deletingLastPathComponent()) } }
             let reader: DiffReader
             do { reader = try DiffReader(url: url, contentsAt: copy ?? url, limits: limits, rowValidation: .whileReading) } catch let e as DiffFormatError {
@@ -88,11 +88,12 @@ extension SyncDatabase {
     }
 
     /// A copy of `url` in a new folder only this user can read (a clone where the filesystem allows), or nil
-    /// when it cannot be made or the file is over the size limit (the reader then reads `url` and says why).
-    static func privateCopy(of url: URL, limits: DiffLimits) -> URL? {
+    /// when it cannot be made, or the file is smaller than `minimumBytes` or over the size limit (the reader
+    /// then reads `url`, and says what is wrong with it).
+    static func privateCopy(of url: URL, limits: DiffLimits, minimumBytes: Int64) -> URL? {
         let fm = FileManager.default
         guard let attributes = try? fm.attributesOfItem(atPath: url.path), attributes[.type] as? FileAttributeType == .typeRegular,
-              let size = attributes[.size] as? NSNumber, size.int64Value <= limits.maxFileBytes else { return nil }
+              let size = (attributes[.size] as? NSNumber)?.int64Value, size >= minimumBytes, size <= limits.maxFileBytes else { return nil }
         let folder = fm.temporaryDirectory.appendingPathComponent("rtsync-apply-" + UUID().uuidString, isDirectory: true)
         do { try fm.createDirectory(at: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700]) } catch { return nil }
         let copy = folder.appendingPathComponent(url.lastPathComponent)

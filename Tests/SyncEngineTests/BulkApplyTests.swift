@@ -332,6 +332,7 @@ struct BulkApplyTests {
         var pairs: [(Replica, URL)] = []
         for i in 0..<16 {
             let d = try box.replica("B\(i)", source: source.dbURL)
+            d.db.bulkApplyMinimumBytes = 0
             let target = d.dir.appendingPathComponent(file.lastPathComponent)
             try FileManager.default.copyItem(at: file, to: target)
             pairs.append((d, target))

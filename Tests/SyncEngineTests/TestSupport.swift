@@ -207,6 +207,7 @@ struct Twins {
         bulk = try box.replica(device.name + "-bulk", source: device.dbURL, user: user, policies: policies)
         perRow = try box.replica(device.name + "-rows", source: device.dbURL, user: user, policies: policies)
         perRow.db.bulkApply = false
+        bulk.db.bulkApplyMinimumBytes = 0
     }
 
     /// Applies a copy of `file` to each twin (a rejected file is moved to the twin's quarantine); expects the
