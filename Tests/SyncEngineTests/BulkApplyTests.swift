@@ -270,6 +270,35 @@ struct BulkApplyTests {
         #expect(after == before, "database changed: \(firstDifference(before, after) ?? "")")
     }
 
+    /// A damaged overflow page (which opening the diff does not read, but the whole-file check does): apply
+    /// runs that check with the row checks (on the check thread when rows are written in bulk), yet rejects
+    /// the file for the same reason as a reader that checks the whole file before anything else.
+    @Test func damagedOverflowPage_isRejectedForTheSameReasonAsByAnUpfrontReader() throws {
+        let box = try Sandbox("bulk-corrupt")
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try Twins(box, try box.replica("B", fixture: "record-thing-demo"))
+        for i in 0..<2000 { try a.exec("INSERT INTO translations VALUES ('pp', ?, ?, NULL)", [.text("k\(i)"), .text(String(repeating: "v", count: 40))]) }
+        try a.exec("INSERT INTO translations VALUES ('pp', 'long', ?, NULL)", [.text(String(repeating: "w", count: 20_000))])
+        let file = try a.exportFile()
+        let overflow: Int64
+        do {
+            let raw = try Connection(path: file.path, mode: .readOnly)
+            guard let page = try? raw.scalar("SELECT pageno FROM dbstat WHERE pagetype = 'overflow' ORDER BY pageno LIMIT 1")?.int64 else {
+                print("skipped: this SQLite has no dbstat table to find an overflow page"); return
+            }
+            overflow = page
+        }
+        var bytes = [UInt8](try Data(contentsOf: file))
+        let pageSize = Int(bytes[16]) << 8 | Int(bytes[17])
+        let at = Int(overflow - 1) * pageSize
+        bytes.replaceSubrange(at..<(at + 4), with: [0x00, 0xff, 0xff, 0xff])  // the next overflow page: far past the end
+        try Data(bytes).write(to: file)
+        let expected: String
+        do { _ = try DiffReader(url: file); Issue.record("the damaged file was accepted"); return } catch let e as DiffFormatError { expected = e.reason }
+        let report = try b.apply(file)
+        #expect(report.bulk.status == .rejected && report.bulk.reason == expected, "\(report.bulk.reason ?? "") vs \(expected)")
+    }
+
     /// Two problems: row 1 breaks a local NOT NULL constraint, row 2 carries a clock two days ahead. The diff
     /// is rejected for the first in file order, as by the per-row merge, not for what the background check saw.
     @Test func rejectedDiff_namesTheFirstProblemInFileOrder() throws {
