@@ -452,6 +452,8 @@ private struct CarriedTables {
         let lookup: Statement
         /// The carried columns, then the rowid (column `definition.columns.count`).
         let scan: Statement
+        /// The last `changed` text read for this table, and its column names.
+        var lastChanged: (text: String, names: [String])?
         /// Rowid of the scan's current row; nil before the first step and once the scan is done.
         var scanRowid: Int64?
         var scanDone = false
@@ -505,10 +507,17 @@ private struct CarriedTables {
         switch rows.columnType(8) {
         case .null: changed = nil
         case .text:
-            guard op == .upsert, let t = rows.column(8).string, let names = JSON.decode([String].self, t), names.allSatisfy({ def.columnIndex($0) != nil }) else {
-                throw bad("changed must be a JSON array of the table's column names")
+            guard op == .upsert else { throw bad("changed must be a JSON array of the table's column names") }
+            // Rows changed the same way repeat the same text: decode and check it once.
+            if let last = table.lastChanged, rows.columnIsText(8, equalTo: last.text) {
+                changed = last.names
+            } else {
+                guard let t = rows.column(8).string, let names = JSON.decode([String].self, t), names.allSatisfy({ def.columnIndex($0) != nil }) else {
+                    throw bad("changed must be a JSON array of the table's column names")
+                }
+                table.lastChanged = (t, names)
+                changed = names
             }
-            changed = names
         default: throw bad("changed must be NULL or JSON text")
         }
         guard let carried = try table.position(at: rid) else { throw bad("references carried row \(rid), which does not exist") }

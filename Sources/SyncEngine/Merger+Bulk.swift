@@ -34,7 +34,9 @@ extension Merger {
     /// merge; so does a table whose writes fail (a UNIQUE value held by another key, a constraint), after its
     /// savepoint is rolled back. Whole tables only: the per-row merge of the other tables then cannot see
     /// their rows in another order than the file's, because nothing it merges shares a table with them.
-    /// Meanwhile another thread checks every row, the clocks and the digest through the reader's connection.
+    /// Tried only when the tables that may be written so (judged by their first 64 rows) hold at least half the
+    /// diff's rows. Meanwhile another thread checks every row, the clocks and the digest through the reader's
+    /// connection; rows left to the per-row merge are then read again without hashing.
     /// If that check (or anything here) fails, the bulk writes are rolled back and nil returned, so that the
     /// per-row merge reads the file from the start and rejects it for the first problem in file order.
     /// - Returns: nil, having changed nothing, when no table was written in bulk this way; the caller then
@@ -42,8 +44,11 @@ extension Merger {
     mutating func insertNewRowsInBulk() throws -> BulkResult? {
         guard bulkAllowed else { return nil }
         var candidates: [(did: Int64, plan: TablePlan, upserts: Int)] = []
+        var rowsInDiff = 0
         for (did, remoteDef) in reader.tableIDs.sorted(by: { $0.key < $1.key }) {
-            guard let counts = reader.counts[remoteDef.name], counts.upserts > 0, counts.deletes == 0 else { continue }
+            let counts = reader.counts[remoteDef.name] ?? OperationCounts()
+            rowsInDiff += counts.upserts + counts.deletes
+            guard counts.upserts > 0, counts.deletes == 0 else { continue }
             let plan = try plan(for: remoteDef.name)
             guard plan.fastInsert, plan.fastKeyPositions != nil, !plan.hasDeleteActions else { continue }
             candidates.append((did, plan, counts.upserts))
@@ -51,12 +56,20 @@ extension Merger {
         guard !candidates.isEmpty,
               try db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' AND name NOT LIKE 'rtsync\\_%' ESCAPE '\\' LIMIT 1") == nil,
               try attachDiff() else { return nil }
+        // A table whose first rows are not new (a diff of updates) is not new as a whole. When the tables left
+        // hold under half the diff's rows, checking every row on another thread first costs more than it saves.
+        var tables: [(table: BulkTable, upserts: Int)] = []
+        for c in candidates {
+            let table = BulkTable(self, plan: c.plan, diffTable: c.did)
+            if try table.firstRowsAreNew(self) { tables.append((table, c.upserts)) }
+        }
+        guard tables.reduce(0, { $0 + $1.upserts }) * 2 >= rowsInDiff else { return nil }
         let check = BackgroundRowCheck(reader: reader, clockLimit: clockLimit)
         defer { check.finish() }
         var result = BulkResult()
         try db.execute("SAVEPOINT rtsync_bulk_all")
         do {
-            for c in candidates where try bulkInsert(c.plan, diffTable: c.did, upserts: c.upserts) { result.tables.insert(c.did) }
+            for t in tables where try bulkInsert(t.table, upserts: t.upserts) { result.tables.insert(t.table.diffTable) }
             try check.wait()
         } catch {
             check.finish()
@@ -95,49 +108,84 @@ extension Merger {
         return false
     }
 
-    /// Writes every row of one carried table when all are new here (see `insertNewRowsInBulk`); false, having
-    /// written nothing, when they are not.
-    mutating func bulkInsert(_ plan: TablePlan, diffTable did: Int64, upserts: Int) throws -> Bool {
-        guard let keyPositions = plan.fastKeyPositions, let alias = DiffFile.rowidAlias(for: plan.remoteDef.columnNames) else { return false }
-        let d = Merger.attachedDiff
-        let tid = plan.info.table.id
-        let def = plan.info.definition
-        let remoteNames = plan.remoteDef.columnNames
-        func carried(_ position: Int) -> String { "c." + quoteIdentifier(remoteNames[position]) }
-        // The key text the capture triggers make: quote() of each key column, joined by commas.
-        let keyText = keyPositions.map { "quote(\(carried($0)))" }.joined(separator: " || ',' || ")
-        let from = "FROM \(d).rtsync_rows r JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) c ON c.\(alias) = r.rid "
-            + "WHERE r.tid = \(did) AND r.op = 'upsert' COLLATE BINARY"
-        // ?1 is the author's site, ?2 the author's user.
-        let arguments: [SQLValue] = [.text(meta.authorSite), .text(meta.authorUser)]
-        func statement(_ sql: String) throws -> Statement {
-            let s = try db.prepare(sql)
+    /// The SQL that reads one carried table of the attached diff for the bulk writes.
+    struct BulkTable {
+        let plan: TablePlan
+        let diffTable: Int64
+        /// `FROM` the diff's rows of the table joined with their carried values (`r`, `c`): its upserts.
+        let from: String
+        /// Whether a row is new by its own content: one clock for the whole row (born == clock, no cell
+        /// clocks), and for owner-only tables owned by the author.
+        let isNew: String
+        /// Its key text, as the capture triggers make it: quote() of each key column, joined by commas.
+        let keyText: String
+        /// ?1 is the author's site, ?2 the author's user.
+        let arguments: [SQLValue]
+
+        init(_ merger: Merger, plan: TablePlan, diffTable did: Int64) {
+            self.plan = plan
+            diffTable = did
+            let d = Merger.attachedDiff
+            let remoteNames = plan.remoteDef.columnNames
+            func carried(_ position: Int) -> String { "c." + quoteIdentifier(remoteNames[position]) }
+            keyText = (plan.fastKeyPositions ?? []).map { "quote(\(carried($0)))" }.joined(separator: " || ',' || ")
+            let alias = DiffFile.rowidAlias(for: remoteNames) ?? "rowid"
+            from = "FROM \(d).rtsync_rows r JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) c ON c.\(alias) = r.rid "
+                + "WHERE r.tid = \(did) AND r.op = 'upsert' COLLATE BINARY"
+            var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
+            if merger.reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells x WHERE x.tid = r.tid AND x.rid = r.rid)" }
+            if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }
+            self.isNew = isNew
+            arguments = [.text(merger.meta.authorSite), .text(merger.meta.authorUser)]
+        }
+
+        /// `sql` prepared, with the arguments it uses (?1 and ?2 are numbered, so those are the first ones).
+        func statement(_ merger: Merger, _ sql: String) throws -> Statement {
+            let s = try merger.db.prepare(sql)
             try s.bind(Array(arguments.prefix(s.parameterCount)))
             return s
         }
-        func any(_ condition: String) throws -> Bool { try statement("SELECT 1 " + from + " AND " + condition + " LIMIT 1").step() }
-        func run(_ sql: String) throws -> Int {
-            try statement(sql).runBound()
-            return db.changes
+
+        /// Whether any upsert meets `condition`.
+        func any(_ merger: Merger, _ condition: String) throws -> Bool {
+            try statement(merger, "SELECT 1 " + from + " AND " + condition + " LIMIT 1").step()
         }
 
-        // One clock for the whole row (born == clock, no cell clocks), and the author owns it.
-        var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
-        if reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells x WHERE x.tid = r.tid AND x.rid = r.rid)" }
-        if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }
+        /// Whether the first 64 upserts are new by content and have no bookkeeping here (cheap, and false at
+        /// once for a diff of updates).
+        func firstRowsAreNew(_ merger: Merger) throws -> Bool {
+            let tid = plan.info.table.id
+            let first = try statement(merger, """
+                SELECT 1 FROM (SELECT (\(isNew)) AS is_new, \(keyText) AS key_text \(from) ORDER BY r.rowid LIMIT 64) f
+                WHERE NOT coalesce(f.is_new, 0) OR EXISTS (SELECT 1 FROM main.rtsync_rows m WHERE m.tid = \(tid) AND m.pk = f.key_text) LIMIT 1
+                """)
+            return try !first.step()
+        }
+    }
+
+    /// Writes every row of one carried table when all are new here (see `insertNewRowsInBulk`); false, having
+    /// written nothing, when they are not.
+    mutating func bulkInsert(_ table: BulkTable, upserts: Int) throws -> Bool {
+        let plan = table.plan, tid = plan.info.table.id, def = plan.info.definition
+        let remoteNames = plan.remoteDef.columnNames
+        func carried(_ position: Int) -> String { "c." + quoteIdentifier(remoteNames[position]) }
         if pending.keys.contains(where: { $0.hasPrefix("\(tid)|") }),
-           try any("\(keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
+           try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
         if readOnlyShares.contains(where: { $0.hasPrefix("\(tid)|") }),
-           try any("\(keyText) IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')") { return false }
+           try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')") { return false }
 
         // A row that is not new by its own content is not claimed, nor a key with bookkeeping here; a key with
         // a row here is not inserted, and a key twice in the diff is claimed once: each shows as a count short
         // of `upserts`.
-        let claim = "INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), \(keyText), r.born, coalesce(r.born_site, ?1), NULL, NULL "
-            + from + " AND (\(isNew)) ORDER BY r.rowid ON CONFLICT(tid, pk) DO NOTHING"
+        let claim = "INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), \(table.keyText), r.born, coalesce(r.born_site, ?1), NULL, NULL "
+            + table.from + " AND (\(table.isNew)) ORDER BY r.rowid ON CONFLICT(tid, pk) DO NOTHING"
         let insert = "INSERT INTO main.\(quoteIdentifier(def.name)) (" + plan.allColumns.map(quoteIdentifier).joined(separator: ", ") + ") SELECT "
-            + plan.allPositions.map(carried).joined(separator: ", ") + " " + from
+            + plan.allPositions.map(carried).joined(separator: ", ") + " " + table.from
             + " ORDER BY r.rowid ON CONFLICT(" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
+        func run(_ sql: String) throws -> Int {
+            try table.statement(self, sql).runBound()
+            return db.changes
+        }
         try db.execute("SAVEPOINT rtsync_bulk")
         do {
             if try run(claim) == upserts, try run(insert) == upserts {
