@@ -90,6 +90,8 @@ public final class DiffReader {
 
         do {
             // 3. Schema objects: only our structure tables and the declared carried tables; no triggers, views or indexes.
+            //    (Automatic indexes are tolerated, but every query below reads the tables themselves (NOT INDEXED):
+            //    quick_check does not compare an index with its table, so an index could hold other values.)
             let objects = try db.rows("SELECT type, name FROM sqlite_schema")
             var fileTables = Set<String>()
             for o in objects {
@@ -112,7 +114,7 @@ public final class DiffReader {
             // 4. Metadata.
             let metaRows: [[SQLValue]]
             do {
-                metaRows = try db.rows("SELECT format_version, diff_id, kind, author_user, author_site, seq_first, seq_last, created_at, seen, digest, signature, signer_key FROM rtsync_meta LIMIT 2")
+                metaRows = try db.rows("SELECT format_version, diff_id, kind, author_user, author_site, seq_first, seq_last, created_at, seen, digest, signature, signer_key FROM rtsync_meta NOT INDEXED LIMIT 2")
             } catch { throw DiffFormatError.invalidMetadata(file: file, field: "rtsync_meta", reason: "missing columns (\((error as? SQLiteError)?.message ?? "\(error)"))") }
             guard metaRows.count == 1, let m = metaRows.first else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "rtsync_meta", reason: "expected exactly one row, found \(metaRows.count)")
@@ -171,7 +173,7 @@ public final class DiffReader {
             var tablesHash = CanonicalHasher()
             var defs: [TableDefinition] = []
             var byID: [Int64: TableDefinition] = [:]
-            let tableRows = try db.rows("SELECT id, name, columns, constraints, schema_hash FROM rtsync_tables ORDER BY id")
+            let tableRows = try db.rows("SELECT id, name, columns, constraints, schema_hash FROM rtsync_tables NOT INDEXED ORDER BY id")
             if tableRows.count > limits.maxTables { throw DiffFormatError.limitExceeded(file: file, what: "number of tables (\(tableRows.count))", limit: Int64(limits.maxTables)) }
             for r in tableRows {
                 guard let tid = r[0].int64, let name = r[1].string, let colsText = r[2].string, let consText = r[3].string, let hash = r[4].string else {
@@ -211,7 +213,7 @@ public final class DiffReader {
             // 6. Row counts per table (one aggregate query); every carried row must be referenced.
             var counts: [String: OperationCounts] = [:]
             var total: Int64 = 0
-            for r in try db.rows("SELECT tid, count(*), sum(op = 'delete') FROM rtsync_rows GROUP BY tid") {
+            for r in try db.rows("SELECT tid, count(*), sum(op = 'delete') FROM rtsync_rows NOT INDEXED GROUP BY tid") {
                 let n = r[1].int64 ?? 0
                 total += n
                 guard let tid = r[0].int64, let def = byID[tid] else { continue }  // an unknown table id is reported by the row check
@@ -220,7 +222,7 @@ public final class DiffReader {
             }
             if total > limits.maxRows { throw DiffFormatError.limitExceeded(file: file, what: "number of rows", limit: limits.maxRows) }
             for def in defs {
-                let n = try db.scalar("SELECT count(*) FROM " + quoteIdentifier(def.name))?.int64 ?? 0
+                let n = try db.scalar("SELECT count(*) FROM " + quoteIdentifier(def.name) + " NOT INDEXED")?.int64 ?? 0
                 let c = counts[def.name] ?? .init()
                 if n != Int64(c.upserts + c.deletes) {
                     throw DiffFormatError.invalidRow(file: file, table: def.name, row: 0, reason: "\(n) carried rows but \(c.upserts + c.deletes) referenced by rtsync_rows")
@@ -232,7 +234,7 @@ public final class DiffReader {
             var cellsHash = CanonicalHasher()
             var cellClocks: [Int64: [Int64: [String: Clock]]] = [:]
             if fileTables.contains(DiffFile.cellsTable) {
-                let cells = try db.prepare("SELECT tid, rid, col, hlc, site FROM rtsync_cells ORDER BY rowid")
+                let cells = try db.prepare("SELECT tid, rid, col, hlc, site FROM rtsync_cells NOT INDEXED ORDER BY rowid")
                 var seenCells = Set<String>()
                 var cellNumber: Int64 = 0
                 while try cells.step() {
@@ -318,7 +320,7 @@ public final class DiffReader {
         var rowsHash = CanonicalHasher()
         var references: [Int64: ReferenceSet] = [:]
         let carried = try CarriedTables(db: db, tables: tableIDs)
-        let rows = try db.prepare("SELECT rowid, tid, rid, op, born, born_site, hlc, site, changed FROM rtsync_rows ORDER BY rowid")
+        let rows = try db.prepare("SELECT rowid, tid, rid, op, born, born_site, hlc, site, changed FROM rtsync_rows NOT INDEXED ORDER BY rowid")
         let author = metadata.authorSite
         // Site ids repeat row after row: read into the previous string when the bytes are the same.
         var bornSite: String?, site: String?
@@ -463,8 +465,8 @@ private struct CarriedTables {
             keyIndexes = def.primaryKeyIndexes
             let alias = DiffFile.rowidAlias(for: def.columnNames)!
             let columns = def.columnNames.map(quoteIdentifier).joined(separator: ", ")
-            lookup = try db.prepare("SELECT " + columns + " FROM " + quoteIdentifier(def.name) + " WHERE " + alias + " = ?")
-            scan = try db.prepare("SELECT " + columns + ", " + alias + " FROM " + quoteIdentifier(def.name) + " ORDER BY " + alias)
+            lookup = try db.prepare("SELECT " + columns + " FROM " + quoteIdentifier(def.name) + " NOT INDEXED WHERE " + alias + " = ?")
+            scan = try db.prepare("SELECT " + columns + ", " + alias + " FROM " + quoteIdentifier(def.name) + " NOT INDEXED ORDER BY " + alias)
         }
 
         /// A statement positioned on carried row `rid` (valid until the next call), or nil when there is none.

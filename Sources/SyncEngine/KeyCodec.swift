@@ -43,3 +43,16 @@ enum KeyCodec {
         return out
     }
 }
+
+/// A row of a tracked table, by table id and key text, compared by the key text's bytes as SQLite compares it.
+/// (Swift's `String` equality treats canonically equivalent texts as equal, such as the NFC and NFD spellings of
+/// "café", which are two different keys in SQLite.)
+struct RowKey: Hashable {
+    let tid: Int64
+    let pk: [UInt8]
+
+    init(_ tid: Int64, _ pk: String) {
+        self.tid = tid
+        self.pk = Array(pk.utf8)
+    }
+}

@@ -54,14 +54,17 @@ extension Merger {
             candidates.append((did, plan, counts.upserts))
         }
         guard !candidates.isEmpty,
-              try db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' AND name NOT LIKE 'rtsync\\_%' ESCAPE '\\' LIMIT 1") == nil,
+              // rtsync's capture triggers are dropped by now: any trigger left is the app's (or demo protection).
+              try db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' LIMIT 1") == nil,
               try attachDiff() else { return nil }
         // A table whose first rows are not new (a diff of updates) is not new as a whole. When the tables left
         // hold under half the diff's rows, checking every row on another thread first costs more than it saves.
         var tables: [(table: BulkTable, upserts: Int)] = []
         for c in candidates {
             let table = BulkTable(self, plan: c.plan, diffTable: c.did)
-            if try table.firstRowsAreNew(self) { tables.append((table, c.upserts)) }
+            // An error reading the file (a column missing, say) leaves the table to the per-row merge, which
+            // reads the file its own way and rejects it for what it finds.
+            if (try? table.firstRowsAreNew(self)) == true { tables.append((table, c.upserts)) }
         }
         guard tables.reduce(0, { $0 + $1.upserts }) * 2 >= rowsInDiff else { return nil }
         let check = BackgroundRowCheck(reader: reader, clockLimit: clockLimit)
@@ -73,7 +76,8 @@ extension Merger {
             try check.wait()
         } catch {
             check.finish()
-            try db.execute("ROLLBACK TO rtsync_bulk_all; RELEASE rtsync_bulk_all")
+            // When the error ended the transaction itself (disk full, I/O), there is nothing to roll back to.
+            guard (try? db.execute("ROLLBACK TO rtsync_bulk_all; RELEASE rtsync_bulk_all")) != nil else { throw error }
             report.inserted -= bulkRows
             bulkRows = 0
             return nil
@@ -84,7 +88,8 @@ extension Merger {
     }
 
     /// Attaches the diff read-only and immutable (the private copy the reader opened) and checks what this connection
-    /// sees there: ordinary tables with no hidden or generated columns, no other objects. False, with
+    /// sees there: ordinary tables with no hidden or generated columns, no other objects (not even automatic
+    /// indexes, which rtsync's diffs never have: `quick_check` does not compare an index with its table). False, with
     /// nothing attached, when that cannot be done or shown; the per-row merge then does all the work.
     mutating func attachDiff() throws -> Bool {
         guard db.interpretsURIs else { return false }
@@ -94,8 +99,7 @@ extension Merger {
         } catch { return false }
         do {
             let odd = try db.scalar("""
-                SELECT count(*) FROM \(d).sqlite_schema WHERE NOT (
-                  (type = 'table' AND sql LIKE 'CREATE TABLE %') OR (type = 'index' AND name LIKE 'sqlite\\_autoindex\\_%' ESCAPE '\\'))
+                SELECT count(*) FROM \(d).sqlite_schema WHERE NOT (type = 'table' AND sql LIKE 'CREATE TABLE %')
                 """)?.int64
             var plain = odd == 0
             for table in reader.tables.map(\.name) + ["rtsync_rows", "rtsync_cells"] where plain {
@@ -130,10 +134,11 @@ extension Merger {
             func carried(_ position: Int) -> String { "c." + quoteIdentifier(remoteNames[position]) }
             keyText = (plan.fastKeyPositions ?? []).map { "quote(\(carried($0)))" }.joined(separator: " || ',' || ")
             let alias = DiffFile.rowidAlias(for: remoteNames) ?? "rowid"
-            from = "FROM \(d).rtsync_rows r JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) c ON c.\(alias) = r.rid "
+            // NOT INDEXED: only the tables' own b-trees are read (an index in the file could hold other values).
+            from = "FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid "
                 + "WHERE r.tid = \(did) AND r.op = 'upsert' COLLATE BINARY"
             var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
-            if merger.reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells x WHERE x.tid = r.tid AND x.rid = r.rid)" }
+            if merger.reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells AS x NOT INDEXED WHERE x.tid = r.tid AND x.rid = r.rid)" }
             if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }
             self.isNew = isNew
             arguments = [.text(merger.meta.authorSite), .text(merger.meta.authorUser)]
@@ -169,9 +174,9 @@ extension Merger {
         let plan = table.plan, tid = plan.info.table.id, def = plan.info.definition
         let remoteNames = plan.remoteDef.columnNames
         func carried(_ position: Int) -> String { "c." + quoteIdentifier(remoteNames[position]) }
-        if pending.keys.contains(where: { $0.hasPrefix("\(tid)|") }),
+        if pending.keys.contains(where: { $0.tid == tid }),
            try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
-        if readOnlyShares.contains(where: { $0.hasPrefix("\(tid)|") }),
+        if readOnlyShares.contains(where: { $0.tid == tid }),
            try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')") { return false }
 
         // A row that is not new by its own content is not claimed, nor a key with bookkeeping here; a key with
@@ -187,6 +192,7 @@ extension Merger {
             return db.changes
         }
         try db.execute("SAVEPOINT rtsync_bulk")
+        var failure: Error?
         do {
             if try run(claim) == upserts, try run(insert) == upserts {
                 try db.execute("RELEASE rtsync_bulk")
@@ -194,11 +200,12 @@ extension Merger {
                 bulkRows += upserts
                 return true
             }
-        } catch is SQLiteError {
+        } catch let error as SQLiteError {
             // A UNIQUE value held by another key, a NOT NULL or CHECK constraint, a value of the wrong type:
             // the per-row merge meets the same row and decides (resolve the collision, or reject the diff).
+            failure = error
         }
-        try db.execute("ROLLBACK TO rtsync_bulk; RELEASE rtsync_bulk")
+        do { try db.execute("ROLLBACK TO rtsync_bulk; RELEASE rtsync_bulk") } catch { throw failure ?? error }
         return false
     }
 }

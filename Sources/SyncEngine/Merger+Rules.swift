@@ -37,7 +37,7 @@ extension Merger {
         let local = try localRow(info, keyValues: keyValues, plan: plan)
         let ctx = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         // Rows this user shared read-only with the author may not be changed by the author's diffs.
-        if readOnlyShares.contains("\(info.table.id)|" + local.key) {
+        if readOnlyShares.contains(RowKey(info.table.id, local.key)) {
             let reason = "read-only share: user '\(meta.authorUser)' may not change rows shared with them"
             if change.operation == .delete { return try refuseDelete(ctx, local, reason: reason) }
             return try refuse(ctx, local, columns: ctx.changedColumns, reason: reason)
@@ -72,7 +72,7 @@ extension Merger {
         if let ownerPosition = plan.ownerPosition, !row.isText(ownerPosition, equalTo: meta.authorUser) { return false }
         let tid = info.table.id
         if !pending.isEmpty || !readOnlyShares.isEmpty {
-            let tk = "\(tid)|" + (try keyText(keyPositions.map { row.value($0) }))
+            let tk = RowKey(tid, try keyText(keyPositions.map { row.value($0) }))
             if pending[tk] != nil || readOnlyShares.contains(tk) { return false }
         }
         let statements = try plan.fastStatements(db)
@@ -572,9 +572,9 @@ extension Merger {
     /// sending the decision on makes every replica drop the same row (the later-born one) after the next exchange.
     mutating func captureResolutionDelete(_ info: TrackedInfo, key: String) throws {
         try cached("INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (?, ?, 3, NULL)").run([.integer(info.table.id), .text(key)])
-        var p = pending["\(info.table.id)|" + key] ?? PendingLocal()
+        var p = pending[RowKey(info.table.id, key)] ?? PendingLocal()
         p.lastOp = 3
-        pending["\(info.table.id)|" + key] = p
+        pending[RowKey(info.table.id, key)] = p
     }
 
     /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint.
@@ -631,7 +631,7 @@ extension Merger {
             try tombstone.bind([.integer(parent.table.id), .text(parentKey)])
             let hasTombstone = try tombstone.step() && tombstone.column(0).int64 == 1
             tombstone.reset()
-            let deletedHere = hasTombstone || pending["\(parent.table.id)|" + parentKey]?.lastOp == 3
+            let deletedHere = hasTombstone || pending[RowKey(parent.table.id, parentKey)]?.lastOp == 3
             guard deletedHere else { continue }
             let reason = "references a row of '\(parent.table.name)' deleted on this device: ON DELETE \(action) applied"
             if action == "SET NULL" {
@@ -672,7 +672,7 @@ extension Merger {
     mutating func purgePending(_ r: RowContext, _ local: LocalRow) throws {
         guard local.pending != nil else { return }
         try cached("DELETE FROM rtsync_changes WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
-        pending["\(r.info.table.id)|" + local.key] = nil
+        pending[RowKey(r.info.table.id, local.key)] = nil
     }
 
     mutating func log(_ r: RowContext, _ local: LocalRow, column: String, localValue: SQLValue, remoteValue: SQLValue,

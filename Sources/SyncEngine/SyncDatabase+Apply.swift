@@ -64,14 +64,16 @@ extension SyncDatabase {
                 }
                 // The merge may attach the diff to copy new rows in bulk; it is detached once the transaction ends.
                 defer { try? db.execute("DETACH DATABASE " + Merger.attachedDiff) }
+                var bulkRows = 0
                 try db.transaction {
                     try upgradeBookkeeping()
                     var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
                     merger.bulkAllowed = copy != nil
                     try merger.run()
                     report = merger.report
-                    bulkRowsWritten += merger.bulkRows
+                    bulkRows = merger.bulkRows
                 }
+                bulkRowsWritten += bulkRows
                 report.status = .applied
                 return report
             } catch let e as DiffFormatError {
@@ -88,16 +90,22 @@ extension SyncDatabase {
     }
 
     /// A copy of `url` in a new folder only this user can read (a clone where the filesystem allows), or nil
-    /// when it cannot be made, or the file is smaller than `minimumBytes` or over the size limit (the reader
-    /// then reads `url`, and says what is wrong with it).
+    /// when it cannot be made, or `url` is not a regular file, is smaller than `minimumBytes` or over the size
+    /// limit (the reader then reads `url`, and says what is wrong with it). The checks and the copy go through
+    /// one descriptor, opened without following a symbolic link or waiting on a FIFO, so a path replaced
+    /// meanwhile cannot make the copy hang or grow past what was checked.
     static func privateCopy(of url: URL, limits: DiffLimits, minimumBytes: Int64) -> URL? {
+        let fd = open(url.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+              Int64(info.st_size) >= minimumBytes, Int64(info.st_size) <= limits.maxFileBytes else { return nil }
         let fm = FileManager.default
-        guard let attributes = try? fm.attributesOfItem(atPath: url.path), attributes[.type] as? FileAttributeType == .typeRegular,
-              let size = (attributes[.size] as? NSNumber)?.int64Value, size >= minimumBytes, size <= limits.maxFileBytes else { return nil }
         let folder = fm.temporaryDirectory.appendingPathComponent("rtsync-apply-" + UUID().uuidString, isDirectory: true)
         do { try fm.createDirectory(at: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700]) } catch { return nil }
         let copy = folder.appendingPathComponent(url.lastPathComponent)
-        if rtsync_clone_file(url.path, copy.path) == 0 || rtsync_copy_file(url.path, copy.path) == 0 { return copy }
+        if rtsync_clone_open_file(fd, url.path, copy.path) == 0 || rtsync_copy_open_file(fd, copy.path) == 0 { return copy }
         try? fm.removeItem(at: folder)
         return nil
     }
@@ -127,13 +135,13 @@ struct Merger {
     let resolvers: [String: ConflictResolver]
     var report: ApplyReport
     var tracked: [String: TrackedInfo] = [:]
-    /// Pending (not yet exported) local changes by "tid|pk".
-    var pending: [String: PendingLocal] = [:]
+    /// Pending (not yet exported) local changes by row.
+    var pending: [RowKey: PendingLocal] = [:]
     var statements: [String: Statement] = [:]
     var maxRemoteHLC: Int64 = 0
     /// The largest clock accepted: a day ahead of this device's wall time.
     let clockLimit = (HLC.wallMilliseconds() + 86_400_000) << 16
-    var readOnlyShares = Set<String>()
+    var readOnlyShares = Set<RowKey>()
     var plans: [String: TablePlan] = [:]
     /// Whether rows new to this device may be written in bulk (`insertNewRowsInBulk`).
     var bulkAllowed = true
@@ -238,13 +246,13 @@ struct Merger {
         }
     }
 
-    /// Keys ("tid|pk") of rows shared read-only with the diff's author (when it is another user).
+    /// Rows shared read-only with the diff's author (when it is another user).
     mutating func loadReadOnlyShares() throws {
         let ownUser = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
         guard meta.authorUser != ownUser, !meta.authorUser.isEmpty,
               try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'rtsync_shares'") != nil else { return }
         for r in try db.rows("SELECT tid, pk FROM rtsync_shares WHERE to_user = ? AND permission = 'read-only'", [.text(meta.authorUser)]) {
-            if let tid = r[0].int64, let pk = r[1].string { readOnlyShares.insert("\(tid)|" + pk) }
+            if let tid = r[0].int64, let pk = r[1].string { readOnlyShares.insert(RowKey(tid, pk)) }
         }
     }
 
@@ -252,7 +260,7 @@ struct Merger {
         let s = try db.prepare("SELECT tid, pk, op, cols FROM rtsync_changes ORDER BY seq")
         while try s.step() {
             guard let tid = s.column(0).int64, let pk = s.column(1).string, let op = s.column(2).int64 else { continue }
-            let key = "\(tid)|" + pk
+            let key = RowKey(tid, pk)
             var p = pending[key] ?? PendingLocal()
             p.lastOp = op
             if op == 1 { p.sawInsert = true }
@@ -330,7 +338,7 @@ struct Merger {
                 clocks[(clockStmt.column(0).string ?? "").lowercased()] = Clock(hlc: HLC(rawValue: clockStmt.column(1).int64 ?? 0), site: clockStmt.column(2).string ?? "")
             }
         }
-        let p = pending["\(tid)|" + key]
+        let p = pending[RowKey(tid, key)]
         var pendingColumns = Set<String>()
         if let p {
             if p.sawInsert && values != nil { born = Merger.unexported }

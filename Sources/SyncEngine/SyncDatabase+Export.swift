@@ -51,13 +51,13 @@ extension SyncDatabase {
         let byID = Dictionary(uniqueKeysWithValues: tracked.values.map { ($0.table.id, $0) })
 
         // 1. Coalesce the change log per row, keeping first-change order.
-        var order: [String] = []
-        var pending: [String: Pending] = [:]
+        var order: [RowKey] = []
+        var pending: [RowKey: Pending] = [:]
         let scan = try db.prepare("SELECT tid, pk, op, cols FROM rtsync_changes WHERE seq <= ? ORDER BY seq")
         try scan.bind([.integer(maxSeq)])
         while try scan.step() {
             guard let tid = scan.column(0).int64, let pk = scan.column(1).string, let op = scan.column(2).int64 else { continue }
-            let key = "\(tid)|" + pk
+            let key = RowKey(tid, pk)
             if pending[key] == nil {
                 order.append(key)
                 pending[key] = Pending(tid: tid, pk: pk, firstOp: op, lastOp: op)

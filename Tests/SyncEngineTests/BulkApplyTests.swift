@@ -350,6 +350,160 @@ struct BulkApplyTests {
         #expect((try b.bulk.value("SELECT max(born_hlc) FROM rtsync_rows")?.int64 ?? 0) <= limit)
     }
 
+    // MARK: Second review
+
+    /// A diff of new `notes` rows with these keys.
+    func newNotesDiff(_ box: Sandbox, keys: [String]) throws -> URL {
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        let c = clock(1_000)
+        for k in keys { try w.append(RowChange(table: "notes", operation: .upsert, values: [.text(k), .text("remote"), .null], clock: c, born: c)) }
+        return try w.finish()
+    }
+
+    /// A diff whose rtsync_rows lacks a column the row scan reads (renamed): the reader's checks at open do
+    /// not read it, so the per-row merge fails when it prepares its scan. The bulk path's 64-row probe
+    /// (outside the do/catch that falls back to the per-row merge) fails first, with another message.
+    @Test func rowsTableMissingAColumn_sameReasonAsPerRow() throws {
+        let box = try Sandbox("rev2-missing-col")
+        let b = try Twins(box, try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)"))
+        let file = try newNotesDiff(box, keys: (0..<10).map { "n\($0)" })
+        do { try Connection(path: file.path).execute("ALTER TABLE rtsync_rows RENAME COLUMN born_site TO bs") }
+        let r = try b.apply(file)
+        #expect(r.bulk.status == .rejected && r.perRow.status == .rejected)
+    }
+
+    /// A local key inserted and deleted here, not yet exported, is 'café' (NFC); the diff brings the new key
+    /// 'café' spelled NFD (a different key to SQLite). The per-row merge looks pending changes up in a Swift
+    /// dictionary (canonical equivalence: the two keys are equal there); the bulk path asks SQLite (bytes).
+    @Test func pendingLocalDelete_ofACanonicallyEquivalentKey() throws {
+        let box = try Sandbox("rev2-nfd")
+        let device = try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)")
+        try device.exec("INSERT INTO notes VALUES ('caf\u{E9}', 'local', NULL)")
+        try device.exec("DELETE FROM notes")
+        let b = try Twins(box, device)
+        let file = try newNotesDiff(box, keys: ["cafe\u{301}", "n1", "n2"])
+        try b.apply(file)
+        let q = "SELECT hex(id) FROM notes ORDER BY 1"
+        let x = try b.bulk.rows(q).map { $0.map(\.sqlLiteral) }, y = try b.perRow.rows(q).map { $0.map(\.sqlLiteral) }
+        #expect(x == y, "bulk: \(x); per row: \(y)")
+        #expect(try b.bulk.value("SELECT count(*) FROM rtsync_conflicts") == b.perRow.value("SELECT count(*) FROM rtsync_conflicts"))
+    }
+
+    /// A row 'café' (NFC) is shared read-only with the diff's author; the diff brings the new key 'café'
+    /// spelled NFD, another key to SQLite (and to the bulk path's SQL). The per-row merge keeps read-only shares
+    /// in a Set<String>, where Swift's canonical equivalence makes the two keys equal, and refuses the row.
+    @Test func readOnlyShare_ofACanonicallyEquivalentKey() throws {
+        let box = try Sandbox("rev2-nfd-share")
+        let device = try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)")
+        try device.exec("INSERT INTO notes VALUES ('caf\u{E9}', 'local', NULL)")
+        _ = try device.export()
+        _ = try device.db.writeShare(table: "notes", filter: nil, to: "u-other", permission: .readOnly, directory: box.path("shares"))
+        let b = try Twins(box, device)
+        let file = try newNotesDiff(box, keys: ["cafe\u{301}", "n1", "n2"])
+        try b.apply(file)
+        let q = "SELECT hex(id) FROM notes ORDER BY 1"
+        let x = try b.bulk.rows(q).map { $0.map(\.sqlLiteral) }, y = try b.perRow.rows(q).map { $0.map(\.sqlLiteral) }
+        #expect(x == y, "bulk: \(x); per row: \(y)")
+    }
+
+    /// An app trigger whose name starts with rtsync_ (LIKE is case-insensitive too: RTSync_…) is taken for one
+    /// of rtsync's own, so the bulk path runs and the trigger sees rows in another order than the file's.
+    @Test func appTriggerNamedRtsyncSomething_seesRowsInFileOrder() throws {
+        let box = try Sandbox("rev2-trigger")
+        let schema = "CREATE TABLE lists(id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0); CREATE TABLE items(id TEXT PRIMARY KEY, list_id TEXT)"
+        let a = try device(box, "A", schema)
+        let device = try device(box, "B", schema)
+        try device.exec("CREATE TRIGGER RTSync_count AFTER INSERT ON items BEGIN UPDATE lists SET n = n + 1 WHERE id = NEW.list_id; END")
+        let b = try Twins(box, device)
+        try a.exec("INSERT INTO items VALUES ('i1', 'L')")
+        try a.exec("INSERT INTO lists(id) VALUES ('L')")
+        try a.exec("INSERT INTO items VALUES ('i2', 'L')")
+        try b.apply(try a.exportFile())
+        #expect(try b.bulk.value("SELECT n FROM lists") == b.perRow.value("SELECT n FROM lists"))
+        #expect(b.bulk.db.bulkRowsWritten == 0)
+    }
+
+    /// No rtsync-apply-* folder is left in the temp directory by any exit path.
+    @Test func privateCopies_areRemovedOnEveryPath() throws {
+        let tmp = FileManager.default.temporaryDirectory
+        func leftovers() throws -> Set<String> {
+            Set(try FileManager.default.contentsOfDirectory(atPath: tmp.path).filter { $0.hasPrefix("rtsync-apply-") })
+        }
+        let before = try leftovers()
+        let box = try Sandbox("rev2-leaks")
+        let device = try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)")
+        device.db.bulkApplyMinimumBytes = 0
+        let file = try newNotesDiff(box, keys: (0..<10).map { "n\($0)" })
+        let keep = box.path("keep.sqlite")
+        try FileManager.default.copyItem(at: file, to: keep)
+        #expect(device.db.apply(diff: file).status == .applied)
+        #expect(device.db.apply(diff: file).status == .skipped)            // already applied
+        try device.exec("INSERT INTO notes VALUES ('mine', 'x', NULL)")
+        let own = try device.exportFile()
+        #expect(device.db.apply(diff: own).status == .skipped)             // own diff
+        let bad = try newNotesDiff(box, keys: ["z1", "z2"])
+        do { try Connection(path: bad.path).execute("UPDATE notes SET body = 'tampered'") }
+        #expect(device.db.apply(diff: bad, quarantine: box.path("q")).status == .rejected)   // digest
+        // A symlink to a diff: no private copy, merged row by row.
+        let other = try newNotesDiff(box, keys: ["s1"])
+        let linkDir = box.path("links")
+        try FileManager.default.createDirectory(at: linkDir, withIntermediateDirectories: true)
+        let link = linkDir.appendingPathComponent(other.lastPathComponent)
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: other)
+        let r = device.db.apply(diff: link)
+        #expect(r.status == .applied, "\(r)")
+        let left = try leftovers().subtracting(before)
+        #expect(left.isEmpty, "\(left)")
+    }
+
+    /// quick_check does not compare an index with its table. A diff carries a partial index on rtsync_rows
+    /// (renamed sqlite_autoindex_…, which the reader and the attach check let through) whose b-tree is really
+    /// that of an index on a carried table ("decoy") holding forged (tid, op, rid, hlc, born, …) values: born
+    /// clocks ten days ahead. The reader scans rtsync_rows itself (genuine, checked rows); the bulk claim reads
+    /// the index and writes the forged born clocks.
+    @Test func forgedIndexOnRowsTable_isNotReadByTheBulkWrites() throws {
+        let box = try Sandbox("rev2-index")
+        let b = try Twins(box, try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)"))
+        let decoy = TableDefinition(name: "decoy", columns: [
+            ColumnDefinition(name: "k", type: "TEXT", primaryKey: 1),
+            ColumnDefinition(name: "tid", type: ""), ColumnDefinition(name: "op", type: ""), ColumnDefinition(name: "rid", type: ""),
+            ColumnDefinition(name: "hlc", type: ""), ColumnDefinition(name: "born", type: ""),
+            ColumnDefinition(name: "site", type: ""), ColumnDefinition(name: "born_site", type: ""),
+        ])
+        let far = clock(-10 * 86_400_000).hlc.rawValue
+        func write() throws -> URL {
+            let w = try writer(box)
+            try w.addTable(Self.notes)
+            try w.addTable(decoy)
+            let c = clock(1_000)
+            let n = 20
+            for i in 1...n { try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n\(i)"), .text("remote"), .null], clock: c, born: c)) }
+            for i in 1...n {
+                try w.append(RowChange(table: "decoy", operation: .upsert, values: [.text("d\(i)"), .integer(1), .text("upsert"), .integer(Int64(i)), .integer(far), .integer(far), .null, .null], clock: c, born: c))
+            }
+            return try w.finish()
+        }
+        let file = try write()
+        do {
+            let x = try Connection(path: file.path)
+            let cols = "(tid, op, rid, hlc, born, site, born_site) WHERE tid = 1"
+            try x.execute("CREATE INDEX ixr ON rtsync_rows\(cols); CREATE INDEX ixd ON decoy\(cols)")
+            let r = try #require(try x.scalar("SELECT rootpage FROM sqlite_schema WHERE name = 'ixr'")?.int64)
+            let d = try #require(try x.scalar("SELECT rootpage FROM sqlite_schema WHERE name = 'ixd'")?.int64)
+            try x.execute("PRAGMA writable_schema = ON")
+            try x.execute("UPDATE sqlite_schema SET rootpage = \(d), name = 'sqlite_autoindex_rtsync_rows_1', sql = 'CREATE INDEX sqlite_autoindex_rtsync_rows_1 ON rtsync_rows\(cols)' WHERE name = 'ixr'")
+            try x.execute("UPDATE sqlite_schema SET rootpage = \(r), name = 'sqlite_autoindex_decoy_1', sql = 'CREATE INDEX sqlite_autoindex_decoy_1 ON decoy\(cols)' WHERE name = 'ixd'")
+            try x.execute("PRAGMA writable_schema = OFF")
+        }
+        _ = try DiffReader(url: file)   // the file passes every check of an upfront reader
+        let r = try b.apply(file)
+        #expect(r.bulk.status == .applied, "\(r.bulk)")
+        let limit = (HLC.wallMilliseconds() + 86_400_000) << 16
+        let maxBorn = try b.bulk.value("SELECT max(born_hlc) FROM rtsync_rows")?.int64 ?? 0
+        #expect(maxBorn <= limit, "born clock \(maxBorn) written, limit \(limit); bulk rows \(b.bulk.db.bulkRowsWritten)")
+    }
+
     // MARK: Threads
 
     /// Many applies at once from Swift tasks: each blocks its thread until its own check thread is done.
