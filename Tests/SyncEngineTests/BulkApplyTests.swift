@@ -504,6 +504,19 @@ struct BulkApplyTests {
         #expect(maxBorn <= limit, "born clock \(maxBorn) written, limit \(limit); bulk rows \(b.bulk.db.bulkRowsWritten)")
     }
 
+    /// Two keys that differ only in Unicode normalization are two rows to SQLite: export carries both (its
+    /// coalescing once keyed rows by Swift String equality, which took them for one).
+    @Test func keysDifferingOnlyInNormalization_areExportedAsTwoRows() throws {
+        let box = try Sandbox("nfc-nfd-export")
+        let a = try device(box, "A", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)")
+        try a.exec("INSERT INTO notes VALUES ('caf\u{E9}', 'nfc', NULL), ('cafe\u{301}', 'nfd', NULL)")
+        let file = try a.exportFile()
+        #expect(try DiffReader(url: file).counts["notes"]?.upserts == 2)
+        let b = try device(box, "B", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT)")
+        #expect(b.apply(file).inserted == 2)
+        try expectSameData(a, b)
+    }
+
     // MARK: Threads
 
     /// Many applies at once from Swift tasks: each blocks its thread until its own check thread is done.
