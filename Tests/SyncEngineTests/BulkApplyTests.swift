@@ -242,14 +242,19 @@ struct BulkApplyTests {
 
     // MARK: Bad input
 
+    /// Twins of a fixture device, and a diff from another device of `count` new translations in `lang`.
+    func translationsDiff(_ box: Sandbox, lang: String, count: Int) throws -> (Twins, URL) {
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try Twins(box, try box.replica("B", fixture: "record-thing-demo"))
+        for i in 0..<count { try a.exec("INSERT INTO translations VALUES (?, ?, 'v', NULL)", [.text(lang), .text("k\(i)")]) }
+        return (b, try a.exportFile())
+    }
+
     /// A carried table with a generated column (invisible to the reader's checks, which only look at declared
     /// columns) is not attached for bulk writes; the per-row merge reads only the declared columns.
     @Test func diffWithAGeneratedColumn_isMergedRowByRow() throws {
         let box = try Sandbox("bulk-hidden")
-        let a = try box.replica("A", fixture: "record-thing-demo")
-        let b = try Twins(box, try box.replica("B", fixture: "record-thing-demo"))
-        for i in 0..<20 { try a.exec("INSERT INTO translations VALUES ('gg', ?, 'v', NULL)", [.text("k\(i)")]) }
-        let file = try a.exportFile()
+        let (b, file) = try translationsDiff(box, lang: "gg", count: 20)
         do { try Connection(path: file.path).execute("ALTER TABLE translations ADD COLUMN extra AS (length(value) * 2)") }
         let report = try b.apply(file)
         #expect(report.bulk.status == .applied && report.bulk.inserted == 20, "\(report.bulk)")
@@ -259,10 +264,7 @@ struct BulkApplyTests {
     /// A damaged row found after the bulk writes (here by the digest) rolls them back with everything else.
     @Test func digestMismatch_rollsBackTheBulkWrites() throws {
         let box = try Sandbox("bulk-digest")
-        let a = try box.replica("A", fixture: "record-thing-demo")
-        let b = try Twins(box, try box.replica("B", fixture: "record-thing-demo"))
-        for i in 0..<50 { try a.exec("INSERT INTO translations VALUES ('dd', ?, 'v', NULL)", [.text("k\(i)")]) }
-        let file = try a.exportFile()
+        let (b, file) = try translationsDiff(box, lang: "dd", count: 50)
         do { try Connection(path: file.path).execute("UPDATE translations SET value = 'w' WHERE key = 'k49'") }
         let before = try b.bulk.fullDump()
         let report = try b.apply(file)
