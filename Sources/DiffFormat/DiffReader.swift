@@ -301,16 +301,10 @@ public final class DiffReader {
 
     /// `forEachChange` for callers that copy carried values into another database: each row's values stay
     /// in SQLite until asked for (`DiffRow.bind`, `DiffRow.values`). The row is valid only during the call.
-    /// With `validated` (after `validateRows()` succeeded on this reader) rows are not hashed and checked again.
+    /// With `validated` (after an earlier `forEachRow` on this reader went through every row without an error)
+    /// rows are not hashed and checked again.
     package func forEachRow(validated: Bool = false, _ body: (DiffRow) throws -> Void) throws {
         try scanRows(body, deliver: true, validate: !validated)
-    }
-
-    /// Checks every row and the content digest without handing rows out (for a caller that wrote the rows by
-    /// other means inside a transaction it rolls back when this throws). Uses only this reader's connection,
-    /// so it may run on another thread while the caller works on other connections.
-    package func validateRows() throws {
-        try scanRows({ _ in }, deliver: false)
     }
 
     /// Reads `rtsync_rows` in order, validating every reference and hashing the content; checks that every
@@ -345,7 +339,7 @@ public final class DiffReader {
             let born = Clock(hlc: HLC(rawValue: rows.int64(4)), site: bornSite ?? author)
             let clock = Clock(hlc: HLC(rawValue: rows.int64(6)), site: site ?? author)
             let overrides = hasCellClocks ? cellClocks[tid]?[rid] ?? [:] : [:]
-            try body(DiffRow(table: def, tableID: tid, rid: rid, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
+            try body(DiffRow(table: def, tableID: tid, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
         }
         guard validate else { return }
         for (tid, byRow) in cellClocks {
@@ -371,8 +365,6 @@ package final class DiffRow {
     package let table: TableDefinition
     /// The table's id in this diff (`rtsync_rows.tid`).
     package let tableID: Int64
-    /// The carried row's rowid in its table in this diff (`rtsync_rows.rid`).
-    package let rid: Int64
     /// Upsert or delete.
     package let operation: RowOperation
     /// Names of the columns that changed; nil means every column.
@@ -386,9 +378,9 @@ package final class DiffRow {
     /// The statement (the carried table's scan or lookup) positioned on this row's values.
     private let carried: Statement
 
-    init(table: TableDefinition, tableID: Int64, rid: Int64, carried: Statement, operation: RowOperation, changedColumns: [String]?,
+    init(table: TableDefinition, tableID: Int64, carried: Statement, operation: RowOperation, changedColumns: [String]?,
          clock: Clock, born: Clock, columnClocks: [String: Clock]) {
-        self.table = table; self.tableID = tableID; self.rid = rid; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
+        self.table = table; self.tableID = tableID; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
         self.clock = clock; self.born = born; self.columnClocks = columnClocks
     }
 
