@@ -131,7 +131,7 @@ extension Merger {
             diffTable = did
             let d = Merger.attachedDiff
             let remoteNames = plan.remoteDef.columnNames
-            func carried(_ position: Int) -> String { "c." + quoteIdentifier(remoteNames[position]) }
+            func carried(_ position: Int) -> String { BulkTable.carried(plan, position) }
             keyText = (plan.fastKeyPositions ?? []).map { "quote(\(carried($0)))" }.joined(separator: " || ',' || ")
             let alias = DiffFile.rowidAlias(for: remoteNames) ?? "rowid"
             // NOT INDEXED: only the tables' own b-trees are read (an index in the file could hold other values).
@@ -143,6 +143,9 @@ extension Merger {
             self.isNew = isNew
             arguments = [.text(merger.meta.authorSite), .text(merger.meta.authorUser)]
         }
+
+        /// Carried column `position` of the diff's table, as the bulk SQL names it.
+        static func carried(_ plan: TablePlan, _ position: Int) -> String { "c." + quoteIdentifier(plan.remoteDef.columnNames[position]) }
 
         /// `sql` prepared, with the arguments it uses (?1 and ?2 are numbered, so those are the first ones).
         func statement(_ merger: Merger, _ sql: String) throws -> Statement {
@@ -172,8 +175,7 @@ extension Merger {
     /// written nothing, when they are not.
     mutating func bulkInsert(_ table: BulkTable, upserts: Int) throws -> Bool {
         let plan = table.plan, tid = plan.info.table.id, def = plan.info.definition
-        let remoteNames = plan.remoteDef.columnNames
-        func carried(_ position: Int) -> String { "c." + quoteIdentifier(remoteNames[position]) }
+        func carried(_ position: Int) -> String { BulkTable.carried(plan, position) }
         if pending.keys.contains(where: { $0.tid == tid }),
            try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
         if readOnlyShares.contains(where: { $0.tid == tid }),

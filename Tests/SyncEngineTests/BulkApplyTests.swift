@@ -223,19 +223,26 @@ struct BulkApplyTests {
         try b.apply(try w.finish())
     }
 
-    /// An app trigger on the receiving device counts items per list, so it sees the order rows arrive in:
-    /// a database with triggers of its own is merged row by row, in file order.
-    @Test func appTriggers_seeRowsInFileOrder() throws {
-        let box = try Sandbox("bulk-trigger")
+    /// Twins of a device whose app trigger `name` counts items per list, and a diff from another device
+    /// holding, in this order, item i1, list L, item i2.
+    func listCountingTrigger(_ box: Sandbox, named name: String) throws -> (Twins, URL) {
         let schema = "CREATE TABLE lists(id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0); CREATE TABLE items(id TEXT PRIMARY KEY, list_id TEXT)"
         let a = try device(box, "A", schema)
         let device = try device(box, "B", schema)
-        try device.exec("CREATE TRIGGER app_count AFTER INSERT ON items BEGIN UPDATE lists SET n = n + 1 WHERE id = NEW.list_id; END")
+        try device.exec("CREATE TRIGGER \(name) AFTER INSERT ON items BEGIN UPDATE lists SET n = n + 1 WHERE id = NEW.list_id; END")
         let b = try Twins(box, device)
         try a.exec("INSERT INTO items VALUES ('i1', 'L')")
         try a.exec("INSERT INTO lists(id) VALUES ('L')")
         try a.exec("INSERT INTO items VALUES ('i2', 'L')")
-        #expect(try b.apply(try a.exportFile()).bulk.status == .applied)
+        return (b, try a.exportFile())
+    }
+
+    /// An app trigger on the receiving device counts items per list, so it sees the order rows arrive in:
+    /// a database with triggers of its own is merged row by row, in file order.
+    @Test func appTriggers_seeRowsInFileOrder() throws {
+        let box = try Sandbox("bulk-trigger")
+        let (b, file) = try listCountingTrigger(box, named: "app_count")
+        #expect(try b.apply(file).bulk.status == .applied)
         #expect(try b.bulk.value("SELECT n FROM lists") == .integer(1))
         #expect(b.bulk.db.bulkRowsWritten == 0)
     }
@@ -413,15 +420,8 @@ struct BulkApplyTests {
     /// of rtsync's own, so the bulk path runs and the trigger sees rows in another order than the file's.
     @Test func appTriggerNamedRtsyncSomething_seesRowsInFileOrder() throws {
         let box = try Sandbox("rev2-trigger")
-        let schema = "CREATE TABLE lists(id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0); CREATE TABLE items(id TEXT PRIMARY KEY, list_id TEXT)"
-        let a = try device(box, "A", schema)
-        let device = try device(box, "B", schema)
-        try device.exec("CREATE TRIGGER RTSync_count AFTER INSERT ON items BEGIN UPDATE lists SET n = n + 1 WHERE id = NEW.list_id; END")
-        let b = try Twins(box, device)
-        try a.exec("INSERT INTO items VALUES ('i1', 'L')")
-        try a.exec("INSERT INTO lists(id) VALUES ('L')")
-        try a.exec("INSERT INTO items VALUES ('i2', 'L')")
-        try b.apply(try a.exportFile())
+        let (b, file) = try listCountingTrigger(box, named: "RTSync_count")
+        try b.apply(file)
         #expect(try b.bulk.value("SELECT n FROM lists") == b.perRow.value("SELECT n FROM lists"))
         #expect(b.bulk.db.bulkRowsWritten == 0)
     }
