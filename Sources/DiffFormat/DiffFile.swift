@@ -124,6 +124,9 @@ public struct RowChange: Sendable, Hashable {
 
     /// The clock of one changed column.
     public func clock(forColumn name: String) -> Clock { columnClocks[name] ?? clock }
+
+    /// The newest clock in the change: its row clock or a later column clock.
+    public var latestClock: Clock { columnClocks.values.reduce(clock) { Swift.max($0, $1) } }
 }
 
 /// Limits a reader enforces before any caller sees a row.

@@ -49,6 +49,25 @@ public final class Connection {
 
     deinit { sqlite3_close_v2(handle) }
 
+    /// Test hook: `julianday('now')` on this connection reports the wall clock shifted by `offsetMilliseconds`, as on a
+    /// device whose clock is wrong (the capture triggers take a change's time from it). Only `'now'` is understood.
+    package func shiftWallClockForTesting(offsetMilliseconds: Int64) throws {
+        let offset = UnsafeMutablePointer<Int64>.allocate(capacity: 1)
+        offset.initialize(to: offsetMilliseconds)
+        let rc = sqlite3_create_function_v2(handle, "julianday", 1, SQLITE_UTF8, offset, { context, _, arguments in
+            guard let arguments, let text = sqlite3_value_text(arguments[0]), String(cString: text) == "now" else {
+                sqlite3_result_error(context, "julianday is shifted for testing and understands only 'now'", -1)
+                return
+            }
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            let shift = sqlite3_user_data(context)!.assumingMemoryBound(to: Int64.self).pointee
+            let milliseconds = Double(now.tv_sec) * 1000 + Double(now.tv_nsec) / 1_000_000 + Double(shift)
+            sqlite3_result_double(context, milliseconds / 86_400_000 + 2_440_587.5)
+        }, nil, nil, { pointer in pointer?.assumingMemoryBound(to: Int64.self).deallocate() })
+        guard rc == SQLITE_OK else { throw SQLiteError(code: rc, message: "cannot shift the wall clock (\(path))") }
+    }
+
     /// Process-wide settings applied before the first connection opens.
     private static let configureOnce: Void = { _ = rtsync_disable_memstatus() }()
 

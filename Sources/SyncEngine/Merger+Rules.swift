@@ -112,7 +112,7 @@ extension Merger {
         let r = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         if needsClocks { try setColumnClocks(r, key, columns: r.changedColumns, clearFirst: true) }
         if plan.hasDeleteActions {
-            let local = LocalRow(key: key, hasMeta: true, values: nil, born: change.born, deleted: nil, clocks: [:], pending: nil, pendingColumns: [])
+            let local = LocalRow(key: key, hasMeta: true, values: nil, born: change.born, deleted: nil, clocks: [:], pending: nil, pendingClocks: [:])
             try applyDeleteActionsForDeletedParents(r, local, written: r.allColumns)
         }
         return true
@@ -278,7 +278,7 @@ extension Merger {
             if let deleted = local.deleted {
                 if r.change.born > local.born { return try insertWhole(r, local) }
                 if r.change.born == local.born {
-                    if policy.onDeleteConflict == .lastWriterWins && r.change.clock > deleted { return try resurrect(r, local, deletedAt: deleted) }
+                    if policy.onDeleteConflict == .lastWriterWins && r.change.latestClock > deleted { return try resurrect(r, local, deletedAt: deleted) }
                     return try refuse(r, local, columns: r.changedColumns, reason: "row was deleted; the delete wins over a concurrent update")
                 }
                 return try refuse(r, local, columns: r.changedColumns, reason: "change to an older version of a row deleted here")
@@ -546,9 +546,9 @@ extension Merger {
                         }
                         try deleteRow(r, local, logConcurrent: false)
                     } else {
-                        try setRowMeta(r, local.key, born: r.change.born, deleted: r.change.clock)
+                        try setRowMeta(r, local.key, born: r.change.born, deleted: r.change.latestClock)
                     }
-                    try captureResolutionDelete(r.info, key: local.key)
+                    try captureResolutionDelete(r.info, key: local.key, after: r.change.latestClock)
                     return false
                 }
                 let otherContext = RowContext(plan: r.plan, remote: [:], change: r.change, keyValues: other)
@@ -558,9 +558,9 @@ extension Merger {
                 }
                 try deleteRow(otherContext, otherRow, logConcurrent: false)
                 // A row never exported exists nowhere else: deleting it here is enough.
-                if otherRow.born != Merger.unexported {
-                    try setRowMeta(otherContext, otherRow.key, born: otherRow.born, deleted: r.change.clock)
-                    try captureResolutionDelete(r.info, key: otherRow.key)
+                if !otherRow.newHere {
+                    try setRowMeta(otherContext, otherRow.key, born: otherRow.born, deleted: r.change.latestClock)
+                    try captureResolutionDelete(r.info, key: otherRow.key, after: r.change.latestClock)
                 }
             }
         }
@@ -570,10 +570,17 @@ extension Merger {
     /// Records the delete of a row that lost a UNIQUE collision as a local change, so it is exported like any edit.
     /// Which row loses depends on the rows present when the collision happens, and that depends on arrival order;
     /// sending the decision on makes every replica drop the same row (the later-born one) after the next exchange.
-    mutating func captureResolutionDelete(_ info: TrackedInfo, key: String) throws {
-        try cached("INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (?, ?, 3, NULL)").run([.integer(info.table.id), .text(key)])
+    /// The delete's clock is taken now, as a capture trigger takes it, and is later than the change that decided it.
+    mutating func captureResolutionDelete(_ info: TrackedInfo, key: String, after decider: Clock) throws {
+        let select = try cached("SELECT max(\(SyncDatabase.captureClockSQL), ?)")
+        try select.bind([.integer(max(decider.hlc.rawValue, maxRemoteHLC) + 1)])
+        _ = try select.step()
+        let clock = select.column(0).int64 ?? 0
+        select.reset()
+        try cached("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (?, ?, 3, NULL, ?)").run([.integer(info.table.id), .text(key), .integer(clock)])
         var p = pending[RowKey(info.table.id, key)] ?? PendingLocal()
         p.lastOp = 3
+        p.lastHLC = clock
         pending[RowKey(info.table.id, key)] = p
     }
 

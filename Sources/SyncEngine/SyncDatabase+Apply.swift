@@ -149,13 +149,22 @@ struct Merger {
     var bulkRows = 0
     let now = ISO8601.format(Date(), fractional: true)
 
-    /// A clock that beats every real one: a local change not yet exported will be stamped later than anything seen.
+    /// Marks, in the conflict log, a local value that a merge decision made rather than an edit (an ON DELETE
+    /// action applied for a parent deleted here): it has no clock of its own.
     static let unexported = Clock(hlc: HLC(rawValue: Int64.max), site: "")
+    /// The largest clock this device has put in a diff it wrote (`rtsync_site.published_hlc`).
+    var publishedHLC: Int64 = 0
 
+    /// A row's local changes not yet exported, with the clocks they got when they were made.
     struct PendingLocal {
         var sawInsert = false
         var lastOp: Int64 = 0
-        var mask = Set<Int>()
+        /// Clock of the last insert.
+        var insertHLC: Int64 = 0
+        /// Clock of the last change of any kind.
+        var lastHLC: Int64 = 0
+        /// Clock of the last update of each column, by position in the trigger's column list.
+        var columnHLC: [Int: Int64] = [:]
     }
 
     init(db: Connection, reader: DiffReader, ownSite: String, resolvers: [String: ConflictResolver], report: ApplyReport) throws {
@@ -168,6 +177,12 @@ struct Merger {
     }
 
     mutating func run() throws {
+        publishedHLC = try db.scalar("SELECT published_hlc FROM rtsync_site")?.int64 ?? 0
+        // No honest author can have seen changes of this device that it never published: a `seen` beyond them
+        // would hide overwrites of this device's edits from the conflict log.
+        if let claimed = meta.seen[ownSite], claimed > publishedHLC {
+            throw SyncEngineError.diffRejected(file: reader.url.path, reason: "the diff claims to have seen changes of this device up to clock \(HLC(rawValue: claimed)), later than any it has published (\(HLC(rawValue: publishedHLC)))")
+        }
         // Row order inside a diff must not matter: foreign keys are checked at commit.
         try db.execute("PRAGMA defer_foreign_keys = ON")
         try adjustSchema()
@@ -257,14 +272,16 @@ struct Merger {
     }
 
     mutating func loadPending() throws {
-        let s = try db.prepare("SELECT tid, pk, op, cols FROM rtsync_changes ORDER BY seq")
+        let s = try db.prepare("SELECT tid, pk, op, cols, hlc FROM rtsync_changes ORDER BY seq")
         while try s.step() {
             guard let tid = s.column(0).int64, let pk = s.column(1).string, let op = s.column(2).int64 else { continue }
+            let hlc = s.column(4).int64 ?? 0
             let key = RowKey(tid, pk)
             var p = pending[key] ?? PendingLocal()
             p.lastOp = op
-            if op == 1 { p.sawInsert = true }
-            if op == 2 { p.mask.formUnion(SyncDatabase.changedPositions(s.column(3))) }
+            p.lastHLC = hlc
+            if op == 1 { p.sawInsert = true; p.insertHLC = hlc; p.columnHLC.removeAll() }
+            if op == 2 { for position in SyncDatabase.changedPositions(s.column(3)) { p.columnHLC[position] = hlc } }
             pending[key] = p
         }
     }
@@ -275,11 +292,13 @@ struct Merger {
         var key: String
         var hasMeta = false               // whether rtsync_rows has an entry for the key
         var values: [SQLValue]?          // local columns in local order, nil when no row
-        var born: Clock                  // incarnation (unexported insert: beats everything)
-        var deleted: Clock?              // tombstone clock when deleted
+        var born: Clock                  // incarnation (an unexported insert's own clock)
+        var deleted: Clock?              // tombstone clock when deleted (an unexported delete's own clock)
         var clocks: [String: Clock]      // per-column clocks (lower-cased names)
         var pending: PendingLocal?
-        var pendingColumns: Set<String>  // lower-cased names changed locally and not yet exported
+        var pendingClocks: [String: Clock] // lower-cased names changed locally and not yet exported, with their clocks
+        /// Whether this incarnation of the row was made here and never exported (it exists nowhere else).
+        var newHere: Bool { pending?.sawInsert == true && values != nil }
     }
 
     /// Statements are cached by text; SQLite re-prepares them itself if the schema changes.
@@ -339,28 +358,40 @@ struct Merger {
             }
         }
         let p = pending[RowKey(tid, key)]
-        var pendingColumns = Set<String>()
+        var pendingClocks: [String: Clock] = [:]
+        var deletedHere: Clock?
         if let p {
-            if p.sawInsert && values != nil { born = Merger.unexported }
-            if p.sawInsert { pendingColumns = Set(def.columnNames.map { $0.lowercased() }) }
-            for i in p.mask where i < info.table.columns.count { pendingColumns.insert(info.table.columns[i].lowercased()) }
+            func own(_ hlc: Int64) -> Clock { Clock(hlc: HLC(rawValue: hlc), site: ownSite) }
+            if p.sawInsert && values != nil {
+                born = own(p.insertHLC)
+                for c in def.columnNames { pendingClocks[c.lowercased()] = born }
+            }
+            for (i, hlc) in p.columnHLC where i < info.table.columns.count {
+                let c = info.table.columns[i].lowercased()
+                // An edit older than what a remote change wrote since then no longer holds the column.
+                if let recorded = clocks[c], recorded > own(hlc) { continue }
+                pendingClocks[c] = own(hlc)
+            }
+            if p.lastOp == 3 && values == nil { deletedHere = own(p.lastHLC) }
         }
-        return LocalRow(key: key, hasMeta: hasMeta, values: values, born: born, deleted: values == nil ? (deleted ?? (p?.lastOp == 3 ? Merger.unexported : nil)) : nil,
-                        clocks: clocks, pending: p, pendingColumns: pendingColumns)
+        return LocalRow(key: key, hasMeta: hasMeta, values: values, born: born, deleted: values == nil ? (deletedHere ?? deleted) : nil,
+                        clocks: clocks, pending: p, pendingClocks: pendingClocks)
     }
 
-    /// The clock of a local column value (an unexported change beats every clock).
+    /// The clock of a local column value: when it was edited here (not yet exported), or the recorded clock.
     func localClock(_ row: LocalRow, _ column: String) -> Clock {
         let c = column.lowercased()
-        if row.pendingColumns.contains(c) { return Merger.unexported }
+        if let clock = row.pendingClocks[c] { return clock }
         return row.clocks[c] ?? row.born
     }
 
     /// Whether the author of the diff had not seen the local value when it wrote its change: only then is
-    /// overwriting it (or refusing the remote value) a conflict worth logging.
+    /// overwriting it (or refusing the remote value) a conflict worth logging. A change this device has not
+    /// published cannot have been seen.
     func isConcurrent(_ local: Clock) -> Bool {
         if local == Merger.unexported { return true }
         if local == .zero || local.site == meta.authorSite { return false }
+        if local.site == ownSite && local.hlc.rawValue > publishedHLC { return true }
         return (meta.seen[local.site] ?? 0) < local.hlc.rawValue
     }
 }

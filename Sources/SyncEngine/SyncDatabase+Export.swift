@@ -21,8 +21,9 @@ extension SyncDatabase {
     /// Writes one `changes` diff with every change not yet exported into `directory`.
     ///
     /// Several changes to one row coalesce to its final state with the union of changed columns;
-    /// a row inserted then deleted leaves nothing. Every carried change gets one new hybrid logical
-    /// clock stamp. The export watermark advances only after the file is synced and renamed into place.
+    /// a row inserted then deleted leaves nothing. Every change keeps the clock it got when it was made
+    /// (the newest one per column), never one from the time of export. The export watermark advances
+    /// only after the file is synced and renamed into place.
     /// - Returns: nil when there was nothing to export (no file is written).
     public func exportChanges(to directory: URL, signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> ExportResult? {
         try locked {
@@ -36,47 +37,74 @@ extension SyncDatabase {
         try locked { try requireTracked(); return Int(try db.scalar("SELECT count(*) FROM rtsync_changes")?.int64 ?? 0) }
     }
 
+    /// One row's changes since the last export, coalesced (clocks are raw HLCs of this site).
     private struct Pending {
         var tid: Int64
         var pk: String
         var firstOp: Int64
         var lastOp: Int64
         var sawInsert = false
-        var mask = Set<Int>()
+        /// Clock of the last insert (the row's birth when it was inserted here).
+        var insertHLC: Int64 = 0
+        /// Clock of the last change of any kind (the deletion's, when the row is gone).
+        var lastHLC: Int64 = 0
+        /// Clock of the last change of each column an update changed, by position in the trigger's column list.
+        var columnHLC: [Int: Int64] = [:]
     }
 
     private func exportLocked(to directory: URL, signingKey: Curve25519.Signing.PrivateKey?) throws -> ExportResult? {
+        try upgradeBookkeeping()
         guard let maxSeq = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 else { return nil }
         let tracked = try Self.loadTracked(db)
         let byID = Dictionary(uniqueKeysWithValues: tracked.values.map { ($0.table.id, $0) })
 
-        // 1. Coalesce the change log per row, keeping first-change order.
+        // 1. Coalesce the change log per row, keeping first-change order and the newest clock of each column.
         var order: [RowKey] = []
         var pending: [RowKey: Pending] = [:]
-        let scan = try db.prepare("SELECT tid, pk, op, cols FROM rtsync_changes WHERE seq <= ? ORDER BY seq")
+        var newestCaptured: Int64 = 0
+        let scan = try db.prepare("SELECT tid, pk, op, cols, hlc FROM rtsync_changes WHERE seq <= ? ORDER BY seq")
         try scan.bind([.integer(maxSeq)])
         while try scan.step() {
             guard let tid = scan.column(0).int64, let pk = scan.column(1).string, let op = scan.column(2).int64 else { continue }
+            let hlc = scan.column(4).int64 ?? 0
+            newestCaptured = max(newestCaptured, hlc)
             let key = RowKey(tid, pk)
             if pending[key] == nil {
                 order.append(key)
                 pending[key] = Pending(tid: tid, pk: pk, firstOp: op, lastOp: op)
             }
             pending[key]!.lastOp = op
-            if op == 1 { pending[key]!.sawInsert = true; pending[key]!.mask.removeAll() }
-            if op == 2 { pending[key]!.mask.formUnion(Self.changedPositions(scan.column(3))) }
+            pending[key]!.lastHLC = hlc
+            if op == 1 { pending[key]!.sawInsert = true; pending[key]!.insertHLC = hlc; pending[key]!.columnHLC.removeAll() }
+            if op == 2 { for position in Self.changedPositions(scan.column(3)) { pending[key]!.columnHLC[position] = hlc } }
         }
 
         let site = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
         let user = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
         let sequence = (try db.scalar("SELECT diff_seq FROM rtsync_site")?.int64 ?? 0) + 1
-        let stamp = Clock(hlc: try currentHLC().tick(), site: site)
+        var latest: Int64 = 0
+        func ownClock(_ hlc: Int64) -> Clock {
+            latest = max(latest, hlc)
+            return Clock(hlc: HLC(rawValue: hlc), site: site)
+        }
         let bornLookup = try db.prepare("SELECT born_hlc, born_site FROM rtsync_rows WHERE tid = ? AND pk = ?")
         func born(_ tid: Int64, _ pk: String) throws -> Clock? {
             try bornLookup.bind([.integer(tid), .text(pk)])
             defer { bornLookup.reset() }
             guard try bornLookup.step() else { return nil }
             return Clock(hlc: HLC(rawValue: bornLookup.column(0).int64 ?? 0), site: bornLookup.column(1).string ?? "")
+        }
+        // Column clocks recorded here: a column a remote change won after the local edit was made holds the
+        // remote value now, and the local edit is not sent (it lost, and is in the conflict log).
+        let clockLookup = try db.prepare("SELECT col, hlc, site FROM rtsync_clocks WHERE tid = ? AND pk = ?")
+        func recordedClocks(_ tid: Int64, _ pk: String) throws -> [String: Clock] {
+            try clockLookup.bind([.integer(tid), .text(pk)])
+            defer { clockLookup.reset() }
+            var out: [String: Clock] = [:]
+            while try clockLookup.step() {
+                out[(clockLookup.column(0).string ?? "").lowercased()] = Clock(hlc: HLC(rawValue: clockLookup.column(1).int64 ?? 0), site: clockLookup.column(2).string ?? "")
+            }
+            return out
         }
         var rowLookups: [Int64: Statement] = [:]
         func currentRow(_ info: TrackedInfo, _ keyValues: [SQLValue]) throws -> [SQLValue]? {
@@ -94,13 +122,13 @@ extension SyncDatabase {
         // 2. Write the diff (created lazily: changes may coalesce to nothing).
         var writer: DiffWriter?
         var counts: [String: OperationCounts] = [:]
-        var metaUpdates: [(tid: Int64, pk: String, op: RowOperation, isNew: Bool, changed: [String]?, born: Clock)] = []
+        var metaUpdates: [(tid: Int64, pk: String, op: RowOperation, isNew: Bool, changed: [String: Clock], clock: Clock, born: Clock)] = []
         func writerFor() throws -> DiffWriter {
             if let writer { return writer }
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             var seen: [String: Int64] = [:]
             for r in try db.rows("SELECT site, hlc FROM rtsync_seen") { if let s = r[0].string, let h = r[1].int64 { seen[s] = h } }
-            let w = try DiffWriter(directory: directory, kind: .changes, authorUser: user, authorSite: site,
+            let w = try DiffWriter(directory: directory, id: try nextDiffID(), kind: .changes, authorUser: user, authorSite: site,
                                    sequence: sequence...sequence, seen: seen, expectedRows: order.count)
             writer = w
             return w
@@ -111,34 +139,55 @@ extension SyncDatabase {
                 guard let info = byID[p.tid], let keyValues = KeyCodec.decode(p.pk), keyValues.count == info.definition.primaryKeyColumns.count else { continue }
                 let def = info.definition
                 let existingBorn = try born(p.tid, p.pk)
-                if p.lastOp == 3 {
+                // What is sent follows the row as it is now: a delete the log holds for a row that still exists
+                // (a REPLACE or UPSERT that ended as an update or was ignored) is no delete.
+                let values = try currentRow(info, keyValues)
+                if values == nil {
+                    guard p.lastOp == 3 || p.firstOp == 3 || existingBorn != nil else { continue }
                     // Inserted and deleted since the last export, and never seen elsewhere: nothing to send.
                     if p.firstOp == 1 && existingBorn == nil { continue }
-                    var values = [SQLValue](repeating: .null, count: def.columns.count)
-                    for (i, idx) in def.primaryKeyIndexes.enumerated() { values[idx] = keyValues[i] }
+                    var deleted = [SQLValue](repeating: .null, count: def.columns.count)
+                    for (i, idx) in def.primaryKeyIndexes.enumerated() { deleted[idx] = keyValues[i] }
                     let b = existingBorn ?? .zero
+                    let clock = ownClock(p.lastHLC)
                     let w = try writerFor()
                     try w.addTable(def)
-                    try w.append(RowChange(table: def.name, operation: .delete, values: values, clock: stamp, born: b))
+                    try w.append(RowChange(table: def.name, operation: .delete, values: deleted, clock: clock, born: b))
                     counts[def.name, default: .init()].deletes += 1
-                    metaUpdates.append((p.tid, p.pk, .delete, false, nil, b))
-                } else {
-                    guard let values = try currentRow(info, keyValues) else { continue }
+                    metaUpdates.append((p.tid, p.pk, .delete, false, [:], clock, b))
+                } else if let values {
                     let isNew = p.sawInsert
-                    var changed: [String]? = nil
-                    if !isNew {
-                        // Mask positions follow the column list the triggers were made with.
-                        let names = p.mask.sorted().compactMap { $0 < info.table.columns.count ? info.table.columns[$0] : nil }
-                            .filter { def.columnIndex($0) != nil }
-                        if names.isEmpty { continue }
-                        changed = names
+                    // Mask positions follow the column list the triggers were made with.
+                    var changed: [String: Clock] = [:]
+                    for (position, hlc) in p.columnHLC where position < info.table.columns.count {
+                        let name = info.table.columns[position]
+                        if def.columnIndex(name) != nil { changed[name] = Clock(hlc: HLC(rawValue: hlc), site: site) }
                     }
-                    let b = isNew ? stamp : (existingBorn ?? .zero)
+                    if !isNew {
+                        let recorded = try recordedClocks(p.tid, p.pk)
+                        changed = changed.filter { name, clock in (recorded[name.lowercased()].map { $0 < clock }) ?? true }
+                        if changed.isEmpty { continue }
+                    }
                     let w = try writerFor()
                     try w.addTable(def)
-                    try w.append(RowChange(table: def.name, operation: .upsert, values: values, changedColumns: changed, clock: stamp, born: b))
+                    let born: Clock, clock: Clock
+                    if isNew {
+                        // The row's clock is its birth; columns updated after the insert carry their own clocks.
+                        born = ownClock(p.insertHLC)
+                        clock = born
+                        for c in changed.values { latest = max(latest, c.hlc.rawValue) }
+                        try w.append(RowChange(table: def.name, operation: .upsert, values: values, changedColumns: nil,
+                                               clock: clock, born: born, columnClocks: changed))
+                    } else {
+                        // The row's clock is its newest change; older changed columns carry their own clocks.
+                        born = existingBorn ?? .zero
+                        clock = ownClock(changed.values.max()!.hlc.rawValue)
+                        let names = def.columnNames.filter { changed[$0] != nil }
+                        try w.append(RowChange(table: def.name, operation: .upsert, values: values, changedColumns: names,
+                                               clock: clock, born: born, columnClocks: changed.filter { $0.value != clock }))
+                    }
                     counts[def.name, default: .init()].upserts += 1
-                    metaUpdates.append((p.tid, p.pk, .upsert, isNew, changed, b))
+                    metaUpdates.append((p.tid, p.pk, .upsert, isNew, changed, clock, born))
                 }
             }
         } catch {
@@ -148,6 +197,8 @@ extension SyncDatabase {
 
         guard let writer else {
             try db.execute("DELETE FROM rtsync_changes WHERE seq <= ?", [.integer(maxSeq)])
+            // Clocks stay unique per site even for changes that coalesced to nothing.
+            try db.execute("UPDATE rtsync_site SET hlc = max(hlc, ?)", [.integer(newestCaptured)])
             return nil
         }
         let url = try writer.finish(signingKey: signingKey)
@@ -163,16 +214,19 @@ extension SyncDatabase {
                 switch (m.op, m.isNew) {
                 case (.delete, _):
                     try clearClocks.run([.integer(m.tid), .text(m.pk)])
-                    try setDeleted.run([.integer(m.tid), .text(m.pk), .integer(m.born.hlc.rawValue), .text(m.born.site), .integer(stamp.hlc.rawValue), .text(stamp.site)])
+                    try setDeleted.run([.integer(m.tid), .text(m.pk), .integer(m.born.hlc.rawValue), .text(m.born.site), .integer(m.clock.hlc.rawValue), .text(m.clock.site)])
                 case (.upsert, true):
                     // A column without its own clock takes the row's born clock.
                     try clearClocks.run([.integer(m.tid), .text(m.pk)])
-                    try setBorn.run([.integer(m.tid), .text(m.pk), .integer(stamp.hlc.rawValue), .text(stamp.site)])
+                    try setBorn.run([.integer(m.tid), .text(m.pk), .integer(m.born.hlc.rawValue), .text(m.born.site)])
+                    for (c, clock) in m.changed {
+                        try setClock.run([.integer(m.tid), .text(m.pk), .text(c), .integer(clock.hlc.rawValue), .text(clock.site)])
+                    }
                 case (.upsert, false):
                     // A key with column clocks always has an rtsync_rows entry (born 0 when unknown).
                     try ensureRow.run([.integer(m.tid), .text(m.pk)])
-                    for c in m.changed ?? [] {
-                        try setClock.run([.integer(m.tid), .text(m.pk), .text(c), .integer(stamp.hlc.rawValue), .text(stamp.site)])
+                    for (c, clock) in m.changed {
+                        try setClock.run([.integer(m.tid), .text(m.pk), .text(c), .integer(clock.hlc.rawValue), .text(clock.site)])
                     }
                 }
             }
@@ -182,8 +236,8 @@ extension SyncDatabase {
             try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'changes', ?, ?, ?, ?, ?)",
                            [.text(writer.metadata.id.string), .text(user), .text(site), .integer(sequence), .integer(sequence),
                             .text(ISO8601.format(Date(), fractional: true))])
-            try db.execute("UPDATE rtsync_site SET hlc = ?, diff_seq = ?, last_export = ?",
-                           [.integer(stamp.hlc.rawValue), .integer(sequence), .text(ISO8601.format(Date(), fractional: true))])
+            try db.execute("UPDATE rtsync_site SET hlc = max(hlc, ?1, ?2), published_hlc = max(published_hlc, ?2), diff_seq = ?3, last_export = ?4",
+                           [.integer(newestCaptured), .integer(latest), .integer(sequence), .text(ISO8601.format(Date(), fractional: true))])
         } catch {
             // The transaction rolls back; the file must not outlive the bookkeeping that describes it.
             try? FileManager.default.removeItem(at: url)

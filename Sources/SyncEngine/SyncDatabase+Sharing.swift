@@ -54,6 +54,7 @@ extension SyncDatabase {
                            permission: SharePermission, directory: URL, signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> ShareResult? {
         try locked {
             try requireTracked()
+            try upgradeBookkeeping()
             try db.execute(Self.sharingDDL)
             let tracked = try Self.loadTracked(db)
             guard let info = tracked[table] else { throw SyncEngineError.noSuchTable(table: table) }
@@ -70,7 +71,7 @@ extension SyncDatabase {
             let user = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
             let stamp = Clock(hlc: try currentHLC().tick(), site: site)
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            let writer = try DiffWriter(directory: directory, kind: .share, authorUser: user, authorSite: site, expectedRows: rows.count)
+            let writer = try DiffWriter(directory: directory, id: try nextDiffID(), kind: .share, authorUser: user, authorSite: site, expectedRows: rows.count)
             try writer.addTable(def)
             var media: [String] = []
             let bornStmt = try db.prepare("SELECT born_hlc, born_site FROM rtsync_rows WHERE tid = ? AND pk = ?")
@@ -92,7 +93,7 @@ extension SyncDatabase {
                 }
             }
             let url = try writer.finish(signingKey: signingKey)
-            try db.execute("UPDATE rtsync_site SET hlc = max(hlc, ?)", [.integer(stamp.hlc.rawValue)])
+            try db.execute("UPDATE rtsync_site SET hlc = max(hlc, ?1), published_hlc = max(published_hlc, ?1)", [.integer(stamp.hlc.rawValue)])
             return ShareResult(file: url.path, diffID: writer.metadata.id.string, rows: rows.count, media: Array(Set(media)).sorted())
         }
     }

@@ -163,8 +163,9 @@ extension SyncDatabase {
         return try db.scalar("SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'pk'", [.text(def.name)])?.int64 == 0
     }
 
-    /// (Re)creates the plain-SQL capture triggers of one table. They only append to `rtsync_changes`,
-    /// need no custom function, and so capture writes from any connection, including the sqlite3 shell.
+    /// (Re)creates the plain-SQL capture triggers of one table. They only append to `rtsync_changes`, with the
+    /// clock of when the change was made (`captureClockSQL`), need no custom function, and so capture writes
+    /// from any connection, including the sqlite3 shell.
     ///
     /// Every trigger that fires is a sub-program call per row, so an UPDATE should fire as few as possible:
     /// `rtsync_upd_` fires only for UPDATEs that set a non-key column, `rtsync_key_` only for UPDATEs that
@@ -183,21 +184,22 @@ extension SyncDatabase {
         // lists the rowid's names (names that are no column are allowed in UPDATE OF, and never match).
         var keyOf = keys
         for name in ["rowid", "oid", "_rowid_"] where !keyOf.contains(where: { $0.lowercased() == name }) { keyOf.append(name) }
+        let clock = Self.captureClockSQL
         var sql = """
             CREATE TRIGGER rtsync_ins_\(tid) AFTER INSERT ON \(t) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 1, NULL); END;
+              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 1, NULL, \(clock)); END;
             CREATE TRIGGER rtsync_key_\(tid) AFTER UPDATE OF \(keyOf.map(quoteIdentifier).joined(separator: ", ")) ON \(t) WHEN NOT (\(sameKey)) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(oldKey), 3, NULL);
-              INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 1, NULL); END;
+              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(oldKey), 3, NULL, \(clock));
+              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 1, NULL, \(clock)); END;
             CREATE TRIGGER rtsync_del_\(tid) AFTER DELETE ON \(t) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(oldKey), 3, NULL); END;
+              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(oldKey), 3, NULL, \(clock)); END;
 
             """
         // A table of key columns only has nothing an update could change but its key.
         if !nonKeyColumns.isEmpty {
             sql += """
                 CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE OF \(nonKeyColumns.map(quoteIdentifier).joined(separator: ", ")) ON \(t) WHEN \(sameKey) BEGIN
-                  INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), \(newKey), 2, \(Self.changeMask(def.columnNames, keys: keyNames))); END;
+                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 2, \(Self.changeMask(def.columnNames, keys: keyNames)), \(clock)); END;
                 """
         }
         try db.execute(sql)

@@ -49,6 +49,11 @@ public final class SyncDatabase: @unchecked Sendable {
         try locked { try db.rows(sql, arguments) }
     }
 
+    /// Test hook: changes written through this connection are timed by a wall clock shifted by `milliseconds`.
+    package func shiftWallClockForTesting(milliseconds: Int64) throws {
+        try locked { try db.shiftWallClockForTesting(offsetMilliseconds: milliseconds) }
+    }
+
     /// Installs a custom resolver for column conflicts of `table` (used with the default policy).
     public func setResolver(for table: String, _ resolver: ConflictResolver?) {
         locked { resolvers[table] = resolver }
@@ -66,7 +71,9 @@ public final class SyncDatabase: @unchecked Sendable {
       user_id TEXT NOT NULL DEFAULT '',
       hlc INTEGER NOT NULL DEFAULT 0,
       diff_seq INTEGER NOT NULL DEFAULT 0,
-      last_export TEXT);
+      last_export TEXT,
+      published_hlc INTEGER NOT NULL DEFAULT 0,
+      last_diff_id TEXT);
     CREATE TABLE IF NOT EXISTS rtsync_tracked(
       tid INTEGER PRIMARY KEY,
       name TEXT NOT NULL UNIQUE,
@@ -76,12 +83,14 @@ public final class SyncDatabase: @unchecked Sendable {
       on_delete_conflict TEXT NOT NULL DEFAULT 'delete-wins');
     -- cols has no declared type: the update mask is an INTEGER bitmask (or '0'/'1' TEXT past 62 columns)
     -- and must keep its storage class.
+    -- hlc: the change's clock, taken when it was made (see captureClockSQL).
     CREATE TABLE IF NOT EXISTS rtsync_changes(
       seq INTEGER PRIMARY KEY,
       tid INTEGER NOT NULL,
       pk TEXT NOT NULL,
       op INTEGER NOT NULL,
-      cols);
+      cols,
+      hlc INTEGER NOT NULL DEFAULT 0);
     CREATE TABLE IF NOT EXISTS rtsync_clocks(
       tid INTEGER NOT NULL, pk TEXT NOT NULL, col TEXT NOT NULL,
       hlc INTEGER NOT NULL, site TEXT NOT NULL,
@@ -121,16 +130,61 @@ public final class SyncDatabase: @unchecked Sendable {
     }
 
     /// One-time repairs of bookkeeping written by earlier versions, each recorded in `rtsync_upgrades` once done
-    /// (one indexed lookup when there is nothing to do). Runs from `track` and before every apply.
+    /// (one indexed lookup when there is nothing to do). Runs from `track`, before every export and every apply.
     func upgradeBookkeeping() throws {
-        if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'clock-rows'")) != nil { return }
+        if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'edit-clocks'")) != nil { return }
         try db.execute("CREATE TABLE IF NOT EXISTS rtsync_upgrades(name TEXT PRIMARY KEY) WITHOUT ROWID")
-        // Every key with column clocks has an rtsync_rows entry (born 0 when its birth is unknown): apply's short
-        // path for rows new to this device relies on it. Earlier versions wrote clocks without one on export of
-        // edits to rows that predate tracking.
-        try db.execute("INSERT OR IGNORE INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks")
-        try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('clock-rows')")
+        if try db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'clock-rows'") == nil {
+            // Every key with column clocks has an rtsync_rows entry (born 0 when its birth is unknown): apply's short
+            // path for rows new to this device relies on it. Earlier versions wrote clocks without one on export of
+            // edits to rows that predate tracking.
+            try db.execute("INSERT OR IGNORE INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks")
+            try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('clock-rows')")
+        }
+        // Changes carry the clock of when they were made. Earlier versions stamped them at export: their
+        // triggers are re-made, and changes they captured get clocks from now on, in capture order (their
+        // edit times are unknown, and export time was what they would have had).
+        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_changes') WHERE name = 'hlc'") == nil {
+            try db.execute("ALTER TABLE rtsync_changes ADD COLUMN hlc INTEGER NOT NULL DEFAULT 0")
+        }
+        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'published_hlc'") == nil {
+            try db.execute("ALTER TABLE rtsync_site ADD COLUMN published_hlc INTEGER NOT NULL DEFAULT 0")
+            try db.execute("UPDATE rtsync_site SET published_hlc = hlc")
+        }
+        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'last_diff_id'") == nil {
+            try db.execute("ALTER TABLE rtsync_site ADD COLUMN last_diff_id TEXT")
+        }
+        try db.execute("UPDATE rtsync_changes SET hlc = (SELECT max(hlc + 1, \(Self.wallClockSQL)) FROM rtsync_site) + (seq - (SELECT min(seq) FROM rtsync_changes)) WHERE hlc = 0")
+        for info in try Self.loadTracked(db).values {
+            try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
+        }
+        try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('edit-clocks')")
     }
+
+    /// A new diff id for a file this site writes, later than every id it wrote before, also across processes
+    /// and when the wall clock went back (receivers apply a batch of diffs in id order). Inside the caller's
+    /// transaction.
+    func nextDiffID() throws -> KSUID {
+        var id = KSUID.generate()
+        if let text = try db.scalar("SELECT last_diff_id FROM rtsync_site")?.string, let last = try? KSUID(string: text),
+           id <= last, let next = last.successor() {
+            id = next
+        }
+        try db.execute("UPDATE rtsync_site SET last_diff_id = ?", [.text(id.string)])
+        return id
+    }
+
+    /// SQL for the wall time as a hybrid logical clock value (milliseconds << 16), from SQLite's own clock,
+    /// which stays the same for every row one statement writes.
+    static let wallClockSQL = "(CAST((julianday('now') - 2440587.5) * 86400000.0 + 0.5 AS INTEGER) << 16)"
+
+    /// SQL for the clock of a change made now: wall time, but after every clock this database has issued or
+    /// applied (`rtsync_site.hlc`) and after the change captured before it, so an edit made after applying a
+    /// remote change wins over it even when this device's wall clock is behind, and a site's clocks are unique
+    /// and increase in capture order.
+    static let captureClockSQL = """
+        max(\(wallClockSQL), (SELECT hlc FROM rtsync_site) + 1, coalesce((SELECT hlc FROM rtsync_changes ORDER BY seq DESC LIMIT 1), 0) + 1)
+        """
 
     /// This database's site id (stable from the first `track`).
     public func siteID() throws -> String {

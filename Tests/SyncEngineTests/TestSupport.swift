@@ -233,10 +233,11 @@ struct Twins {
         return (a, b)
     }
 
-    /// Every table with bookkeeping, the times of applying and logging blanked, plus the triggers.
+    /// Every table with bookkeeping, the times of applying and logging blanked, plus the triggers. (The clock of a
+    /// change captured while applying, a collision's loser deleted, is taken when it is made: it is blanked too.)
     static func comparableDump(_ r: Replica) throws -> [String: TableDump] {
         var dump = try r.fullDump()
-        for (table, column) in [("rtsync_applied", "applied_at"), ("rtsync_conflicts", "at")] {
+        for (table, column) in [("rtsync_applied", "applied_at"), ("rtsync_conflicts", "at"), ("rtsync_changes", "hlc")] {
             guard var t = dump[table], let i = t.columns.firstIndex(of: column) else { continue }
             for j in t.rows.indices { t.rows[j][i] = .null }
             t.rows.sort { $0.map(\.sqlLiteral).joined(separator: "|") < $1.map(\.sqlLiteral).joined(separator: "|") }
