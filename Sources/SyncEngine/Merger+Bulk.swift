@@ -140,6 +140,10 @@ extension Merger {
             var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
             if merger.reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells AS x NOT INDEXED WHERE x.tid = r.tid AND x.rid = r.rid)" }
             if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }
+            // A key in another storage class than the local column's is converted by the per-row merge.
+            for (i, position) in (plan.fastKeyPositions ?? []).enumerated() {
+                if let natural = plan.keyAffinities[i].naturalTypeof { isNew += " AND typeof(\(carried(position))) = '\(natural)'" }
+            }
             self.isNew = isNew
             arguments = [.text(merger.meta.authorSite), .text(merger.meta.authorUser)]
         }

@@ -30,7 +30,14 @@ extension Merger {
     }
 
     /// Merges one row change by the table's policy (its clocks already checked).
-    mutating func mergeFully(_ change: RowChange, plan: TablePlan) throws {
+    mutating func mergeFully(_ incoming: RowChange, plan: TablePlan) throws {
+        // Keys are matched as SQLite matches them: brought to the local columns' storage class first, so the
+        // bookkeeping, the merge rules, shares and owner checks all see the key the row will have here.
+        var change = incoming
+        for (i, position) in plan.keyPositions.enumerated() {
+            guard let position else { continue }
+            change.values[position] = try normalizedKey(change.values[position], plan.keyAffinities[i], plan: plan, column: i)
+        }
         let keyValues = plan.keyPositions.map { $0.map { change.values[$0] } ?? .null }
         let info = plan.info
         let remote = plan.remoteValues(change)
@@ -47,6 +54,23 @@ extension Merger {
         } else {
             try mergeUpsert(ctx, local)
         }
+    }
+
+    /// A key value in the storage class the local key column gives it; rejects the diff when that would change it.
+    mutating func normalizedKey(_ value: SQLValue, _ affinity: KeyAffinity, plan: TablePlan, column: Int) throws -> SQLValue {
+        if affinity.isNatural(value) { return value }
+        let realText = try cached("SELECT CAST(? AS TEXT)")
+        let normalized = try affinity.normalize(value) { d in
+            try realText.bind([.real(d)])
+            defer { realText.reset() }
+            _ = try realText.step()
+            return realText.column(0).string ?? ""
+        }
+        guard let normalized else {
+            let name = plan.info.definition.primaryKeyColumns[column]
+            throw SyncEngineError.diffRejected(file: reader.url.path, reason: "key \(value.sqlLiteral.prefix(80)) of '\(plan.info.table.name)'.'\(name)' would change when stored in the local column (declared \(plan.info.definition.columns.first { $0.name == name }?.type ?? "without a type")), so it cannot be matched to a row here")
+        }
+        return normalized
     }
 
     mutating func checkClock(_ clock: Clock, _ table: String) throws {
@@ -69,6 +93,8 @@ extension Merger {
     mutating func insertNew(_ plan: TablePlan, _ row: DiffRow) throws -> Bool {
         let info = plan.info
         guard plan.fastInsert, let keyPositions = plan.fastKeyPositions else { return false }
+        // A key in another storage class than the local column's is converted by the full merge.
+        for (i, position) in keyPositions.enumerated() where !plan.keyAffinities[i].isNatural(row.value(position)) { return false }
         if let ownerPosition = plan.ownerPosition, !row.isText(ownerPosition, equalTo: meta.authorUser) { return false }
         let tid = info.table.id
         if !pending.isEmpty || !readOnlyShares.isEmpty {
@@ -128,6 +154,8 @@ extension Merger {
         let keyLower: [String]
         /// Position of each primary key column in the incoming values.
         let keyPositions: [Int?]
+        /// The affinity of each local primary key column, in key order.
+        let keyAffinities: [KeyAffinity]
         /// Position in the incoming values of each of `allColumns`.
         let allPositions: [Int]
         /// Position in the incoming values of the owner column of an owner-only table.
@@ -188,6 +216,7 @@ extension Merger {
             let def = info.definition
             remoteLower = remoteDef.columnNames.map { $0.lowercased() }
             keyLower = def.primaryKeyColumns.map { $0.lowercased() }
+            keyAffinities = def.primaryKeyColumns.map { k in KeyAffinity(declaredType: def.columns.first { $0.name == k }?.type ?? "") }
             var index: [String: Int] = [:]
             var names: [String: String] = [:]
             for (i, c) in def.columnNames.enumerated() where index[c.lowercased()] == nil {
@@ -587,7 +616,9 @@ extension Merger {
     /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint.
     mutating func collidingRow(_ r: RowContext, newRow: [String: SQLValue]) throws -> ([SQLValue], [String])? {
         let keys = r.def.primaryKeyColumns
-        for u in r.def.uniqueConstraints {
+        if uniqueColumns[r.table] == nil { uniqueColumns[r.table] = try SyncDatabase.uniqueIndexColumns(db, r.table) }
+        // UNIQUE constraints and unique indexes (CREATE UNIQUE INDEX, partial ones too) alike.
+        for u in uniqueColumns[r.table] ?? [] {
             let vals = u.map { newRow[$0.lowercased()] ?? .null }
             if vals.contains(.null) { continue }
             let sql = "SELECT " + keys.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(r.table)

@@ -143,6 +143,8 @@ struct Merger {
     let clockLimit = (HLC.wallMilliseconds() + 86_400_000) << 16
     var readOnlyShares = Set<RowKey>()
     var plans: [String: TablePlan] = [:]
+    /// Columns of each table's UNIQUE constraints and unique indexes, read on first use.
+    var uniqueColumns: [String: [[String]]] = [:]
     /// Whether rows new to this device may be written in bulk (`insertNewRowsInBulk`).
     var bulkAllowed = true
     /// Rows written in bulk.
@@ -240,7 +242,13 @@ struct Merger {
                 guard lp == rp else {
                     throw SyncEngineError.diffRejected(file: file, reason: "incompatible schema for table '\(def.name)': primary key (\(rp.joined(separator: ", "))) in the diff, (\(lp.joined(separator: ", "))) here")
                 }
-                for column in def.columns where local.columnIndex(column.name) == nil {
+                let missing = def.columns.filter { local.columnIndex($0.name) == nil }
+                // Only the owner changes an owner-only table, its schema included: another user's diff may not add columns.
+                if !missing.isEmpty, try db.scalar("SELECT policy FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(def.name)])?.string == MergePolicy.ownerOnly.rawValue,
+                   let ownUser = try db.scalar("SELECT user_id FROM rtsync_site")?.string, !ownUser.isEmpty, meta.authorUser != ownUser {
+                    throw SyncEngineError.diffRejected(file: file, reason: "user '\(meta.authorUser)' may not add columns (\(missing.map(\.name).joined(separator: ", "))) to the owner-only table '\(def.name)'")
+                }
+                for column in missing {
                     do { try db.executeSingle(def.addColumnSQL(column)) } catch {
                         throw SyncEngineError.diffRejected(file: file, reason: "cannot add column '\(column.name)' to '\(def.name)': \(error)")
                     }

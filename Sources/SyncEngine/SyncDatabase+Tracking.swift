@@ -195,6 +195,19 @@ extension SyncDatabase {
               INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(oldKey), 3, NULL, \(clock)); END;
 
             """
+        // INSERT OR REPLACE (and REPLACE INTO) deletes the rows whose key or UNIQUE value the new row takes, and
+        // fires no delete trigger for them on a connection without recursive_triggers (the sqlite3 shell, most
+        // apps): record those deletes before the insert. When the insert then fails, ignores the row or turns into
+        // an UPSERT's update, the row is still there, and export sends no delete for a row that exists.
+        let probes = ([keys] + (try uniqueIndexColumns(db, def.name))).map { cols in
+            "(" + cols.map { "o.\(quoteIdentifier($0)) = NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ") + ")"
+        }
+        sql += """
+            CREATE TRIGGER rtsync_rep_\(tid) BEFORE INSERT ON \(t) BEGIN
+              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(Self.keyExpression(keys, row: "o", rowidAlias: rowidAlias)), 3, NULL, \(clock)
+                FROM \(t) AS o WHERE \(probes.joined(separator: " OR ")); END;
+
+            """
         // A table of key columns only has nothing an update could change but its key.
         if !nonKeyColumns.isEmpty {
             sql += """
@@ -237,7 +250,20 @@ extension SyncDatabase {
         }
     }
 
+    /// The columns of every UNIQUE constraint and unique index of `table` other than its primary key, for those made of
+    /// plain columns (an index on expressions is left out). A partial index is listed as if it covered every row.
+    static func uniqueIndexColumns(_ db: Connection, _ table: String) throws -> [[String]] {
+        var out: [[String]] = []
+        for idx in try db.rows("SELECT name FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk' ORDER BY name", [.text(table)]) {
+            guard let name = idx[0].string else { continue }
+            let cols = try db.rows("SELECT cid, name FROM pragma_index_xinfo(?, 'main') WHERE key = 1 ORDER BY seqno", [.text(name)])
+            guard !cols.isEmpty, cols.allSatisfy({ ($0[0].int64 ?? -2) >= 0 }) else { continue }
+            out.append(cols.compactMap { $0[1].string })
+        }
+        return out
+    }
+
     static func dropTriggers(_ db: Connection, tid: Int64) throws {
-        for kind in ["ins", "upd", "key", "del"] { try db.execute("DROP TRIGGER IF EXISTS rtsync_\(kind)_\(tid)") }
+        for kind in ["ins", "upd", "key", "del", "rep"] { try db.execute("DROP TRIGGER IF EXISTS rtsync_\(kind)_\(tid)") }
     }
 }

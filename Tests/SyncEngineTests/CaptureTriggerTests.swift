@@ -154,7 +154,7 @@ struct CaptureTriggerTests {
         try a.exec("UPDATE notes SET body = 'y'")
         try a.db.track()
         let triggers = try a.rows("SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = 'notes' ORDER BY name")
-        #expect(triggers.compactMap { $0[0].string } == ["rtsync_del_\(tid)", "rtsync_ins_\(tid)", "rtsync_key_\(tid)", "rtsync_upd_\(tid)"])
+        #expect(triggers.compactMap { $0[0].string } == ["rtsync_del_\(tid)", "rtsync_ins_\(tid)", "rtsync_key_\(tid)", "rtsync_rep_\(tid)", "rtsync_upd_\(tid)"])
         #expect(triggers.allSatisfy { ($0[1].string ?? "").contains("INSERT INTO rtsync_changes") })
         #expect(triggers.filter { ($0[1].string ?? "").contains("AFTER UPDATE OF") }.count == 2)
         try a.exec("UPDATE notes SET id = 'b'")

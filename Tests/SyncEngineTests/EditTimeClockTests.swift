@@ -206,6 +206,6 @@ struct EditTimeClockTests {
         #expect(changes.allSatisfy { $0.clock.hlc.rawValue > 0 })
         #expect(changes[0].clock < changes[1].clock)
         let triggers = try c1.rows("SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = 'items'").compactMap { $0[0].string }
-        #expect(triggers.count == 4 && triggers.allSatisfy { $0.contains("julianday('now')") })
+        #expect(triggers.count == 5 && triggers.allSatisfy { $0.contains("julianday('now')") })
     }
 }

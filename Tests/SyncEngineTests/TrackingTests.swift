@@ -16,12 +16,12 @@ struct TrackingTests {
         #expect(try a.db.siteID() == site)
         #expect(try a.db.trackedTables().map(\.name) == first)
         #expect(first == ["accounts", "evidence", "owners", "requests", "things", "translations"])
-        // One set of triggers per table, not duplicates: four, or three for a table of key columns only
+        // One set of triggers per table, not duplicates: five, or four for a table of key columns only
         // (owners), which has no update trigger.
         let triggers = try a.value("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND name LIKE 'rtsync_%'")
         let keyOnly = try a.value("SELECT count(*) FROM rtsync_tracked t WHERE NOT EXISTS (SELECT 1 FROM pragma_table_info(t.name) WHERE pk = 0)")
         #expect(keyOnly == .integer(1))
-        #expect(triggers == .integer(Int64(4 * first.count - 1)))
+        #expect(triggers == .integer(Int64(5 * first.count - 1)))
         // Still captures exactly one change per write.
         try a.exec("UPDATE things SET color = 'red' WHERE id = '2siF0MQxlcAmWuBgrPsNUQrOdcv'")
         #expect(try a.db.pendingChangeCount() == 1)

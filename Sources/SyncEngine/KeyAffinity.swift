@@ -1,0 +1,72 @@
+import Foundation
+import RTSQLite
+
+/// SQLite's type affinity of a declared column type, used to bring incoming key values to the storage class
+/// the local column gives them (https://www.sqlite.org/datatype3.html#determination_of_column_affinity).
+enum KeyAffinity: Sendable, Equatable {
+    case integer, text, blob, real, numeric
+
+    /// The affinity SQLite gives a column declared with `type` (the rules of section 3.1, in their order).
+    init(declaredType type: String) {
+        let t = type.uppercased()
+        if t.contains("INT") { self = .integer }
+        else if t.contains("CHAR") || t.contains("CLOB") || t.contains("TEXT") { self = .text }
+        else if t.contains("BLOB") || t.trimmingCharacters(in: .whitespaces).isEmpty { self = .blob }
+        else if t.contains("REAL") || t.contains("FLOA") || t.contains("DOUB") { self = .real }
+        else { self = .numeric }
+    }
+
+    /// What `typeof()` says of a key value that needs no conversion for this affinity (nil: any is kept as it is).
+    var naturalTypeof: String? {
+        switch self {
+        case .integer, .numeric: return "integer"
+        case .text: return "text"
+        case .real: return "real"
+        case .blob: return nil
+        }
+    }
+
+    /// Whether `value` already has the storage class this affinity keeps.
+    func isNatural(_ value: SQLValue) -> Bool {
+        switch (self, value) {
+        case (.blob, _), (.integer, .integer), (.numeric, .integer), (.text, .text), (.real, .real): return true
+        default: return false
+        }
+    }
+
+    /// `value` as SQLite would store it in a column of this affinity, or nil when that conversion would not give
+    /// the same value back (text `' 4'` or `'4.0'` for an INTEGER key, a number too large for a REAL): such a key
+    /// would match a different row here than on the device that sent it. `realText` renders a REAL as SQLite does.
+    func normalize(_ value: SQLValue, realText: (Double) throws -> String) rethrows -> SQLValue? {
+        if isNatural(value) { return value }
+        switch (self, value) {
+        case (_, .null), (_, .blob):
+            return value
+        case (.text, .integer(let i)):
+            return .text(String(i))
+        case (.text, .real(let d)):
+            let text = try realText(d)
+            return Double(text) == d ? .text(text) : nil
+        case (.integer, .real(let d)), (.numeric, .real(let d)):
+            if d == d.rounded(), let i = Int64(exactly: d) { return .integer(i) }
+            return value
+        case (.integer, .text(let t)), (.numeric, .text(let t)):
+            if let i = Int64(t), String(i) == t { return .integer(i) }
+            return Self.looksNumeric(t) ? nil : value
+        case (.real, .integer(let i)):
+            guard let d = Double(exactly: i) else { return nil }
+            return .real(d)
+        case (.real, .text(let t)):
+            return Self.looksNumeric(t) ? nil : value
+        default:
+            return value
+        }
+    }
+
+    /// Whether SQLite could read `text` as a number when applying a numeric affinity (spaces around it allowed).
+    static func looksNumeric(_ text: String) -> Bool {
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !trimmed.isEmpty, trimmed.unicodeScalars.allSatisfy({ "0123456789+-.eE".unicodeScalars.contains($0) }) else { return false }
+        return Double(trimmed) != nil
+    }
+}
