@@ -22,6 +22,13 @@ struct ConvergencePropertyTests {
     static let rounds = 4
     static let keys = (0..<8).map { "k\($0)" }
 
+    /// Seeds for one property: `ci` of them in the suite, or `RTSYNC_PROPERTY_SEEDS` of them for a long run
+    /// outside CI (`RTSYNC_PROPERTY_SEEDS=2000 swift test --filter Convergence`).
+    static func seeds(from first: Int, ci: Int) -> Range<Int> {
+        let n = ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"].flatMap(Int.init) ?? ci
+        return first..<(first + n)
+    }
+
     /// Builds the shared starting database: one table with a TEXT key and three value columns.
     static func makeBase(in box: Sandbox, uniqueA: Bool) throws -> URL {
         let url = box.path("base.sqlite")
@@ -45,7 +52,9 @@ struct ConvergencePropertyTests {
         let b: SQLValue = .integer(Int64.random(in: 0..<50, using: &rng))
         let c: SQLValue = Bool.random(using: &rng) ? .real(Double(Int.random(in: 0..<100, using: &rng)) / 4) : .null
         if !exists {
-            try r.exec("INSERT OR IGNORE INTO items VALUES (?, ?, ?, ?)", [.text(key), a, b, c])
+            // With a UNIQUE column, REPLACE may take another row's value (that row is deleted).
+            let verb = uniqueA && Bool.random(using: &rng) ? "INSERT OR REPLACE" : "INSERT OR IGNORE"
+            try r.exec("\(verb) INTO items VALUES (?, ?, ?, ?)", [.text(key), a, b, c])
             return
         }
         switch Int.random(in: 0..<10, using: &rng) {
@@ -60,26 +69,33 @@ struct ConvergencePropertyTests {
         }
     }
 
-    @Test(arguments: 0..<30)
+    @Test(arguments: seeds(from: 0, ci: 30))
     func randomEditsOnThreeReplicas_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
         try run(seed: seed, uniqueA: false)
     }
 
-    @Test(arguments: 1000..<1020)
+    @Test(arguments: seeds(from: 1000, ci: 20))
     func randomEditsWithUniqueColumn_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
         try run(seed: seed, uniqueA: true)
     }
 
-    @Test(arguments: 2000..<2030)
+    @Test(arguments: seeds(from: 2000, ci: 30))
     func randomEditsWithLastWriterWinsDeletes_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
         try run(seed: seed, uniqueA: false, policy: TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins))
     }
 
-    func run(seed: Int, uniqueA: Bool, policy: TablePolicy? = nil) throws {
+    /// Each replica's wall clock is off by up to an hour either way (changes are timed by when they were made).
+    @Test(arguments: seeds(from: 3000, ci: 20))
+    func randomEditsWithSkewedClocks_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
+        try run(seed: seed, uniqueA: seed % 2 == 0, skewed: true)
+    }
+
+    func run(seed: Int, uniqueA: Bool, policy: TablePolicy? = nil, skewed: Bool = false) throws {
         var rng = SeededGenerator(seed: UInt64(seed))
         let box = try Sandbox("prop\(seed)")
         let base = try Self.makeBase(in: box, uniqueA: uniqueA)
         let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base, policies: policy.map { ["items": $0] } ?? [:]) }
+        if skewed { for r in replicas { try r.db.shiftWallClockForTesting(milliseconds: Int64.random(in: -3_600_000...3_600_000, using: &rng)) } }
         var diffs: [URL] = []
         func deliver(_ files: [URL], to r: Replica, duplicates: Bool) {
             var batch = files

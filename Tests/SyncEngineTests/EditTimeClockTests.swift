@@ -209,3 +209,22 @@ struct EditTimeClockTests {
         #expect(triggers.count == 5 && triggers.allSatisfy { $0.contains("julianday('now')") })
     }
 }
+
+extension EditTimeClockTests {
+    /// A site's diff ids sort in the order it wrote them also across processes and when the wall clock went back:
+    /// the last id is kept in the database.
+    @Test func diffIDs_increaseAcrossProcesses_andWhenTheClockGoesBack() throws {
+        let box = try Sandbox("edit-time-ids")
+        let c1 = try Self.replicas(box, ["c1"])[0]
+        // An id from a later second than now, as a process with a clock ahead (or an earlier process) left it.
+        let ahead = KSUID.generate(at: Date().addingTimeInterval(3_600))
+        try c1.exec("UPDATE rtsync_site SET last_diff_id = ?", [.text(ahead.string)])
+        var ids: [String] = []
+        for i in 0..<3 {
+            try c1.exec("UPDATE items SET b = ? WHERE id = 'k0'", [.integer(Int64(100 + i))])
+            ids.append(try c1.exportFile().deletingPathExtension().lastPathComponent)
+        }
+        #expect(ids.allSatisfy { $0 > ahead.string }, "\(ids) after \(ahead)")
+        #expect(ids == ids.sorted() && Set(ids).count == 3)
+    }
+}
