@@ -25,6 +25,9 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
         extendedCode == 2067 || extendedCode == 1555
     }
 
+    /// True for a FOREIGN KEY constraint failure (SQLITE_CONSTRAINT_FOREIGNKEY).
+    public var isForeignKeyViolation: Bool { extendedCode == 787 }
+
     /// True for any constraint failure (NOT NULL, CHECK, FOREIGN KEY, UNIQUE...).
     public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
 

@@ -6,6 +6,9 @@ public enum ApplyStatus: String, Sendable, Codable {
     case skipped
     /// Refused; the database is unchanged and the file was quarantined.
     case rejected
+    /// Not applied yet: it refers to rows this device has not received (a foreign key to a row another diff
+    /// brings). The database is unchanged, the file stays where it is, and applying it again later is expected.
+    case deferred
 }
 
 /// The outcome of applying one diff.

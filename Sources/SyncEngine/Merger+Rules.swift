@@ -416,6 +416,8 @@ extension Merger {
         guard try writeResolvingUnique(r, local, newRow: newRow, { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
         try setRowMeta(r, local.key, born: local.born, deleted: nil)
         try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
+        // The row comes back referencing what it referenced: a parent deleted here meanwhile gets its ON DELETE action.
+        try applyDeleteActionsForDeletedParents(r, local, written: cols)
         let erased = r.def.columnNames.filter { !changed.contains($0.lowercased()) && !keys.contains($0.lowercased()) }
         try setClocks(r, local.key, columns: erased, clock: deletedAt)
         try purgePending(r, local)
@@ -535,7 +537,11 @@ extension Merger {
                         reason: "row deleted on another device while changed here")
             }
         }
+        // What the schema's ON DELETE actions will do to children here is merged like any change.
+        var visited: Set<RowKey> = [RowKey(r.info.table.id, local.key)]
+        let actions = try local.values.map { try pendingDeleteActions(parent: r.info, values: $0, seen: &visited) } ?? []
         try cached(r.plan.deleteSQL).run(r.keyValues)
+        try recordDeleteActions(actions, deleted: r.change.clock)
         try setRowMeta(r, local.key, born: max(r.change.born, local.born == Merger.unexported ? r.change.born : local.born), deleted: r.change.clock)
         try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
         try purgePending(r, local)
@@ -601,16 +607,7 @@ extension Merger {
     /// sending the decision on makes every replica drop the same row (the later-born one) after the next exchange.
     /// The delete's clock is taken now, as a capture trigger takes it, and is later than the change that decided it.
     mutating func captureResolutionDelete(_ info: TrackedInfo, key: String, after decider: Clock) throws {
-        let select = try cached("SELECT max(\(SyncDatabase.captureClockSQL), ?)")
-        try select.bind([.integer(max(decider.hlc.rawValue, maxRemoteHLC) + 1)])
-        _ = try select.step()
-        let clock = select.column(0).int64 ?? 0
-        select.reset()
-        try cached("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (?, ?, 3, NULL, ?)").run([.integer(info.table.id), .text(key), .integer(clock)])
-        var p = pending[RowKey(info.table.id, key)] ?? PendingLocal()
-        p.lastOp = 3
-        p.lastHLC = clock
-        pending[RowKey(info.table.id, key)] = p
+        try captureDecision(tid: info.table.id, key: key, op: 3, mask: .null, after: decider)
     }
 
     /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint.
@@ -672,15 +669,20 @@ extension Merger {
             let deletedHere = hasTombstone || pending[RowKey(parent.table.id, parentKey)]?.lastOp == 3
             guard deletedHere else { continue }
             let reason = "references a row of '\(parent.table.name)' deleted on this device: ON DELETE \(action) applied"
+            // The action is a decision of this device: logged, and captured so that every replica ends the same.
             if action == "SET NULL" {
                 for (c, v) in zip(fk.columns, childValues) {
                     try log(r, local, column: c, localValue: .null, remoteValue: v, localClock: Merger.unexported, winner: "local", reason: reason)
                 }
                 try cached("UPDATE " + quoteIdentifier(r.table) + " SET " + fk.columns.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ")
                            + " WHERE " + whereKey).run(r.keyValues)
+                try captureDecision(tid: r.info.table.id, key: local.key, op: 2, mask: Self.changeMask(r.info, columns: fk.columns), after: r.change.latestClock)
             } else {
                 try log(r, local, column: "", localValue: .null, remoteValue: .null, localClock: Merger.unexported, winner: "local", reason: reason)
                 try cached("DELETE FROM " + quoteIdentifier(r.table) + " WHERE " + whereKey).run(r.keyValues)
+                try setRowMeta(r, local.key, born: r.change.born, deleted: r.change.latestClock)
+                try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
+                try captureDecision(tid: r.info.table.id, key: local.key, op: 3, mask: .null, after: r.change.latestClock)
                 return
             }
         }

@@ -6,7 +6,8 @@ import RTSQLite
 extension SyncDatabase {
     /// Applies diff files in KSUID order; each diff is one transaction and is applied at most once.
     ///
-    /// A rejected diff leaves the database unchanged and is moved to `quarantine` (when given).
+    /// A rejected diff leaves the database unchanged and is moved to `quarantine` (when given); a diff deferred for
+    /// rows another diff of the batch brings is applied after it.
     public func apply(diffs urls: [URL], quarantine: URL? = nil, limits: DiffLimits = .default) -> [ApplyReport] {
         let ordered = urls.enumerated().sorted { a, b in
             let ka = DiffFile.diffID(fromFileName: a.element.lastPathComponent), kb = DiffFile.diffID(fromFileName: b.element.lastPathComponent)
@@ -17,7 +18,17 @@ extension SyncDatabase {
             default: return a.offset < b.offset
             }
         }.map(\.element)
-        return ordered.map { apply(diff: $0, quarantine: quarantine, limits: limits) }
+        var reports = ordered.map { apply(diff: $0, quarantine: quarantine, limits: limits) }
+        // A diff deferred for rows another diff of the batch brings is tried again once that one is applied.
+        var progress = reports.contains { $0.status == .applied }
+        while progress, reports.contains(where: { $0.status == .deferred }) {
+            progress = false
+            for i in reports.indices where reports[i].status == .deferred {
+                reports[i] = apply(diff: ordered[i], quarantine: quarantine, limits: limits)
+                if reports[i].status == .applied { progress = true }
+            }
+        }
+        return reports
     }
 
     /// Applies one diff file (see `apply(diffs:quarantine:limits:)`).
@@ -81,6 +92,13 @@ extension SyncDatabase {
             } catch let e as SyncEngineError {
                 if case .diffRejected(_, let reason) = e { return reject(reason) }
                 return reject(e.description)
+            } catch let e as SQLiteError where e.isForeignKeyViolation {
+                // Diffs may arrive in any order: a row whose parent another diff brings waits for it.
+                report.status = .deferred
+                report.reason = "refers to rows this device has not received yet (FOREIGN KEY); nothing was changed, apply it again after the diffs that bring them"
+                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0
+                report.tablesCreated = []; report.columnsAdded = []
+                return report
             } catch let e as SQLiteError {
                 return reject(e.isConstraintViolation ? "constraint failed: \(e.message)" : e.description)
             } catch {

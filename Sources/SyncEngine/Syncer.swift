@@ -216,20 +216,23 @@ public struct Syncer: Sendable {
                 accepted.append(url)
             }
             reports += db.apply(diffs: accepted, quarantine: home.quarantine)
-            for r in reports where r.status != .rejected { try? fm.removeItem(atPath: r.file) }
+            // A deferred diff stays in the inbox and is applied again by the next sync.
+            for r in reports where r.status != .rejected && r.status != .deferred { try? fm.removeItem(atPath: r.file) }
             report.applied = reports
             let applied = reports.filter { $0.status == .applied }
             let rejected = reports.filter { $0.status == .rejected }
+            let deferred = reports.filter { $0.status == .deferred }.count
             let rows = applied.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }
             report.phases.append(SyncPhase(name: "apply", ok: rejected.isEmpty,
-                                           summary: "applied \(applied.count) diff(s) (\(rows) row(s), \(applied.reduce(0) { $0 + $1.conflicts }) conflict(s)), skipped \(reports.count - applied.count - rejected.count), rejected \(rejected.count)",
+                                           summary: "applied \(applied.count) diff(s) (\(rows) row(s), \(applied.reduce(0) { $0 + $1.conflicts }) conflict(s)), skipped \(reports.filter { $0.status == .skipped }.count), rejected \(rejected.count)"
+                                               + (deferred == 0 ? "" : ", deferred \(deferred) (waiting for rows other diffs bring)"),
                                            error: rejected.isEmpty ? nil : rejected.map { "\(URL(fileURLWithPath: $0.file).lastPathComponent): \($0.reason ?? "")" }.joined(separator: "; ")))
         }
 
         // Publish what this device has applied (only when that changed, so an idle sync stays one LIST),
         // and compact automatically once inbound grows past the threshold.
         if !dryRun, let listedIDs {
-            let changed = report.exported != nil || report.applied.contains { $0.status != .rejected }
+            let changed = report.exported != nil || report.applied.contains { $0.status == .applied || $0.status == .skipped }
             if changed {
                 do { try await Compactor.publishCursor(db: db, user: user, listed: listedIDs + (report.exported.map { [$0.diffID] } ?? []), remote: remote, home: home) } catch {
                     report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not publish this device's cursor", error: "\(error)"))

@@ -69,15 +69,18 @@ extension RTSync.Diff {
                         print(line)
                     case .skipped:
                         print("skipped  \(name): \(r.reason ?? "")")
+                    case .deferred:
+                        print("deferred \(name): \(r.reason ?? "")")
+                        _ = fail("diff not applied yet: \(r.reason ?? "") (\(r.file))", hint: "apply the diffs it depends on first, or run the same command again with them; the file was left in place")
                     case .rejected:
                         print("rejected \(name): \(r.reason ?? "")")
                         _ = fail("diff rejected: \(r.reason ?? "") (\(r.file))", hint: "nothing was changed; the file was moved to \(r.quarantinedTo ?? "(could not move it)")")
                     }
                 }
                 let c = Dictionary(grouping: reports, by: \.status).mapValues(\.count)
-                print("\(reports.count) diff(s): \(c[.applied] ?? 0) applied, \(c[.skipped] ?? 0) skipped, \(c[.rejected] ?? 0) rejected")
+                print("\(reports.count) diff(s): \(c[.applied] ?? 0) applied, \(c[.skipped] ?? 0) skipped, \(c[.rejected] ?? 0) rejected" + (c[.deferred].map { ", \($0) deferred" } ?? ""))
             }
-            if reports.contains(where: { $0.status == .rejected }) { throw ExitCode(1) }
+            if reports.contains(where: { $0.status == .rejected || $0.status == .deferred }) { throw ExitCode(1) }
         }
     }
 }
