@@ -79,15 +79,16 @@ extension Merger {
     }
 
     /// Logs, records and (for children the author did not know of) captures what the ON DELETE actions did,
-    /// once the parent row is deleted. `deleted` is the delete's clock.
-    mutating func recordDeleteActions(_ actions: [DeleteAction], deleted: Clock) throws {
+    /// once the parent row is deleted. `deleted` is the delete's clock; `decidedHere` when the merge decided the
+    /// delete itself (then no author carries out the actions elsewhere, and all of them are captured).
+    mutating func recordDeleteActions(_ actions: [DeleteAction], deleted: Clock, decidedHere: Bool) throws {
         for a in actions {
             let tid = a.info.table.id
             let def = a.info.definition
             let reason = "ON DELETE \(a.action): the referenced row of '\(a.parentTable)' was deleted on another device"
             if a.action == "SET NULL" {
                 let clocks = try a.columns.map { try columnClock(a.info, key: a.key, column: $0) }
-                let concurrent = clocks.contains { isConcurrent($0) }
+                let concurrent = decidedHere || clocks.contains { isConcurrent($0) }
                 if concurrent {
                     for (c, clock) in zip(a.columns, clocks) {
                         let old = def.columnIndex(c).map { a.values[$0] } ?? .null
@@ -105,7 +106,7 @@ extension Merger {
             } else {
                 let born = try bornClock(a.info, key: a.key) ?? .zero
                 let p = pending[RowKey(tid, a.key)]
-                let concurrent = p != nil || isConcurrent(born) || def.columnNames.contains { (try? isConcurrent(columnClock(a.info, key: a.key, column: $0))) == true }
+                let concurrent = decidedHere || p != nil || isConcurrent(born) || def.columnNames.contains { (try? isConcurrent(columnClock(a.info, key: a.key, column: $0))) == true }
                 if concurrent {
                     try logAction(table: a.info.table.name, key: a.key, column: "", localValue: .null, localClock: born, deleted: deleted, reason: reason)
                 }

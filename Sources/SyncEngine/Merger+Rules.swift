@@ -541,7 +541,8 @@ extension Merger {
         var visited: Set<RowKey> = [RowKey(r.info.table.id, local.key)]
         let actions = try local.values.map { try pendingDeleteActions(parent: r.info, values: $0, seen: &visited) } ?? []
         try cached(r.plan.deleteSQL).run(r.keyValues)
-        try recordDeleteActions(actions, deleted: r.change.clock)
+        // A delete this device decided (a UNIQUE collision's loser) was made by nobody else: all its actions are ours.
+        try recordDeleteActions(actions, deleted: r.change.clock, decidedHere: !logConcurrent)
         try setRowMeta(r, local.key, born: max(r.change.born, local.born == Merger.unexported ? r.change.born : local.born), deleted: r.change.clock)
         try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
         try purgePending(r, local)

@@ -199,11 +199,16 @@ extension SyncDatabase {
         // fires no delete trigger for them on a connection without recursive_triggers (the sqlite3 shell, most
         // apps): record those deletes before the insert. When the insert then fails, ignores the row or turns into
         // an UPSERT's update, the row is still there, and export sends no delete for a row that exists.
-        let probes = ([keys] + (try uniqueIndexColumns(db, def.name))).map { cols in
+        let uniques = [keys] + (try uniqueIndexColumns(db, def.name))
+        let probes = uniques.map { cols in
             "(" + cols.map { "o.\(quoteIdentifier($0)) = NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ") + ")"
         }
+        // The WHEN clause (one index lookup per key or unique index) keeps the common insert of a new row cheap.
+        let taken = uniques.map { cols in
+            "EXISTS (SELECT 1 FROM \(t) WHERE " + cols.map { "\(quoteIdentifier($0)) = NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ") + ")"
+        }
         sql += """
-            CREATE TRIGGER rtsync_rep_\(tid) BEFORE INSERT ON \(t) BEGIN
+            CREATE TRIGGER rtsync_rep_\(tid) BEFORE INSERT ON \(t) WHEN \(taken.joined(separator: " OR ")) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(Self.keyExpression(keys, row: "o", rowidAlias: rowidAlias)), 3, NULL, \(clock)
                 FROM \(t) AS o WHERE \(probes.joined(separator: " OR ")); END;
 
