@@ -205,6 +205,8 @@ struct Merger {
         }
         // Row order inside a diff must not matter: foreign keys are checked at commit.
         try db.execute("PRAGMA defer_foreign_keys = ON")
+        // Changes captured since a schema change are re-keyed to the columns as they are now, before any is read.
+        try SyncDatabase.refreshTracking(db)
         try adjustSchema()
         tracked = try SyncDatabaseInternals.loadTracked(db)
         // Writes made while applying are not captured (no echo): the capture triggers are dropped for the

@@ -54,6 +54,7 @@ extension SyncDatabase {
 
     private func exportLocked(to directory: URL, signingKey: Curve25519.Signing.PrivateKey?) throws -> ExportResult? {
         try upgradeBookkeeping()
+        try Self.refreshTracking(db)
         guard let maxSeq = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 else { return nil }
         let tracked = try Self.loadTracked(db)
         let byID = Dictionary(uniqueKeysWithValues: tracked.values.map { ($0.table.id, $0) })

@@ -29,6 +29,8 @@ extension SyncDatabase {
         try locked {
             try db.transaction {
                 try installBookkeeping()
+                // `--all` means every table, now and later: tables created afterwards are tracked at the next export.
+                if tables == nil { try db.execute("UPDATE rtsync_site SET track_all = 1") }
                 let names = try tables ?? userTableNames()
                 var out: [TrackedTable] = []
                 for name in names { out.append(try trackTable(name, policy: policy)) }
@@ -56,6 +58,28 @@ extension SyncDatabase {
         try locked { try requireTracked(); return try Self.loadTracked(db).values.map(\.table).sorted { $0.name < $1.name } }
     }
 
+    /// Runs the app's schema migration (`ALTER TABLE … DROP COLUMN`, `RENAME COLUMN`, `ADD COLUMN`, new tables) with
+    /// rtsync's capture triggers out of the way, in one transaction, then tracks the tables as they are now; changes
+    /// captured before are kept under their columns' new positions. SQLite refuses to drop a column that a trigger
+    /// names, so dropping a column of a tracked table goes through here. Rows the migration itself writes are not
+    /// captured (every device runs the same migration).
+    /// - Throws: the migration's own SQLite error; nothing is changed then.
+    public func migrate(sql: String) throws {
+        try locked {
+            try requireTracked()
+            try db.transaction {
+                try upgradeBookkeeping()
+                try Self.refreshTracking(db)
+                for info in try Self.loadTracked(db).values { try Self.dropTriggers(db, tid: info.table.id) }
+                try db.execute(sql)
+                try Self.refreshTracking(db)
+                for info in try Self.loadTracked(db).values {
+                    try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
+                }
+            }
+        }
+    }
+
     /// Sets the merge policy of a tracked table (also settable from a config file, see `PolicyConfig`).
     public func setPolicy(_ policy: TablePolicy, for table: String) throws {
         try locked {
@@ -79,7 +103,9 @@ extension SyncDatabase {
 
     // MARK: - Internals
 
-    func userTableNames() throws -> [String] {
+    func userTableNames() throws -> [String] { try Self.userTableNames(db) }
+
+    static func userTableNames(_ db: Connection) throws -> [String] {
         try db.rows("""
             SELECT name FROM sqlite_schema WHERE type = 'table'
               AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE 'rtsync\\_%' ESCAPE '\\'
@@ -168,8 +194,9 @@ extension SyncDatabase {
     /// from any connection, including the sqlite3 shell.
     ///
     /// Every trigger that fires is a sub-program call per row, so an UPDATE should fire as few as possible:
-    /// `rtsync_upd_` fires only for UPDATEs that set a non-key column, `rtsync_key_` only for UPDATEs that
-    /// set a key column (or the rowid), each then checking in its WHEN whether the key really changed.
+    /// `rtsync_key_` fires only for UPDATEs that set a key column (or the rowid); `rtsync_upd_` fires for every
+    /// UPDATE that keeps the key. It names no columns, so an UPDATE of a column added after tracking is still
+    /// captured (with no known column in its mask, which `refreshTracking` reads as "the added columns").
     static func installTriggers(_ db: Connection, tid: Int64, definition def: TableDefinition) throws {
         try dropTriggers(db, tid: tid)
         let t = quoteIdentifier(def.name)
@@ -216,7 +243,7 @@ extension SyncDatabase {
         // A table of key columns only has nothing an update could change but its key.
         if !nonKeyColumns.isEmpty {
             sql += """
-                CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE OF \(nonKeyColumns.map(quoteIdentifier).joined(separator: ", ")) ON \(t) WHEN \(sameKey) BEGIN
+                CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE ON \(t) WHEN \(sameKey) BEGIN
                   INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 2, \(Self.changeMask(def.columnNames, keys: keyNames)), \(clock)); END;
                 """
         }
@@ -252,6 +279,47 @@ extension SyncDatabase {
         case .integer(let bits): return (0..<63).filter { bits & (1 << $0) != 0 }
         case .text(let m): return m.utf8.enumerated().compactMap { $0.element == UInt8(ascii: "1") ? $0.offset : nil }
         default: return []
+        }
+    }
+
+    /// Brings tracking up to date with the schema, before anything is exported or applied: a tracked table whose
+    /// columns changed (added, renamed or dropped since `track`) gets triggers for its columns now, and its
+    /// captured changes are re-keyed to the new column list, so no change is dropped or sent under the wrong
+    /// column; with `track --all`, tables created since are tracked, and the rows they already hold are captured.
+    static func refreshTracking(_ db: Connection) throws {
+        for info in try loadTracked(db).values where info.table.columns != info.definition.columnNames {
+            let old = info.table.columns, new = info.definition.columnNames
+            let newIndex = Dictionary(new.enumerated().map { ($0.element.lowercased(), $0.offset) }, uniquingKeysWith: { a, _ in a })
+            let oldNames = Set(old.map { $0.lowercased() }), newNames = Set(new.map { $0.lowercased() })
+            // Where a name changed in place and neither name is found elsewhere: RENAME COLUMN, which keeps positions.
+            let renamed = old.count == new.count && zip(old, new).allSatisfy { o, n in
+                o.lowercased() == n.lowercased() || (!newNames.contains(o.lowercased()) && !oldNames.contains(n.lowercased()))
+            }
+            let added = new.indices.filter { !oldNames.contains(new[$0].lowercased()) }
+            func remap(_ positions: [Int]) -> [Int] {
+                if positions.isEmpty { return added }
+                if renamed { return positions }
+                return positions.compactMap { $0 < old.count ? newIndex[old[$0].lowercased()] : nil }
+            }
+            let keys = Set(info.definition.primaryKeyColumns.map { $0.lowercased() })
+            let rows = try db.rows("SELECT seq, cols FROM rtsync_changes WHERE tid = ? AND op = 2", [.integer(info.table.id)])
+            let update = try db.prepare("UPDATE rtsync_changes SET cols = ? WHERE seq = ?")
+            for r in rows {
+                let positions = remap(changedPositions(r[1])).filter { !keys.contains(new[$0].lowercased()) }
+                let mask: SQLValue = new.count <= 62 ? .integer(positions.reduce(Int64(0)) { $0 | (Int64(1) << $1) })
+                    : .text(String(new.indices.map { positions.contains($0) ? "1" : "0" }))
+                try update.run([mask, r[0]])
+            }
+            _ = try trackTable(db, info.table.name, policy: nil)
+        }
+        if try db.scalar("SELECT track_all FROM rtsync_site")?.int64 == 1 {
+            let tracked = Set(try db.rows("SELECT name FROM rtsync_tracked").compactMap { $0[0].string?.lowercased() })
+            for name in try userTableNames(db) where !tracked.contains(name.lowercased()) {
+                // A table that cannot be tracked (no primary key) stays local until it can; `track` says why.
+                guard let table = try? trackTable(db, name, policy: nil), let def = try TableDefinition.read(table: name, from: db) else { continue }
+                let rowidAlias = try hasRowidAliasKey(db, def)
+                try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(table.id), \(keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: rowidAlias)), 1, NULL, \(captureClockSQL) FROM \(quoteIdentifier(name)) AS o")
+            }
         }
     }
 

@@ -73,7 +73,8 @@ public final class SyncDatabase: @unchecked Sendable {
       diff_seq INTEGER NOT NULL DEFAULT 0,
       last_export TEXT,
       published_hlc INTEGER NOT NULL DEFAULT 0,
-      last_diff_id TEXT);
+      last_diff_id TEXT,
+      track_all INTEGER NOT NULL DEFAULT 0);
     CREATE TABLE IF NOT EXISTS rtsync_tracked(
       tid INTEGER PRIMARY KEY,
       name TEXT NOT NULL UNIQUE,
@@ -153,6 +154,9 @@ public final class SyncDatabase: @unchecked Sendable {
         }
         if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'last_diff_id'") == nil {
             try db.execute("ALTER TABLE rtsync_site ADD COLUMN last_diff_id TEXT")
+        }
+        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'track_all'") == nil {
+            try db.execute("ALTER TABLE rtsync_site ADD COLUMN track_all INTEGER NOT NULL DEFAULT 0")
         }
         try db.execute("UPDATE rtsync_changes SET hlc = (SELECT max(hlc + 1, \(Self.wallClockSQL)) FROM rtsync_site) + (seq - (SELECT min(seq) FROM rtsync_changes)) WHERE hlc = 0")
         for info in try Self.loadTracked(db).values {

@@ -69,6 +69,30 @@ extension RTSync {
         }
     }
 
+    /// `rtsync migrate`.
+    struct Migrate: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Run a schema migration on a tracked database (DROP COLUMN, RENAME COLUMN, ADD COLUMN, new tables).",
+            discussion: """
+            SQLite refuses to drop a column that a trigger names, so `ALTER TABLE … DROP COLUMN` on a tracked table \
+            fails in the sqlite3 shell. This command runs the SQL with rtsync's triggers out of the way, in one \
+            transaction, then tracks the tables as they are now; changes captured before are kept. Rows the \
+            migration itself writes are not captured: run the same migration on every device.
+            """
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "The SQL to run, or '-' to read it from standard input.") var sql: String
+
+        func run() throws {
+            let text = sql == "-" ? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self) : sql
+            let db = try database.open()
+            do { try db.migrate(sql: text) } catch {
+                throw fail("migration failed, nothing was changed: \(error) (\(database.db))", hint: "fix the SQL and run the command again")
+            }
+            print("migrated \(database.db); tracking \(((try? db.trackedTables()) ?? []).count) table(s)")
+        }
+    }
+
     /// `rtsync untrack`.
     struct Untrack: ParsableCommand {
         static let configuration = CommandConfiguration(

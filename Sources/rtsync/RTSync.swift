@@ -13,7 +13,7 @@ struct RTSync: AsyncParsableCommand {
         """,
         version: "0.1.0",
         subcommands: [Sync.self, Init.self, Status.self, Share.self, Request.self, Inbound.self, Compact.self,
-                      Track.self, Untrack.self, Diff.self, Conflicts.self, BackupCommand.self, Demo.self, Keys.self,
+                      Track.self, Untrack.self, Migrate.self, Diff.self, Conflicts.self, BackupCommand.self, Demo.self, Keys.self,
                       Bucket.self, Media.self, Snapshot.self, KSUIDCommand.self]
     )
 }

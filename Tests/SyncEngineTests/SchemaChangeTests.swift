@@ -1,0 +1,95 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+import SyncEngine
+import Testing
+
+/// Schema changes made after `track` lose no captured change: added, renamed and dropped columns, new tables.
+@Suite("Schema changes after tracking")
+struct SchemaChangeTests {
+    static func pair(_ box: Sandbox) throws -> (Replica, Replica) {
+        let url = box.path("base.sqlite")
+        let c = try Connection(path: url.path)
+        try c.execute("CREATE TABLE notes(id TEXT PRIMARY KEY NOT NULL, a TEXT, b TEXT, c TEXT); INSERT INTO notes VALUES ('n1', 'a1', 'b1', 'c1'), ('n2', 'a2', 'b2', 'c2');")
+        return (try box.replica("A", source: url), try box.replica("B", source: url))
+    }
+
+    /// The app's own connection (SQLite's defaults), as the sqlite3 shell or an app writes.
+    static func app(_ r: Replica, _ sql: String) throws {
+        let c = try Connection(path: r.dbURL.path, mode: .readWrite)
+        c.setBusyTimeout(milliseconds: 5_000)
+        try c.execute(sql)
+    }
+
+    static func changes(_ file: URL) throws -> [RowChange] {
+        var out: [RowChange] = []
+        try DiffReader(url: file).forEachChange { out.append($0) }
+        return out
+    }
+
+    @Test func columnAddedAfterTracking_anUpdateOfOnlyThatColumn_isExported() throws {
+        let box = try Sandbox("schema-add")
+        let (a, b) = try Self.pair(box)
+        try Self.app(a, "ALTER TABLE notes ADD COLUMN tag TEXT; UPDATE notes SET tag = 'urgent' WHERE id = 'n1'")
+        let file = try a.exportFile()
+        let change = try #require(try Self.changes(file).first)
+        #expect(change.changedColumns == ["tag"])
+        #expect(b.apply(file).status == .applied)
+        #expect(try b.rows("SELECT tag FROM notes ORDER BY id") == [[.text("urgent")], [.null]])
+        // Later updates of the new column are captured by the triggers made at export.
+        try Self.app(a, "UPDATE notes SET tag = 'later' WHERE id = 'n2'")
+        #expect(b.apply(try a.exportFile()).status == .applied)
+        #expect(try b.rows("SELECT tag FROM notes ORDER BY id") == [[.text("urgent")], [.text("later")]])
+    }
+
+    @Test func columnRenamedAfterTracking_changesBeforeAndAfter_areExportedUnderTheNewName() throws {
+        let box = try Sandbox("schema-rename")
+        let (a, b) = try Self.pair(box)
+        try Self.app(a, "UPDATE notes SET b = 'before rename' WHERE id = 'n1'")
+        try Self.app(a, "ALTER TABLE notes RENAME COLUMN b TO body")
+        try Self.app(a, "UPDATE notes SET body = 'after rename' WHERE id = 'n2'")
+        let changes = try Self.changes(try a.exportFile())
+        #expect(changes.map(\.changedColumns) == [["body"], ["body"]])
+        #expect(changes.map { $0.values[2] } == [.text("before rename"), .text("after rename")])
+    }
+
+    @Test func columnDroppedThroughMigrate_keepsEarlierChangesOfOtherColumns() throws {
+        let box = try Sandbox("schema-drop")
+        let (a, b) = try Self.pair(box)
+        try Self.app(a, "UPDATE notes SET c = 'changed c' WHERE id = 'n1'")
+        // The shell cannot drop a column the triggers name; migrate can.
+        #expect(throws: SQLiteError.self) { try Self.app(a, "ALTER TABLE notes DROP COLUMN b") }
+        try a.db.migrate(sql: "ALTER TABLE notes DROP COLUMN b")
+        #expect(try a.rows("SELECT name FROM pragma_table_info('notes') ORDER BY cid") == [[.text("id")], [.text("a")], [.text("c")]])
+        try Self.app(a, "UPDATE notes SET a = 'changed a' WHERE id = 'n2'")
+        let file = try a.exportFile()
+        let changes = try Self.changes(file)
+        #expect(changes.map(\.changedColumns) == [["c"], ["a"]])
+        #expect(b.apply(file).status == .applied)
+        #expect(try b.rows("SELECT a, b, c FROM notes ORDER BY id") == [[.text("a1"), .text("b1"), .text("changed c")], [.text("changed a"), .text("b2"), .text("c2")]])
+    }
+
+    @Test func tableCreatedAfterTrackAll_isTrackedWithTheRowsItAlreadyHas() throws {
+        let box = try Sandbox("schema-new-table")
+        let (a, b) = try Self.pair(box)
+        try Self.app(a, "CREATE TABLE tags(name TEXT PRIMARY KEY NOT NULL, color TEXT); INSERT INTO tags VALUES ('home', 'blue'), ('work', 'red')")
+        let file = try a.exportFile()
+        let report = b.apply(file)
+        #expect(report.status == .applied && report.tablesCreated == ["tags"])
+        #expect(try b.rows("SELECT name, color FROM tags ORDER BY name") == [[.text("home"), .text("blue")], [.text("work"), .text("red")]])
+        try Self.app(a, "UPDATE tags SET color = 'green' WHERE name = 'home'")
+        #expect(b.apply(try a.exportFile()).status == .applied)
+        #expect(try b.value("SELECT color FROM tags WHERE name = 'home'") == .text("green"))
+    }
+
+    @Test func tablesTrackedByName_doNotPickUpNewTables() throws {
+        let box = try Sandbox("schema-named")
+        let url = box.path("base.sqlite")
+        try Connection(path: url.path).execute("CREATE TABLE notes(id TEXT PRIMARY KEY NOT NULL, a TEXT)")
+        let a = try Replica(name: "A", source: url, in: box, user: "u", track: false)
+        try a.db.track(tables: ["notes"])
+        try Self.app(a, "CREATE TABLE private(id TEXT PRIMARY KEY NOT NULL); INSERT INTO private VALUES ('x'); INSERT INTO notes VALUES ('n', 'v')")
+        let changes = try Self.changes(try a.exportFile())
+        #expect(changes.map(\.table) == ["notes"])
+    }
+}
