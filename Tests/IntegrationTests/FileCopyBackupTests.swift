@@ -221,7 +221,7 @@ struct BackupKeepsLocksTests {
         try check(database: db, folder: folder, preferClone: false, expectedMethod: "file-copy")
     }
 
-    @Test(.enabled(if: LTMounts.canMount, "mounting is not permitted here (needs root and loop mounts)"))
+    @Test(.enabled(if: LTMounts.canMountBtrfs, "btrfs loop mount not available here (needs root, mkfs.btrfs from btrfs-progs, and loop devices)"))
     func clone_keepsTheLocksOfThisProcess() throws {
         let dir = try TemporaryDirectory()
         let mountPoint = try LTMounts.mountBtrfs(in: dir)
