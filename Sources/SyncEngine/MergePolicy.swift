@@ -34,12 +34,17 @@ public struct TablePolicy: Sendable, Hashable, Codable {
     public var ownerColumn: String?
     /// Update-versus-delete rule.
     public var onDeleteConflict: DeleteConflictPolicy
+    /// Values for `NOT NULL` columns without a default that a diff from an older app version does not carry
+    /// (by column name; SQLite converts the text to the column's type as it stores it).
+    public var syncDefaults: [String: String]
 
     /// Makes a table policy.
-    public init(_ policy: MergePolicy = .lwwColumn, ownerColumn: String? = nil, onDeleteConflict: DeleteConflictPolicy = .deleteWins) {
+    public init(_ policy: MergePolicy = .lwwColumn, ownerColumn: String? = nil, onDeleteConflict: DeleteConflictPolicy = .deleteWins,
+                syncDefaults: [String: String] = [:]) {
         self.policy = policy
         self.ownerColumn = ownerColumn
         self.onDeleteConflict = onDeleteConflict
+        self.syncDefaults = syncDefaults
     }
 
     /// The default: column-level last writer wins, delete wins over concurrent updates.
@@ -57,6 +62,8 @@ public struct PolicyConfig: Sendable, Codable {
         public var ownerColumn: String?
         /// `delete-wins` or `last-writer-wins`.
         public var onDeleteConflict: String?
+        /// Values for NOT NULL columns that diffs from older app versions lack (see `TablePolicy.syncDefaults`).
+        public var defaults: [String: String]?
     }
 
     /// Entries by table name.
@@ -69,7 +76,7 @@ public struct PolicyConfig: Sendable, Codable {
         do { data = try Data(contentsOf: url) } catch { throw SyncEngineError.invalidConfig(file: url.path, reason: "cannot read file") }
         let config: PolicyConfig
         do { config = try JSONDecoder().decode(PolicyConfig.self, from: data) } catch {
-            throw SyncEngineError.invalidConfig(file: url.path, reason: "not valid JSON of the form {\"tables\": {NAME: {\"policy\": ...}}}")
+            throw SyncEngineError.invalidConfig(file: url.path, reason: "not valid JSON of the form {\"tables\": {NAME: {\"policy\": ..., \"defaults\": {COLUMN: \"text\"}}}}")
         }
         var out: [String: TablePolicy] = [:]
         for (table, entry) in config.tables {
@@ -79,7 +86,7 @@ public struct PolicyConfig: Sendable, Codable {
             guard let onDelete = DeleteConflictPolicy(rawValue: entry.onDeleteConflict ?? DeleteConflictPolicy.deleteWins.rawValue) else {
                 throw SyncEngineError.invalidConfig(file: url.path, reason: "table \(table): onDeleteConflict must be delete-wins or last-writer-wins")
             }
-            out[table] = TablePolicy(policy, ownerColumn: entry.ownerColumn, onDeleteConflict: onDelete)
+            out[table] = TablePolicy(policy, ownerColumn: entry.ownerColumn, onDeleteConflict: onDelete, syncDefaults: entry.defaults ?? [:])
         }
         return out
     }

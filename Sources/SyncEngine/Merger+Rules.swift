@@ -194,6 +194,12 @@ extension Merger {
         let hasDeleteActions: Bool
         /// Every incoming column that exists locally, named as in the local table.
         let allColumns: [String]
+        /// `allColumns` and the NOT NULL columns the diff lacks that take a declared value (`fillers`).
+        let insertColumns: [String]
+        /// Declared values of NOT NULL columns the diff lacks, by lower-cased name.
+        let fillers: [String: SQLValue]
+        /// NOT NULL columns without a default that the diff lacks and that have no declared value.
+        let unplaceable: [String]
         /// Local column index by lower-cased name.
         let localIndex: [String: Int]
         /// Local column name by lower-cased name.
@@ -227,20 +233,33 @@ extension Merger {
             localName = names
             allColumns = remoteLower.compactMap { names[$0] }
             let remoteLower = self.remoteLower
+            // NOT NULL columns without a default that the diff does not carry (it comes from an older app version):
+            // they take the value the app declared for sync, or the row cannot be placed.
+            let carried = Set(remoteLower)
+            var fillers: [String: SQLValue] = [:]
+            var unplaceable: [String] = []
+            let declared = Dictionary(info.table.policy.syncDefaults.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { a, _ in a })
+            for c in def.columns where c.notNull && c.defaultValue == nil && c.primaryKey == 0 && !carried.contains(c.name.lowercased()) {
+                if let v = declared[c.name.lowercased()] { fillers[c.name.lowercased()] = .text(v) } else { unplaceable.append(c.name) }
+            }
+            self.fillers = fillers
+            self.unplaceable = unplaceable
+            insertColumns = allColumns + def.columnNames.filter { fillers[$0.lowercased()] != nil }
             keyPositions = keyLower.map { remoteLower.firstIndex(of: $0) }
             fastKeyPositions = keyPositions.contains(where: { $0 == nil }) ? nil : keyPositions.compactMap { $0 }
             allPositions = remoteLower.indices.filter { names[remoteLower[$0]] != nil }
             let policy = info.table.policy
             ownerPosition = policy.policy == .ownerOnly ? remoteLower.firstIndex(of: (policy.ownerColumn ?? "owner_id").lowercased()) : nil
-            fastInsert = policy.policy != .ownerOnly || ownerPosition != nil
+            fastInsert = (policy.policy != .ownerOnly || ownerPosition != nil) && fillers.isEmpty && unplaceable.isEmpty
             hasDeleteActions = def.foreignKeys.contains { ["SET NULL", "CASCADE"].contains($0.onDelete.uppercased()) }
             let table = quoteIdentifier(def.name)
             whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
             selectSQL = "SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + table + " WHERE " + whereKey
-            insertAllSQL = "INSERT INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
-                + Array(repeating: "?", count: allColumns.count).joined(separator: ", ") + ")"
+            insertAllSQL = "INSERT INTO " + table + " (" + insertColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+                + Array(repeating: "?", count: insertColumns.count).joined(separator: ", ") + ")"
             deleteSQL = "DELETE FROM " + table + " WHERE " + whereKey
-            insertNewSQL = insertAllSQL + " ON CONFLICT (" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
+            insertNewSQL = "INSERT INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+                + Array(repeating: "?", count: allColumns.count).joined(separator: ", ") + ")" + " ON CONFLICT (" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
         }
     }
 
@@ -262,7 +281,7 @@ extension Merger {
         var allColumns: [String] { plan.allColumns }
         /// Index of a local column by name (case-insensitive).
         func index(_ column: String) -> Int? { plan.localIndex[column.lowercased()] }
-        func value(_ column: String) -> SQLValue { remote[column.lowercased()] ?? .null }
+        func value(_ column: String) -> SQLValue { remote[column.lowercased()] ?? plan.fillers[column.lowercased()] ?? .null }
         func clock(_ column: String) -> Clock {
             if change.columnClocks.isEmpty { return change.clock }
             return change.columnClocks.first(where: { $0.key.lowercased() == column.lowercased() })?.value ?? change.clock
@@ -403,12 +422,13 @@ extension Merger {
 
     /// Brings back a row deleted here because an update arrived that is later than the delete.
     mutating func resurrect(_ r: RowContext, _ local: LocalRow, deletedAt: Clock) throws {
+        try requirePlaceable(r)
         let changed = Set(r.changedColumns.map { $0.lowercased() })
         let keys = Set(r.def.primaryKeyColumns.map { $0.lowercased() })
         // Keys, the changed columns, and NOT NULL columns (which cannot be erased to NULL) take incoming values.
         let cols = r.def.columns.filter { c in
             let l = c.name.lowercased()
-            return r.plan.localName[l] != nil && r.remote[l] != nil && (keys.contains(l) || changed.contains(l) || c.notNull)
+            return r.plan.localName[l] != nil && (r.remote[l] != nil || r.plan.fillers[l] != nil) && (keys.contains(l) || changed.contains(l) || c.notNull)
         }.map(\.name)
         let sql = "INSERT INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
             + Array(repeating: "?", count: cols.count).joined(separator: ", ") + ")"
@@ -467,7 +487,8 @@ extension Merger {
     // MARK: Writes
 
     mutating func insertWhole(_ r: RowContext, _ local: LocalRow) throws {
-        let cols = r.allColumns
+        try requirePlaceable(r)
+        let cols = r.plan.insertColumns
         let sql = r.plan.insertAllSQL
         let newRow = Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a })
         guard try writeResolvingUnique(r, local, newRow: newRow, { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
@@ -476,6 +497,12 @@ extension Merger {
         try purgePending(r, local)
         report.inserted += 1
         try applyDeleteActionsForDeletedParents(r, local, written: cols)
+    }
+
+    /// A new row needs a value for every NOT NULL column without a default.
+    func requirePlaceable(_ r: RowContext) throws {
+        guard let column = r.plan.unplaceable.first else { return }
+        throw SyncEngineError.diffRejected(file: reader.url.path, reason: "'\(r.table)'.'\(column)' is NOT NULL without a default here and the diff (from an older app version) does not carry it; declare the value a new row takes in the policy config ({\"tables\": {\"\(r.table)\": {\"defaults\": {\"\(column)\": \"...\"}}}}, rtsync track --config FILE) and apply it again")
     }
 
     mutating func replaceWhole(_ r: RowContext, _ local: LocalRow, reason: String) throws {

@@ -90,8 +90,9 @@ extension SyncDatabase {
                     throw SyncEngineError.untrackableTable(table: table, reason: "owner-only needs an owner column '\(owner)'", hint: "name the owner column (ownerColumn in the config file, --owner-column on the command line)")
                 }
             }
-            try db.execute("UPDATE rtsync_tracked SET policy = ?, owner_column = ?, on_delete_conflict = ? WHERE name = ?",
-                           [.text(policy.policy.rawValue), policy.ownerColumn.map { .text($0) } ?? .null, .text(policy.onDeleteConflict.rawValue), .text(table)])
+            try db.execute("UPDATE rtsync_tracked SET policy = ?, owner_column = ?, on_delete_conflict = ?, sync_defaults = ? WHERE name = ?",
+                           [.text(policy.policy.rawValue), policy.ownerColumn.map { .text($0) } ?? .null, .text(policy.onDeleteConflict.rawValue),
+                            Self.encodeDefaults(policy.syncDefaults), .text(table)])
             if db.changes == 0 { throw SyncEngineError.noSuchTable(table: table) }
         }
     }
@@ -151,8 +152,9 @@ extension SyncDatabase {
             tid = db.lastInsertRowID
         }
         if let policy {
-            try db.execute("UPDATE rtsync_tracked SET policy = ?, owner_column = ?, on_delete_conflict = ? WHERE tid = ?",
-                           [.text(policy.policy.rawValue), policy.ownerColumn.map { .text($0) } ?? .null, .text(policy.onDeleteConflict.rawValue), .integer(tid)])
+            try db.execute("UPDATE rtsync_tracked SET policy = ?, owner_column = ?, on_delete_conflict = ?, sync_defaults = ? WHERE tid = ?",
+                           [.text(policy.policy.rawValue), policy.ownerColumn.map { .text($0) } ?? .null, .text(policy.onDeleteConflict.rawValue),
+                            Self.encodeDefaults(policy.syncDefaults), .integer(tid)])
         }
         try installTriggers(db, tid: tid, definition: def)
         let stored = try loadTracked(db)[name]!
@@ -163,15 +165,22 @@ extension SyncDatabase {
 
     static func loadTracked(_ db: Connection) throws -> [String: TrackedInfo] {
         var out: [String: TrackedInfo] = [:]
-        for r in try db.rows("SELECT tid, name, columns, policy, owner_column, on_delete_conflict FROM rtsync_tracked") {
+        let hasDefaults = try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_tracked') WHERE name = 'sync_defaults'") != nil
+        for r in try db.rows("SELECT tid, name, columns, policy, owner_column, on_delete_conflict, \(hasDefaults ? "sync_defaults" : "NULL") FROM rtsync_tracked") {
             guard let tid = r[0].int64, let name = r[1].string else { continue }
             let columns = (try? JSONDecoder().decode([String].self, from: Data((r[2].string ?? "[]").utf8))) ?? []
+            let defaults = (try? JSONDecoder().decode([String: String].self, from: Data((r[6].string ?? "{}").utf8))) ?? [:]
             let policy = TablePolicy(MergePolicy(rawValue: r[3].string ?? "") ?? .lwwColumn, ownerColumn: r[4].string,
-                                     onDeleteConflict: DeleteConflictPolicy(rawValue: r[5].string ?? "") ?? .deleteWins)
+                                     onDeleteConflict: DeleteConflictPolicy(rawValue: r[5].string ?? "") ?? .deleteWins, syncDefaults: defaults)
             guard let def = try TableDefinition.read(table: name, from: db) else { continue }
             out[name] = TrackedInfo(table: TrackedTable(id: tid, name: name, columns: columns, policy: policy), definition: def)
         }
         return out
+    }
+
+    static func encodeDefaults(_ defaults: [String: String]) -> SQLValue {
+        guard !defaults.isEmpty, let data = try? JSONEncoder().encode(defaults) else { return .null }
+        return .text(String(decoding: data, as: UTF8.self))
     }
 
     /// SQL text that encodes a row's key like `quote(k1) || ',' || quote(k2)`, from `NEW` or `OLD`.

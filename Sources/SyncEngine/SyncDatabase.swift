@@ -81,7 +81,8 @@ public final class SyncDatabase: @unchecked Sendable {
       columns TEXT NOT NULL,
       policy TEXT NOT NULL DEFAULT 'lww-column',
       owner_column TEXT,
-      on_delete_conflict TEXT NOT NULL DEFAULT 'delete-wins');
+      on_delete_conflict TEXT NOT NULL DEFAULT 'delete-wins',
+      sync_defaults TEXT);
     -- cols has no declared type: the update mask is an INTEGER bitmask (or '0'/'1' TEXT past 62 columns)
     -- and must keep its storage class.
     -- hlc: the change's clock, taken when it was made (see captureClockSQL).
@@ -154,6 +155,9 @@ public final class SyncDatabase: @unchecked Sendable {
         }
         if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'last_diff_id'") == nil {
             try db.execute("ALTER TABLE rtsync_site ADD COLUMN last_diff_id TEXT")
+        }
+        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_tracked') WHERE name = 'sync_defaults'") == nil {
+            try db.execute("ALTER TABLE rtsync_tracked ADD COLUMN sync_defaults TEXT")
         }
         if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'track_all'") == nil {
             try db.execute("ALTER TABLE rtsync_site ADD COLUMN track_all INTEGER NOT NULL DEFAULT 0")

@@ -93,3 +93,48 @@ struct SchemaChangeTests {
         #expect(changes.map(\.table) == ["notes"])
     }
 }
+
+/// A diff from an older app version lacks a NOT NULL column the newer schema added without a default.
+@Suite("Older app versions and NOT NULL columns")
+struct OlderVersionTests {
+    static func devices(_ box: Sandbox) throws -> (old: Replica, new: Replica) {
+        let oldURL = box.path("old.sqlite"), newURL = box.path("new.sqlite")
+        try Connection(path: oldURL.path).execute("CREATE TABLE requests(id TEXT PRIMARY KEY NOT NULL, url TEXT, status TEXT); INSERT INTO requests VALUES ('r1', 'https://a', 'new')")
+        try Connection(path: newURL.path).execute("CREATE TABLE requests(id TEXT PRIMARY KEY NOT NULL, url TEXT, status TEXT, type TEXT NOT NULL); INSERT INTO requests VALUES ('r1', 'https://a', 'new', 'image')")
+        return (try box.replica("old", source: oldURL), try box.replica("new", source: newURL))
+    }
+
+    @Test func updateOfARowBothHave_applies_withoutAnyDeclaredValue() throws {
+        let box = try Sandbox("older-update")
+        let (old, new) = try Self.devices(box)
+        try old.exec("UPDATE requests SET status = 'done' WHERE id = 'r1'")
+        #expect(new.apply(try old.exportFile()).status == .applied)
+        #expect(try new.rows("SELECT status, type FROM requests") == [[.text("done"), .text("image")]])
+    }
+
+    @Test func newRowWithoutTheColumn_isRefusedWithAHint_thenTakesTheDeclaredValue() throws {
+        let box = try Sandbox("older-insert")
+        let (old, new) = try Self.devices(box)
+        try old.exec("INSERT INTO requests VALUES ('r2', 'https://b', 'new')")
+        let file = try old.exportFile()
+        let copy = box.path("copy.sqlite")
+        try FileManager.default.copyItem(at: file, to: copy)
+        let refused = new.apply(copy)
+        #expect(refused.status == .rejected)
+        #expect(refused.reason?.contains("'requests'.'type' is NOT NULL") == true && refused.reason?.contains("defaults") == true, "\(refused.reason ?? "")")
+        try new.db.setPolicy(TablePolicy(syncDefaults: ["type": "unknown"]), for: "requests")
+        #expect(new.apply(file).status == .applied)
+        #expect(try new.rows("SELECT id, type FROM requests ORDER BY id") == [[.text("r1"), .text("image")], [.text("r2"), .text("unknown")]])
+        // The value reaches the older device's copy of the row only as the newer device's own later edits do.
+        try new.exec("UPDATE requests SET status = 'seen' WHERE id = 'r2'")
+        #expect(old.apply(try new.exportFile()).status == .applied)
+        #expect(try old.value("SELECT status FROM requests WHERE id = 'r2'") == .text("seen"))
+    }
+
+    @Test func policyConfig_readsDefaults() throws {
+        let box = try Sandbox("older-config")
+        let url = box.path("policy.json")
+        try Data(#"{"tables": {"requests": {"defaults": {"type": "unknown"}}}}"#.utf8).write(to: url)
+        #expect(try PolicyConfig.load(from: url)["requests"]?.syncDefaults == ["type": "unknown"])
+    }
+}
