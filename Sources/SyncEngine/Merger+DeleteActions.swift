@@ -95,26 +95,22 @@ extension Merger {
                         try logAction(table: a.info.table.name, key: a.key, column: c, localValue: old, localClock: clock, deleted: deleted, reason: reason)
                     }
                     try captureDecision(tid: tid, key: a.key, op: 2, mask: Self.changeMask(a.info, columns: a.columns), after: deleted)
-                } else {
-                    // The author nulled these itself (its diff carries the change): record the delete's clock.
-                    try cached(SyncDatabase.ensureRowMetaSQL).run([.integer(tid), .text(a.key)])
-                    for c in a.columns {
-                        try cached("INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site) VALUES (?,?,?,?,?)")
-                            .run([.integer(tid), .text(a.key), .text(c), .integer(deleted.hlc.rawValue), .text(deleted.site)])
-                    }
                 }
+                // Otherwise the author knew the reference: its own diffs bring what became of the child there (nulled
+                // by the same action, or moved to another parent first), with later clocks than the child's here.
             } else {
                 let born = try bornClock(a.info, key: a.key) ?? .zero
                 let p = pending[RowKey(tid, a.key)]
                 let concurrent = decidedHere || p != nil || isConcurrent(born) || def.columnNames.contains { (try? isConcurrent(columnClock(a.info, key: a.key, column: $0))) == true }
-                if concurrent {
-                    try logAction(table: a.info.table.name, key: a.key, column: "", localValue: .null, localClock: born, deleted: deleted, reason: reason)
-                }
+                // A child the author knew is removed here as there; the author's own diffs bring its delete (with the
+                // tombstone) or, if the child had moved to another parent there first, the child itself again.
+                guard concurrent else { continue }
+                try logAction(table: a.info.table.name, key: a.key, column: "", localValue: .null, localClock: born, deleted: deleted, reason: reason)
                 // A tombstone, so an older version of the child arriving later does not bring it back.
                 try cached("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?,?,?,?,?,?) ON CONFLICT(tid, pk) DO UPDATE SET del_hlc = excluded.del_hlc, del_site = excluded.del_site")
                     .run([.integer(tid), .text(a.key), .integer(born.hlc.rawValue), .text(born.site), .integer(deleted.hlc.rawValue), .text(deleted.site)])
                 try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(tid), .text(a.key)])
-                if concurrent { try captureDecision(tid: tid, key: a.key, op: 3, mask: .null, after: deleted) }
+                try captureDecision(tid: tid, key: a.key, op: 3, mask: .null, after: deleted)
             }
         }
     }

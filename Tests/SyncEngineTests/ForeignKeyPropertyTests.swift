@@ -70,7 +70,9 @@ struct ForeignKeyPropertyTests {
     static func describe(_ file: URL) throws -> String {
         var parts: [String] = []
         try DiffReader(url: file).forEachChange { c in
-            parts.append("\(c.table) \(c.operation) \(c.values.map(\.sqlLiteral).joined(separator: ",")) born \(c.born.hlc.rawValue % 100000) clock \(c.clock.hlc.rawValue % 100000)")
+            func short(_ k: Clock) -> String { "\(k.hlc.description.dropFirst(11).prefix(16))@\(k.site.suffix(3))" }
+            parts.append("\(c.table) \(c.operation) \(c.values.map(\.sqlLiteral).joined(separator: ",")) born \(short(c.born)) clock \(short(c.clock))"
+                         + c.columnClocks.map { " \($0.key)=\(short($0.value))" }.joined())
         }
         return parts.joined(separator: " | ")
     }
@@ -126,6 +128,12 @@ struct ForeignKeyPropertyTests {
         for r in replicas {
             #expect(try r.db.pendingChangeCount() == 0, "seed \(seed): \(r.name) still has changes")
             #expect(try r.rows("PRAGMA foreign_key_check").isEmpty, "seed \(seed): \(r.name) has dangling references")
+        }
+        if Self.trace {
+            for r in replicas {
+                for c in try r.conflicts() { print("TRACE \(r.name) conflict \(c.table) \(c.key) \(c.column) local \(c.localValue) \(c.localClock.map { "\($0)" } ?? "-") remote \(c.remoteValue) \(c.remoteClock.map { "\($0)" } ?? "-") winner \(c.winner): \(c.reason)") }
+                for c in try r.rows("SELECT tid, pk, col, hlc, site FROM rtsync_clocks ORDER BY tid, pk, col") { print("TRACE \(r.name) clock \(c.map(\.sqlLiteral).joined(separator: " "))") }
+            }
         }
         let reference = try replicas[0].dump()
         for r in replicas.dropFirst() {
