@@ -146,21 +146,17 @@ public final class SyncDatabase: @unchecked Sendable {
         // Changes carry the clock of when they were made. Earlier versions stamped them at export: their
         // triggers are re-made, and changes they captured get clocks from now on, in capture order (their
         // edit times are unknown, and export time was what they would have had).
-        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_changes') WHERE name = 'hlc'") == nil {
-            try db.execute("ALTER TABLE rtsync_changes ADD COLUMN hlc INTEGER NOT NULL DEFAULT 0")
-        }
-        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'published_hlc'") == nil {
-            try db.execute("ALTER TABLE rtsync_site ADD COLUMN published_hlc INTEGER NOT NULL DEFAULT 0")
-            try db.execute("UPDATE rtsync_site SET published_hlc = hlc")
-        }
-        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'last_diff_id'") == nil {
-            try db.execute("ALTER TABLE rtsync_site ADD COLUMN last_diff_id TEXT")
-        }
-        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_tracked') WHERE name = 'sync_defaults'") == nil {
-            try db.execute("ALTER TABLE rtsync_tracked ADD COLUMN sync_defaults TEXT")
-        }
-        if try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_site') WHERE name = 'track_all'") == nil {
-            try db.execute("ALTER TABLE rtsync_site ADD COLUMN track_all INTEGER NOT NULL DEFAULT 0")
+        // Columns later versions added to the bookkeeping tables, with what an existing row takes.
+        let added: [(table: String, column: String, definition: String, fill: String?)] = [
+            ("rtsync_changes", "hlc", "INTEGER NOT NULL DEFAULT 0", nil),
+            ("rtsync_site", "published_hlc", "INTEGER NOT NULL DEFAULT 0", "hlc"),
+            ("rtsync_site", "last_diff_id", "TEXT", nil),
+            ("rtsync_site", "track_all", "INTEGER NOT NULL DEFAULT 0", nil),
+            ("rtsync_tracked", "sync_defaults", "TEXT", nil),
+        ]
+        for c in added where try db.scalar("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", [.text(c.table), .text(c.column)]) == nil {
+            try db.execute("ALTER TABLE \(c.table) ADD COLUMN \(c.column) \(c.definition)")
+            if let fill = c.fill { try db.execute("UPDATE \(c.table) SET \(c.column) = \(fill)") }
         }
         try db.execute("UPDATE rtsync_changes SET hlc = (SELECT max(hlc + 1, \(Self.wallClockSQL)) FROM rtsync_site) + (seq - (SELECT min(seq) FROM rtsync_changes)) WHERE hlc = 0")
         for info in try Self.loadTracked(db).values {

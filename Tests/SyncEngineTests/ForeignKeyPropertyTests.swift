@@ -85,46 +85,24 @@ struct ForeignKeyPropertyTests {
         let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base) }
         if seed % 2 == 1 { for r in replicas { try r.db.shiftWallClockForTesting(milliseconds: Int64.random(in: -3_600_000...3_600_000, using: &rng)) } }
         var diffs: [URL] = []
-        var deferred = 0
-        func deliver(_ files: [URL], to r: Replica) {
-            var batch = files
-            for _ in 0..<Int.random(in: 0...2, using: &rng) { if let f = files.randomElement(using: &rng) { batch.append(f) } }
-            batch.shuffle(using: &rng)
-            for f in batch {
-                let report = r.apply(f)
-                if report.status == .deferred { deferred += 1 }
-                if Self.trace {
-                    print("TRACE \(r.name) apply \(f.lastPathComponent.dropFirst(14).prefix(8)) \(report.status) ins \(report.inserted) upd \(report.updated) del \(report.deleted) conf \(report.conflicts) -> records \((try? r.rows("SELECT id, routine_id FROM records ORDER BY id").map { $0.map(\.sqlLiteral).joined(separator: ":") }) ?? []) notes \((try? r.rows("SELECT id, routine_id FROM notes ORDER BY id").map { $0.map(\.sqlLiteral).joined(separator: ":") }) ?? []) routines \((try? r.rows("SELECT id FROM routines ORDER BY id").map { $0.map(\.sqlLiteral).joined(separator: ":") }) ?? [])")
-                }
-                #expect(report.status != .rejected, "seed \(seed): \(r.name) rejected \(f.lastPathComponent): \(report.reason ?? "")")
-            }
+        let label = "seed \(seed)"
+        let onApply: ((Replica, URL, ApplyReport) -> Void)? = !Self.trace ? nil : { r, f, report in
+            print("TRACE \(r.name) apply \(f.lastPathComponent.dropFirst(14).prefix(8)) \(report.status) ins \(report.inserted) upd \(report.updated) del \(report.deleted) conf \(report.conflicts) -> records \((try? r.rows("SELECT id, routine_id FROM records ORDER BY id").map { $0.map(\.sqlLiteral).joined(separator: ":") }) ?? []) notes \((try? r.rows("SELECT id, routine_id FROM notes ORDER BY id").map { $0.map(\.sqlLiteral).joined(separator: ":") }) ?? []) routines \((try? r.rows("SELECT id FROM routines ORDER BY id").map { $0.map(\.sqlLiteral).joined(separator: ":") }) ?? [])")
+        }
+        let onExport: ((Replica, URL) -> Void)? = !Self.trace ? nil : { r, f in
+            print("TRACE \(r.name) export \(f.lastPathComponent.dropFirst(14).prefix(8)) \((try? Self.describe(f)) ?? "")")
         }
         for round in 0..<4 {
             for r in replicas {
                 for _ in 0..<Int.random(in: 0...4, using: &rng) { try Self.randomEdit(r, &rng, tag: "\(r.name)\(round)") }
                 if let e = try r.export() {
                     diffs.append(URL(fileURLWithPath: e.file))
-                    if Self.trace { print("TRACE \(r.name) export \(URL(fileURLWithPath: e.file).lastPathComponent.dropFirst(14).prefix(8)) \(try Self.describe(URL(fileURLWithPath: e.file)))") }
+                    onExport?(r, URL(fileURLWithPath: e.file))
                 }
             }
-            for r in replicas { deliver(diffs.filter { _ in Bool.random(using: &rng) }, to: r) }
+            for r in replicas { deliverRandomly(diffs.filter { _ in Bool.random(using: &rng) }, to: r, rng: &rng, label: label, onApply: onApply) }
         }
-        // Decisions made while applying (collision losers, ON DELETE actions on children the author did not
-        // know of) travel as new changes, and a diff deferred for rows not yet received is applied again, as the
-        // next sync does: exchange until nothing is left.
-        for exchange in 0..<10 {
-            var fresh: [URL] = []
-            for r in replicas {
-                if let e = try r.export() {
-                    fresh.append(URL(fileURLWithPath: e.file))
-                    if Self.trace { print("TRACE \(r.name) export \(URL(fileURLWithPath: e.file).lastPathComponent.dropFirst(14).prefix(8)) \(try Self.describe(URL(fileURLWithPath: e.file)))") }
-                }
-            }
-            diffs += fresh
-            if exchange > 0 && fresh.isEmpty && deferred == 0 { break }
-            deferred = 0
-            for r in replicas { deliver(diffs, to: r) }
-        }
+        try exchangeUntilQuiet(replicas, diffs: &diffs, rng: &rng, label: label, onExport: onExport, onApply: onApply)
         for r in replicas {
             #expect(try r.db.pendingChangeCount() == 0, "seed \(seed): \(r.name) still has changes")
             #expect(try r.rows("PRAGMA foreign_key_check").isEmpty, "seed \(seed): \(r.name) has dangling references")

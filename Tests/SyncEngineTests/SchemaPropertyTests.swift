@@ -81,33 +81,15 @@ struct SchemaPropertyTests {
         let tables = try Self.tables(replicas[0])
         var counter = 0
         var diffs: [URL] = []
-        var deferred = 0
         let label = "\(fixture.lastPathComponent) seed \(seed)"
-        func deliver(_ files: [URL], to r: Replica) {
-            var batch = files
-            for _ in 0..<Int.random(in: 0...2, using: &rng) { if let f = files.randomElement(using: &rng) { batch.append(f) } }
-            batch.shuffle(using: &rng)
-            for f in batch {
-                let report = r.apply(f)
-                if report.status == .deferred { deferred += 1 }
-                #expect(report.status != .rejected, "\(label): \(r.name) rejected \(f.lastPathComponent): \(report.reason ?? "")")
-            }
-        }
         for round in 0..<3 {
             for r in replicas {
                 for _ in 0..<Int.random(in: 0...5, using: &rng) { try Self.randomEdit(r, tables, &rng, tag: "\(r.name)\(round)", counter: &counter) }
                 if let e = try r.export() { diffs.append(URL(fileURLWithPath: e.file)) }
             }
-            for r in replicas { deliver(diffs.filter { _ in Bool.random(using: &rng) }, to: r) }
+            for r in replicas { deliverRandomly(diffs.filter { _ in Bool.random(using: &rng) }, to: r, rng: &rng, label: label) }
         }
-        for exchange in 0..<10 {
-            var fresh: [URL] = []
-            for r in replicas { if let e = try r.export() { fresh.append(URL(fileURLWithPath: e.file)) } }
-            diffs += fresh
-            if exchange > 0 && fresh.isEmpty && deferred == 0 { break }
-            deferred = 0
-            for r in replicas { deliver(diffs, to: r) }
-        }
+        try exchangeUntilQuiet(replicas, diffs: &diffs, rng: &rng, label: label)
         for r in replicas { #expect(try r.db.pendingChangeCount() == 0, "\(label): \(r.name) still has changes") }
         let reference = try replicas[0].dump()
         for r in replicas.dropFirst() {

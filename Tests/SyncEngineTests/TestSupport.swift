@@ -247,3 +247,42 @@ struct Twins {
         return dump
     }
 }
+
+// MARK: - Random delivery (property tests)
+
+/// Delivers `files` to `r` as a chaos run does: in random order, some twice. Returns how many were deferred.
+@discardableResult
+func deliverRandomly(_ files: [URL], to r: Replica, rng: inout SeededGenerator, label: String,
+                     onApply: ((Replica, URL, ApplyReport) -> Void)? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Int {
+    var batch = files
+    for _ in 0..<Int.random(in: 0...2, using: &rng) { if let f = files.randomElement(using: &rng) { batch.append(f) } }
+    batch.shuffle(using: &rng)
+    var deferred = 0
+    for f in batch {
+        let report = r.apply(f)
+        if report.status == .deferred { deferred += 1 }
+        onApply?(r, f, report)
+        #expect(report.status != .rejected, "\(label): \(r.name) rejected \(f.lastPathComponent): \(report.reason ?? "")", sourceLocation: sourceLocation)
+    }
+    return deferred
+}
+
+/// Exports and delivers every diff to every replica until none has anything to send and nothing was deferred:
+/// decisions made while applying travel as new changes, and a diff deferred for rows not yet received is
+/// applied again, as the next sync does. At most `limit` exchanges.
+func exchangeUntilQuiet(_ replicas: [Replica], diffs: inout [URL], rng: inout SeededGenerator, label: String, limit: Int = 10,
+                        onExport: ((Replica, URL) -> Void)? = nil, onApply: ((Replica, URL, ApplyReport) -> Void)? = nil) throws {
+    var deferred = 0
+    for exchange in 0..<limit {
+        var fresh: [URL] = []
+        for r in replicas {
+            guard let e = try r.export() else { continue }
+            fresh.append(URL(fileURLWithPath: e.file))
+            onExport?(r, URL(fileURLWithPath: e.file))
+        }
+        diffs += fresh
+        if exchange > 0 && fresh.isEmpty && deferred == 0 { return }
+        deferred = 0
+        for r in replicas { deferred += deliverRandomly(diffs, to: r, rng: &rng, label: label, onApply: onApply) }
+    }
+}
