@@ -68,7 +68,11 @@ public final class DiffReader {
         }
 
         // 1. The file itself: exists, within the size limit, has a SQLite header.
-        guard let attrs = try? FileManager.default.attributesOfItem(atPath: content.path) else { throw DiffFormatError.fileNotFound(file: file) }
+        guard let attrs = try? FileManager.default.attributesOfItem(atPath: content.resolvingSymlinksInPath().path) else { throw DiffFormatError.fileNotFound(file: file) }
+        // Opening a FIFO or a device would wait for a writer, or read without end: only plain files are diffs.
+        guard attrs[.type] as? FileAttributeType == .typeRegular else {
+            throw DiffFormatError.corrupt(file: file, detail: "not a regular file (\((attrs[.type] as? FileAttributeType)?.rawValue ?? "unknown type")); a diff is a plain file")
+        }
         let size = (attrs[.size] as? NSNumber)?.int64Value ?? 0
         if size > limits.maxFileBytes { throw DiffFormatError.limitExceeded(file: file, what: "file size \(size) bytes", limit: limits.maxFileBytes) }
         guard let handle = FileHandle(forReadingAtPath: content.path) else { throw DiffFormatError.fileNotFound(file: file) }

@@ -25,6 +25,9 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
         extendedCode == 2067 || extendedCode == 1555
     }
 
+    /// True when another connection held a lock past the busy timeout (SQLITE_BUSY, SQLITE_LOCKED).
+    public var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
+
     /// True for a FOREIGN KEY constraint failure (SQLITE_CONSTRAINT_FOREIGNKEY).
     public var isForeignKeyViolation: Bool { extendedCode == 787 }
 

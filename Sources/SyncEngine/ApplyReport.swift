@@ -7,7 +7,8 @@ public enum ApplyStatus: String, Sendable, Codable {
     /// Refused; the database is unchanged and the file was quarantined.
     case rejected
     /// Not applied yet: it refers to rows this device has not received (a foreign key to a row another diff
-    /// brings). The database is unchanged, the file stays where it is, and applying it again later is expected.
+    /// brings), or the database was busy. The database is unchanged, the file stays where it is, and applying it
+    /// again later is expected.
     case deferred
 }
 

@@ -69,19 +69,32 @@ public struct DeviceStatus: Sendable, Codable {
 }
 
 extension SyncDatabase {
-    /// Diffs known to be missing, per author site: sequence numbers below the highest applied one that were never applied.
+    /// Most missing sequence numbers listed per site (a count beyond that is in the last entry's range).
+    public static let maxListedGaps = 1_000
+
+    /// Diffs known to be missing, per author site: sequence numbers below the highest applied one that were never
+    /// applied (at most `maxListedGaps` per site, lowest first). Worked out from ranges, so a diff claiming a huge
+    /// sequence number costs nothing; this device's own site is left out.
     public func sequenceGaps() throws -> [String: [Int64]] {
-        var seen: [String: Set<Int64>] = [:]
+        let own = try siteID()
+        var ranges: [String: [(Int64, Int64)]] = [:]
         for r in try query("SELECT author_site, seq_first, seq_last FROM rtsync_applied WHERE seq_first IS NOT NULL AND kind = 'changes'") {
-            guard let site = r[0].string, let a = r[1].int64, let b = r[2].int64, a <= b, b - a < 1_000_000 else { continue }
-            for n in a...b { seen[site, default: []].insert(n) }
+            guard let site = r[0].string, site != own, let a = r[1].int64, let b = r[2].int64, a <= b else { continue }
+            ranges[site, default: []].append((a, b))
         }
         var gaps: [String: [Int64]] = [:]
-        for (site, numbers) in seen {
-            guard let maxN = numbers.max() else { continue }
+        for (site, list) in ranges {
             // Numbering starts at 1; a snapshot may have covered the early ones, so look only above the lowest seen.
-            let low = numbers.min() ?? 1
-            let missing = (low...maxN).filter { !numbers.contains($0) }
+            var missing: [Int64] = []
+            var covered = Int64.min
+            for (a, b) in list.sorted(by: { $0.0 < $1.0 }) {
+                if covered != Int64.min, a > covered + 1 {
+                    var n = covered + 1
+                    while n < a, missing.count < Self.maxListedGaps { missing.append(n); n += 1 }
+                }
+                covered = max(covered, b)
+                if missing.count >= Self.maxListedGaps { break }
+            }
             if !missing.isEmpty { gaps[site] = missing }
         }
         return gaps

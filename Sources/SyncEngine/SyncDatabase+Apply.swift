@@ -43,6 +43,13 @@ extension SyncDatabase {
                 if let quarantine { report.quarantinedTo = Self.moveToQuarantine(url, folder: quarantine, reason: reason) }
                 return report
             }
+            func postpone(_ reason: String) -> ApplyReport {
+                report.status = .deferred
+                report.reason = reason
+                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0
+                report.tablesCreated = []; report.columnsAdded = []
+                return report
+            }
             // The reader reads a private copy when rows may be written in bulk: that attaches the file a second
             // time, and both reads must see the bytes that were checked even if `url` is replaced meanwhile.
             let copy = bulkApply && db.interpretsURIs ? Self.privateCopy(of: url, limits: limits, minimumBytes: bulkApplyMinimumBytes) : nil
@@ -66,9 +73,11 @@ extension SyncDatabase {
                 let ownSite = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
                 if meta.authorSite == ownSite {
                     try reader.forEachChange { _ in }
-                    try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?,?,?,?,?,?,?)",
+                    // Recorded as handled, without its sequence numbers: a file that only claims to be ours says
+                    // nothing about which of our diffs exist.
+                    try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?,?,?,?,NULL,NULL,?)",
                                    [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
-                                    meta.sequenceFirst.map { .integer($0) } ?? .null, meta.sequenceLast.map { .integer($0) } ?? .null, .text(ISO8601.format(Date(), fractional: true))])
+                                    .text(ISO8601.format(Date(), fractional: true))])
                     report.status = .skipped
                     report.reason = "this device's own diff"
                     return report
@@ -92,13 +101,12 @@ extension SyncDatabase {
             } catch let e as SyncEngineError {
                 if case .diffRejected(_, let reason) = e { return reject(reason) }
                 return reject(e.description)
+            } catch let e as SQLiteError where e.isBusy {
+                // Another connection holds the database: a reason to try again later, never to quarantine the diff.
+                return postpone("the database is busy (another connection held its write lock past the busy timeout); nothing was changed, apply it again later")
             } catch let e as SQLiteError where e.isForeignKeyViolation {
                 // Diffs may arrive in any order: a row whose parent another diff brings waits for it.
-                report.status = .deferred
-                report.reason = "refers to rows this device has not received yet (FOREIGN KEY); nothing was changed, apply it again after the diffs that bring them"
-                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0
-                report.tablesCreated = []; report.columnsAdded = []
-                return report
+                return postpone("refers to rows this device has not received yet (FOREIGN KEY); nothing was changed, apply it again after the diffs that bring them")
             } catch let e as SQLiteError {
                 return reject(e.isConstraintViolation ? "constraint failed: \(e.message)" : e.description)
             } catch {

@@ -49,6 +49,11 @@ public final class SyncDatabase: @unchecked Sendable {
         try locked { try db.rows(sql, arguments) }
     }
 
+    /// Test hook: how long this connection waits for another one's lock before giving up (5 s by default).
+    package func setBusyTimeoutForTesting(milliseconds: Int32) {
+        locked { db.setBusyTimeout(milliseconds: milliseconds) }
+    }
+
     /// Test hook: changes written through this connection are timed by a wall clock shifted by `milliseconds`.
     package func shiftWallClockForTesting(milliseconds: Int64) throws {
         try locked { try db.shiftWallClockForTesting(offsetMilliseconds: milliseconds) }

@@ -1,0 +1,78 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+@testable import SyncEngine
+import Testing
+
+/// Apply under a busy database, hostile file types and sequence numbers: nothing is lost, nothing hangs.
+@Suite("Replica safety: busy databases, FIFOs, sequence gaps")
+struct ReplicaSafetyTests {
+    static func pair(_ box: Sandbox) throws -> (Replica, Replica) {
+        let base = try ConvergencePropertyTests.makeBase(in: box, uniqueA: false)
+        return (try box.replica("A", source: base), try box.replica("B", source: base))
+    }
+
+    @Test func busyDatabase_defersTheDiff_neverQuarantinesIt() throws {
+        let box = try Sandbox("safety-busy")
+        let (a, b) = try Self.pair(box)
+        try a.exec("UPDATE items SET a = 'from A' WHERE id = 'k0'")
+        let file = try a.exportFile()
+        let app = try Connection(path: b.dbURL.path, mode: .readWrite)
+        try app.execute("BEGIN IMMEDIATE")
+        b.db.setBusyTimeoutForTesting(milliseconds: 50)
+        let report = b.apply(file)
+        #expect(report.status == .deferred, "\(report)")
+        #expect(report.reason?.contains("busy") == true)
+        #expect(FileManager.default.fileExists(atPath: file.path), "the diff stays where it was")
+        #expect(report.quarantinedTo == nil)
+        try app.execute("COMMIT")
+        #expect(b.apply(file).status == .applied)
+        #expect(try b.value("SELECT a FROM items WHERE id = 'k0'") == .text("from A"))
+    }
+
+    @Test func fifoNamedLikeADiff_isRefused_withoutHanging() throws {
+        let box = try Sandbox("safety-fifo")
+        let (_, b) = try Self.pair(box)
+        let fifo = box.path(DiffFile.fileName(for: KSUID.generate()))
+        #expect(mkfifo(fifo.path, 0o600) == 0)
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var report: ApplyReport?
+        Thread.detachNewThread {
+            report = b.db.apply(diff: fifo)
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 20) == .success, "apply of a FIFO hung")
+        #expect(report?.status == .rejected)
+        #expect(report?.reason?.contains("not a regular file") == true, "\(report?.reason ?? "")")
+    }
+
+    @Test func diffClaimingAHugeSequenceNumber_givesBoundedGapsQuickly() throws {
+        let box = try Sandbox("safety-gaps")
+        let (_, b) = try Self.pair(box)
+        let folder = box.path("forged")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        for seq: Int64 in [1, 4_000_000_000_000_000_000] {
+            let w = try DiffWriter(directory: folder, kind: .changes, authorUser: "user-B", authorSite: "site-X", sequence: seq...seq)
+            let source = try Connection(path: b.dbURL.path, mode: .readOnly)
+            try w.addTable(try #require(try TableDefinition.read(table: "items", from: source)))
+            #expect(b.apply(try w.finish()).status == .applied)
+        }
+        let started = Date()
+        let gaps = try b.db.sequenceGaps()
+        #expect(Date().timeIntervalSince(started) < 5)
+        #expect(gaps["site-X"]?.count == SyncDatabase.maxListedGaps)
+        #expect(gaps["site-X"]?.first == 2)
+    }
+
+    @Test func diffClaimingToBeThisDevices_recordsNoSequenceNumbers() throws {
+        let box = try Sandbox("safety-own")
+        let (_, b) = try Self.pair(box)
+        let folder = box.path("forged")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let w = try DiffWriter(directory: folder, kind: .changes, authorUser: "user-B", authorSite: try b.db.siteID(), sequence: 9_000_000...9_000_000)
+        let report = b.apply(try w.finish())
+        #expect(report.status == .skipped)
+        #expect(try b.value("SELECT count(*) FROM rtsync_applied WHERE seq_first IS NOT NULL AND seq_first > 1000") == .integer(0))
+        #expect(try b.db.sequenceGaps().isEmpty)
+    }
+}
