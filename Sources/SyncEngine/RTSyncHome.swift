@@ -126,6 +126,7 @@ public enum LifecycleError: Error, Sendable, Equatable, CustomStringConvertible 
     case noGoodBackup
     case tierRefused(tier: Tier, action: String)
     case demoMode(action: String)
+    case homeBusy(path: String, pid: Int32?)
 
     public var description: String {
         switch self {
@@ -137,6 +138,7 @@ public enum LifecycleError: Error, Sendable, Equatable, CustomStringConvertible 
         case .noGoodBackup: return "there is no verified backup to restore"
         case .tierRefused(let t, let a): return "\(a) is not available on the \(t.rawValue) tier"
         case .demoMode(let a): return "\(a) is disabled in demo mode"
+        case .homeBusy(let p, let pid): return "another rtsync is running on this home\(pid.map { " (pid \($0))" } ?? "") (\(p))"
         }
     }
 
@@ -148,6 +150,7 @@ public enum LifecycleError: Error, Sendable, Equatable, CustomStringConvertible 
         case .backupFailed: return "check the backup folder exists, is writable and has free space; existing backups were not touched"
         case .tierRefused: return "upgrade to premium, or use a local-folder bucket (file:///...)"
         case .demoMode: return "turn demo mode off with `rtsync demo off`"
+        case .homeBusy: return "wait for it to finish and run the command again (the lock goes with the process that holds it, also when it is killed)"
         case .noSourceAvailable: return "check the bucket URL and network, or reinstall to restore the bundled demo database"
         case .invalidSettings: return "fix or delete the settings file"
         default: return nil

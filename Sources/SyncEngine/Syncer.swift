@@ -75,12 +75,19 @@ public struct Syncer: Sendable {
         try settings.tier.require(.syncDatabase(cloud: !remote.isLocal))
     }
 
+    /// How long a sync waits for another run on the same home to finish before giving up.
+    public var lockWait: TimeInterval = 30
+
     /// Runs one sync. With `dryRun`, only reports what would be uploaded and downloaded.
     /// - Throws: only for refusals (demo mode, tier); network failures are reported in the phases.
     public func sync(dryRun: Bool = false, progress: @Sendable (String) -> Void = { _ in }) async throws -> SyncReport {
         let settings = try home.loadSettings()
         try checkAllowed(settings)
         try home.createFolders()
+        // One run at a time per home: a second run's outbox clean-up would delete the diff this one has just
+        // written and not yet recorded, and its export and apply would interleave with this one's.
+        let lock = try HomeLock.acquire(home, wait: lockWait)
+        defer { withExtendedLifetime(lock) {} }
         let db = try SyncDatabase(path: home.database.path)
         if !db.isTracked { try db.trackAllTrackable() }
         let user = settings.userID.isEmpty ? try db.userID() : settings.userID
