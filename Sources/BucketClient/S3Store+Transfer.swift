@@ -68,17 +68,17 @@ extension S3Store {
                 try? Data(responseETag.utf8).write(to: etagFile)
             }
             lastModified = Self.parseHTTPDate(response.header("Last-Modified"))
-            if response.status == 206 {
-                // Content-Range: bytes start-end/total
-                guard let range = response.header("Content-Range"), let slash = range.lastIndex(of: "/"),
-                      let size = Int64(range[range.index(after: slash)...]) else {
-                    throw BucketError.invalidResponse(request: describe(request), reason: "206 without a usable Content-Range")
+            if response.status == 206 || response.header("Content-Range") != nil {
+                // A part of the object, whatever the status: some servers (rclone serve s3) answer a ranged GET with
+                // 200 and a Content-Range for only part of what was asked. Take it as the part it says it is.
+                guard let part = Self.contentRange(response.header("Content-Range")) else {
+                    throw BucketError.invalidResponse(request: describe(request), reason: "\(response.status) without a usable Content-Range")
                 }
-                let startText = range.drop(while: { !$0.isNumber }).prefix(while: { $0.isNumber })
-                guard Int64(startText) == offset else {
-                    throw BucketError.invalidResponse(request: describe(request), reason: "206 for another range (\(range))")
+                guard part.start == offset, Int64(response.body.count) == part.end - part.start + 1 else {
+                    throw BucketError.invalidResponse(request: describe(request),
+                                                      reason: "asked for bytes from \(offset), got \(response.body.count) byte(s) said to be \(response.header("Content-Range") ?? "")")
                 }
-                total = size
+                total = part.total
             } else {
                 // A 200 carries the whole object: restart the file with it.
                 try? handle.truncate(atOffset: 0)
@@ -114,6 +114,17 @@ extension S3Store {
 }
 
 extension S3Store {
+    /// `bytes START-END/TOTAL` parsed; nil when it is not of that form (a `*` total included).
+    static func contentRange(_ header: String?) -> (start: Int64, end: Int64, total: Int64)? {
+        guard let header, header.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = header.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        let halves = spec.split(separator: "/", maxSplits: 1)
+        guard halves.count == 2, let total = Int64(halves[1]) else { return nil }
+        let bounds = halves[0].split(separator: "-", maxSplits: 1)
+        guard bounds.count == 2, let start = Int64(bounds[0]), let end = Int64(bounds[1]), start <= end, end < total else { return nil }
+        return (start, end, total)
+    }
+
     /// GETs `start...end` of an unchanged object (If-Match) and checks the answer is exactly that range.
     func fetchRange(key: String, etag: String, start: Int64, end: Int64) async throws -> Data {
         var request = Request(method: "GET", key: key, operation: "GetObject")
@@ -121,8 +132,8 @@ extension S3Store {
         request.headers["if-match"] = "\"\(etag)\""
         let response = try await send(request)
         let range = response.header("Content-Range") ?? ""
-        let startText = range.drop(while: { !$0.isNumber }).prefix(while: { $0.isNumber })
-        guard response.status == 206, Int64(startText) == start, Int64(response.body.count) == end - start + 1 else {
+        let part = Self.contentRange(range)
+        guard response.status == 206 || response.status == 200, part?.start == start, part?.end == end, Int64(response.body.count) == end - start + 1 else {
             throw BucketError.invalidResponse(request: describe(request),
                                               reason: "expected bytes \(start)-\(end), got status \(response.status) \(range)")
         }

@@ -270,6 +270,17 @@ public struct S3Store: ObjectStore {
         if let ifMatch { request.headers["if-match"] = "\"\(ifMatch)\"" }
         let response = try await send(request, acceptStatuses: [416])
         if response.status == 416 { return Data() }
+        if let range, response.status == 200, let part = Self.contentRange(response.header("Content-Range")) {
+            // A 200 that says which part it carries (rclone serve s3): it must be the part asked for, and may be less.
+            guard part.start == range.start, Int64(response.body.count) == part.end - part.start + 1 else {
+                throw BucketError.invalidResponse(request: describe(request), reason: "asked for \(range.headerValue), got \(response.body.count) byte(s) said to be bytes \(part.start)-\(part.end)")
+            }
+            let wanted = range.end.map { Int($0 - range.start + 1) } ?? response.body.count
+            guard response.body.count >= wanted || part.end == part.total - 1 else {
+                throw BucketError.truncated(key: key, expected: Int64(wanted), received: Int64(response.body.count))
+            }
+            return response.body.prefix(wanted)
+        }
         if let range, response.status == 200 {
             // The server ignored the range: cut it here.
             let start = Int(min(range.start, Int64(response.body.count)))

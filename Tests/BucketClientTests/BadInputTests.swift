@@ -57,6 +57,21 @@ import Testing
         }
     }
 
+    /// rclone serve s3 answers a ranged GET with 200, a Content-Range and only part of the object: the download
+    /// must go on from there, never take the part for the whole object.
+    @Test func rangedGetAnsweredWith200AndAPart_downloadsTheWholeObject() async throws {
+        let store = try await junkStore(bucket: "rangeas200")
+        let folder = try makeTemporaryFolder()
+        let file = folder.appendingPathComponent("object.bin")
+        let info = try await store.download(key: "object.bin", to: file)
+        let expected = Data((0..<100_000).map { UInt8(($0 * 7) % 251) })
+        #expect(info.size == 100_000)
+        #expect(try Data(contentsOf: file) == expected)
+        let middle = try await store.get(key: "object.bin", range: ByteRange(start: 1_000, end: 1_999), ifMatch: nil)
+        #expect(middle == expected.subdata(in: 1_000..<2_000))
+        await #expect(throws: BucketError.self) { _ = try await store.get(key: "object.bin", range: ByteRange(start: 0, end: 49_999), ifMatch: nil) }
+    }
+
     @Test func truncatedDownload_neverReplacesAGoodFile() async throws {
         let store = try await junkStore(bucket: "trunc")
         let target = try makeTemporaryFolder().appendingPathComponent("good.bin")

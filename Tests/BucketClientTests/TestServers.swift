@@ -117,7 +117,8 @@ struct HostileServer: Sendable {
     }
 
     /// Paths: /junk/... truncated XML (200), /notxml/... plain text, /wrongroot/... valid XML with the wrong root,
-    /// /trunc/... a body that stops halfway, /files/<name> a cacheable resource honoring If-None-Match.
+    /// /trunc/... a body that stops halfway, /rangeas200/... 100,000 bytes whose ranged GETs get 200 with a
+    /// Content-Range for at most 16 KiB, /files/<name> a cacheable resource honoring If-None-Match.
     static let script = #"""
     import http.server, os, sys, threading, time
     parent = int(sys.argv[1])
@@ -148,6 +149,16 @@ struct HostileServer: Sendable {
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
+            elif p.startswith("/rangeas200"):
+                # As rclone serve s3 does: a ranged GET answered with 200, a Content-Range, and at most 16 KiB.
+                body = bytes((i * 7) % 251 for i in range(100000))
+                r = self.headers.get("Range")
+                if r and r.startswith("bytes="):
+                    a, _, b = r[6:].partition("-")
+                    a = int(a); b = min(int(b) if b else len(body) - 1, len(body) - 1, a + 16383)
+                    self.send_body(200, body[a:b + 1], [("ETag", '"r200"'), ("Content-Range", "bytes %d-%d/%d" % (a, b, len(body)))])
+                else:
+                    self.send_body(200, body, [("ETag", '"r200"')])
             elif p.startswith("/always500"):
                 self.send_body(500, b"<Error><Code>InternalError</Code><Message>boom</Message></Error>")
             elif p.startswith("/always429"):
