@@ -264,7 +264,7 @@ struct Merger {
                 // A table that exists here but is not tracked was left out on purpose (local-only data):
                 // a diff may neither write into it nor start exporting it.
                 guard try db.scalar("SELECT 1 FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(def.name)]) != nil else {
-                    throw SyncEngineError.diffRejected(file: file, reason: "table '\(def.name)' exists here but is not tracked; rtsync does not write to untracked tables (track it first if it should sync)")
+                    throw SyncEngineError.diffRejected(file: file, reason: "table '\(def.name)' exists here but is not tracked; rtsync does not write to untracked tables: to sync it, run `rtsync track --db \(db.path) \(def.name)` and apply the diff again; to keep it local, stop tracking it on the device that sent the diff")
                 }
                 let lp = local.primaryKeyColumns.map { $0.lowercased() }, rp = def.primaryKeyColumns.map { $0.lowercased() }
                 guard lp == rp else {

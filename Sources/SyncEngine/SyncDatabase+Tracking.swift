@@ -157,8 +157,14 @@ extension SyncDatabase {
                             Self.encodeDefaults(policy.syncDefaults), .integer(tid)])
         }
         try installTriggers(db, tid: tid, definition: def)
-        let stored = try loadTracked(db)[name]!
-        return stored.table
+        // Only this table's entry is read back: reading every tracked table here made tracking n tables O(n²).
+        let r = try db.rows("SELECT policy, owner_column, on_delete_conflict, sync_defaults FROM rtsync_tracked WHERE tid = ?", [.integer(tid)])
+        let row = r.first ?? []
+        func text(_ i: Int) -> String? { i < row.count ? row[i].string : nil }
+        let defaults = (try? JSONDecoder().decode([String: String].self, from: Data((text(3) ?? "{}").utf8))) ?? [:]
+        let stored = TablePolicy(MergePolicy(rawValue: text(0) ?? "") ?? .lwwColumn, ownerColumn: text(1),
+                                 onDeleteConflict: DeleteConflictPolicy(rawValue: text(2) ?? "") ?? .deleteWins, syncDefaults: defaults)
+        return TrackedTable(id: tid, name: name, columns: def.columnNames, policy: stored)
     }
 
     /// Loads tracked tables with their live definitions, keyed by name.
@@ -278,7 +284,14 @@ extension SyncDatabase {
             parts.append("CASE WHEN \(same(c)) THEN '0' ELSE '1' END")
         }
         if zeros > 0 { parts.append("'" + String(repeating: "0", count: zeros) + "'") }
-        return parts.joined(separator: " || ")
+        // Joined as a balanced tree: a flat `a || b || …` nests one level per column, and SQLite refuses an
+        // expression deeper than 1,000 (wide tables: exported spreadsheets, sensor logs).
+        func balanced(_ p: ArraySlice<String>) -> String {
+            if p.count == 1 { return p.first! }
+            let mid = p.startIndex + p.count / 2
+            return "(" + balanced(p[p.startIndex..<mid]) + " || " + balanced(p[mid...]) + ")"
+        }
+        return parts.isEmpty ? "''" : balanced(parts[...])
     }
 
     /// Column positions marked in a change's mask (integer bitmask or '0'/'1' text); an update that
