@@ -251,7 +251,8 @@ extension Merger {
             let policy = info.table.policy
             ownerPosition = policy.policy == .ownerOnly ? remoteLower.firstIndex(of: (policy.ownerColumn ?? "owner_id").lowercased()) : nil
             fastInsert = (policy.policy != .ownerOnly || ownerPosition != nil) && fillers.isEmpty && unplaceable.isEmpty
-            hasDeleteActions = def.foreignKeys.contains { ["SET NULL", "CASCADE"].contains($0.onDelete.uppercased()) }
+            // Every foreign key: a reference to a parent deleted here is settled by the merge (Merger+Restrict).
+            hasDeleteActions = !def.foreignKeys.isEmpty
             let table = quoteIdentifier(def.name)
             whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
             selectSQL = "SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + table + " WHERE " + whereKey
@@ -557,7 +558,13 @@ extension Merger {
         try log(r, local, column: "", localValue: .null, remoteValue: .null, localClock: local.born, winner: "local", reason: reason)
     }
 
-    mutating func deleteRow(_ r: RowContext, _ local: LocalRow, logConcurrent: Bool) throws {
+    mutating func deleteRow(_ r: RowContext, _ local: LocalRow, logConcurrent: Bool, blockable: Bool = true) throws {
+        // A remote delete of a row that children still reference (ON DELETE RESTRICT / NO ACTION) waits for the
+        // end of the diff, which may delete those children too.
+        if logConcurrent && blockable, let values = local.values, try isReferenced(r.info, values: values) {
+            blockedDeletes.append((r, local))
+            return
+        }
         if logConcurrent, let values = local.values {
             for (i, c) in r.def.columnNames.enumerated() where isConcurrent(localClock(local, c)) && !r.def.primaryKeyColumns.contains(c) {
                 try log(r, local, column: c, localValue: values[i], remoteValue: .null, localClock: localClock(local, c), winner: "remote",
@@ -666,7 +673,7 @@ extension Merger {
     mutating func applyDeleteActionsForDeletedParents(_ r: RowContext, _ local: LocalRow, written: [String]) throws {
         let writtenSet = Set(written.map { $0.lowercased() })
         for fk in r.def.foreignKeys where !fk.columns.isEmpty {
-            let action = fk.onDelete.uppercased()
+            let action = Self.mergeAction(fk, r.def)
             guard action == "SET NULL" || action == "CASCADE",
                   fk.columns.contains(where: { writtenSet.contains($0.lowercased()) }),
                   let parent = tracked[fk.table] ?? tracked.values.first(where: { $0.table.name.lowercased() == fk.table.lowercased() }) else { continue }
