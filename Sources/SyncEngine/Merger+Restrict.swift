@@ -98,11 +98,8 @@ extension Merger {
         for (r, _) in blocked {
             // The diff may have changed the row since: read it again.
             let local = try localRow(r.info, keyValues: r.keyValues, plan: r.plan)
-            guard let values = local.values else { continue }
-            var visited: Set<RowKey> = [RowKey(r.info.table.id, local.key)]
-            let actions = try dropReferences(to: r.info, values: values, seen: &visited)
+            guard local.values != nil else { continue }
             try deleteRow(r, local, logConcurrent: true, blockable: false)
-            try recordDeleteActions(actions, deleted: r.change.clock, decidedHere: true)
         }
     }
 

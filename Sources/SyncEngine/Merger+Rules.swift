@@ -573,10 +573,13 @@ extension Merger {
         }
         // What the schema's ON DELETE actions will do to children here is merged like any change.
         var visited: Set<RowKey> = [RowKey(r.info.table.id, local.key)]
+        // Children that RESTRICT / NO ACTION would keep the row for lose their reference first (Merger+Restrict).
+        let dropped = try local.values.map { try dropReferences(to: r.info, values: $0, seen: &visited) } ?? []
         let actions = try local.values.map { try pendingDeleteActions(parent: r.info, values: $0, seen: &visited) } ?? []
         try cached(r.plan.deleteSQL).run(r.keyValues)
         // A delete this device decided (a UNIQUE collision's loser) was made by nobody else: all its actions are ours.
         try recordDeleteActions(actions, deleted: r.change.clock, decidedHere: !logConcurrent)
+        try recordDeleteActions(dropped, deleted: r.change.clock, decidedHere: true)
         try setRowMeta(r, local.key, born: max(r.change.born, local.born == Merger.unexported ? r.change.born : local.born), deleted: r.change.clock)
         try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
         try purgePending(r, local)
@@ -645,19 +648,19 @@ extension Merger {
         try captureDecision(tid: info.table.id, key: key, op: 3, mask: .null, after: decider)
     }
 
-    /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint.
+    /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint or unique index
+    /// (partial and expression indexes, with their collations), and the index's columns or expressions.
     mutating func collidingRow(_ r: RowContext, newRow: [String: SQLValue]) throws -> ([SQLValue], [String])? {
         let keys = r.def.primaryKeyColumns
-        if uniqueColumns[r.table] == nil { uniqueColumns[r.table] = try SyncDatabase.uniqueIndexColumns(db, r.table) }
-        // UNIQUE constraints and unique indexes (CREATE UNIQUE INDEX, partial ones too) alike.
-        for u in uniqueColumns[r.table] ?? [] {
-            let vals = u.map { newRow[$0.lowercased()] ?? .null }
-            if vals.contains(.null) { continue }
-            let sql = "SELECT " + keys.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(r.table)
-                + " WHERE " + u.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
-                + " AND NOT (" + keys.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ") + ") LIMIT 1"
-            let rows = try db.rows(sql, vals + r.keyValues)
-            if let first = rows.first { return (first, u) }
+        if uniqueIndexes[r.table] == nil { uniqueIndexes[r.table] = try UniqueIndex.read(db, table: r.table) }
+        let columns = r.def.columnNames
+        let values = columns.map { newRow[$0.lowercased()] ?? .null }
+        for u in uniqueIndexes[r.table] ?? [] {
+            let s = try cached(u.collisionSQL(table: r.table, columns: columns, keys: keys))
+            try s.bind(values + r.keyValues)
+            let found = try s.step() ? s.row() : nil
+            s.reset()
+            if let found { return (found, u.label) }
         }
         return nil
     }
