@@ -59,6 +59,9 @@ public struct S3Configuration: Sendable {
     public var timeout: TimeInterval = 60
     /// Folder for multipart resume state files; nil puts them beside the uploaded file.
     public var stateDirectory: URL?
+    /// Receives warnings that do not stop an operation (a listed key that cannot be used, skipped); nil writes
+    /// them to standard error as `warning: ...` lines.
+    public var warningHandler: (@Sendable (String) -> Void)?
     /// Test hook: stop a multipart upload with an error after this many parts (simulates a crash).
     var stopAfterPartsForTesting: Int?
 

@@ -118,9 +118,11 @@ struct HostileServer: Sendable {
 
     /// Paths: /junk/... truncated XML (200), /notxml/... plain text, /wrongroot/... valid XML with the wrong root,
     /// /trunc/... a body that stops halfway, /rangeas200/... 100,000 bytes whose ranged GETs get 200 with a
-    /// Content-Range for at most 16 KiB, /files/<name> a cacheable resource honoring If-None-Match.
+    /// Content-Range for at most 16 KiB, /files/<name> a cacheable resource honoring If-None-Match, /altroot/...
+    /// objects and multipart uploads answered with rclone's XML root names and ETags, /ctlkeys and /rawctl listings
+    /// of keys holding control characters (URL-encoded when asked, and raw).
     static let script = #"""
-    import http.server, os, sys, threading, time
+    import hashlib, http.server, os, re, sys, threading, time, urllib.parse
     parent = int(sys.argv[1])
     class H(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -173,8 +175,55 @@ struct HostileServer: Sendable {
                     self.send_response(304); self.send_header("ETag", etag); self.send_header("Content-Length", "0"); self.end_headers()
                 else:
                     self.send_body(200, body, [("ETag", etag), ("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT")])
+            elif p.startswith("/ctlkeys") or p.startswith("/rawctl"):
+                # Keys XML cannot carry: URL-encoded when asked (one of them not UTF-8 once decoded); /rawctl, like a
+                # server that ignores encoding-type, always sends them raw.
+                encoded = "encoding-type=url" in p and p.startswith("/ctlkeys")
+                keys = ["a%01b", "bad%FFkey", "c%0Dd", "e+f%2Bg", "ok.txt"] if encoded else ["a\x01b", "ok.txt"]
+                items = "".join("<Contents><Key>%s</Key><Size>1</Size><ETag>&quot;e&quot;</ETag></Contents>" % k for k in keys)
+                extra = "<EncodingType>url</EncodingType>" if encoded else ""
+                self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<ListBucketResult><Name>b</Name>%s<IsTruncated>false</IsTruncated>%s</ListBucketResult>" % (items, extra)).encode())
+            elif p.startswith("/altroot/"):
+                key = p.split("?")[0]
+                if key not in H.objects:
+                    self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>"); return
+                data = H.objects[key]
+                self.send_body(200, data, [("ETag", '"%s"' % hashlib.md5(data).hexdigest()),
+                                           ("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT")])
             else:
                 self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>")
+        # /altroot/...: multipart uploads answered as rclone serve s3 does: <InitiateMultipartUpload> as the root of
+        # CreateMultipartUpload's reply, and a Complete ETag ("<md5 of part md5s>-N") unlike the one HEAD gives (MD5).
+        objects, uploads = {}, {}
+        def body_in(self):
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        def do_PUT(self):
+            data = self.body_in()
+            key, _, q = self.path.partition("?")
+            q = urllib.parse.parse_qs(q, keep_blank_values=True)
+            if "uploadId" in q:
+                H.uploads[q["uploadId"][0]][int(q["partNumber"][0])] = data
+            else:
+                H.objects[key] = data
+            self.send_body(200, b"", [("ETag", '"%s"' % hashlib.md5(data).hexdigest())])
+        def do_POST(self):
+            data = self.body_in()
+            key, _, q = self.path.partition("?")
+            q = urllib.parse.parse_qs(q, keep_blank_values=True)
+            if "uploads" in q:
+                uid = "u%d" % len(H.uploads)
+                H.uploads[uid] = {}
+                self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<InitiateMultipartUpload><Bucket>altroot</Bucket>"
+                                     "<Key>k</Key><UploadId>%s</UploadId></InitiateMultipartUpload>" % uid).encode())
+            elif "uploadId" in q:
+                parts = H.uploads.pop(q["uploadId"][0])
+                numbers = [int(n) for n in re.findall(rb"<PartNumber>(\d+)</PartNumber>", data)]
+                H.objects[key] = b"".join(parts[n] for n in numbers)
+                etag = hashlib.md5(b"".join(hashlib.md5(parts[n]).digest() for n in numbers)).hexdigest() + "-%d" % len(numbers)
+                self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<CompleteMultipartUploadResult><Location></Location>"
+                                     "<Bucket>altroot</Bucket><Key>k</Key><ETag>&#34;%s&#34;</ETag></CompleteMultipartUploadResult>" % etag).encode())
+            else:
+                self.send_body(400, b"<Error><Code>InvalidRequest</Code><Message>?</Message></Error>")
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     print(srv.server_address[1], flush=True)
     def watchdog():
