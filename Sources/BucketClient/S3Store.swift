@@ -94,6 +94,10 @@ public struct S3Store: ObjectStore {
             // HTTP clients (libcurl, URLSession) collapse dot segments, so such a key would address another object.
             throw BucketError.unsafeKey(key: key, reason: "'.' or '..' path segment")
         }
+        if configuration.credentials == nil && !configuration.allowsAnonymous {
+            // An unsigned request would fail later with a confusing 403 or 500: say what is missing instead.
+            throw BucketError.missingCredentials(variable: "AWS_ACCESS_KEY_ID")
+        }
         let (scheme, host, path) = location(key: request.key)
         let query = SigV4Signer.canonicalQuery(request.query)
         let urlText = "\(scheme)://\(host)\(path)\(query.isEmpty ? "" : "?" + query)"
@@ -174,7 +178,7 @@ public struct S3Store: ObjectStore {
         case 403:
             let hint: String
             if configuration.credentials == nil {
-                hint = "no credentials were set: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                hint = "the request was sent unsigned (RTSYNC_S3_ANONYMOUS): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials"
             } else if code == "SignatureDoesNotMatch" {
                 hint = "the secret access key does not match the access key id \(configuration.credentials!.accessKeyId), or the clock or region (\(configuration.region)) is wrong"
             } else if code == "InvalidAccessKeyId" {
