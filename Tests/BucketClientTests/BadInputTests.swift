@@ -146,6 +146,19 @@ import Testing
         #expect(truncatedGet != nil)
     }
 
+    /// A body cut short (fewer bytes than Content-Length, then the connection closed) is retried like a reset, on
+    /// the URLSession path that GETs take, then reported as what it is.
+    @Test func bodyCutShort_isRetriedLikeAReset_thenReported() async throws {
+        let store = try await junkStore(bucket: "trunc") { $0.retry = RetryPolicy(maxAttempts: 4, baseDelay: 0.01, maxDelay: 0.02) }
+        await #expect(throws: BucketError.self) { try await store.get(key: "cut.bin") }
+        #expect(store.requestCounter.count("GetObject") == 4)
+        let target = try makeTemporaryFolder().appendingPathComponent("cut.bin")
+        store.requestCounter.reset()
+        await #expect(throws: BucketError.self) { try await store.download(key: "cut.bin", to: target) }
+        #expect(store.requestCounter.count("GetObject") == 4)
+        #expect(!FileManager.default.fileExists(atPath: target.path))
+    }
+
     @Test(arguments: [("always500", 500), ("always429", 429)])
     func serverErrorsAndThrottling_areRetriedWithBackoff_thenReported(bucket: String, status: Int) async throws {
         let store = try await junkStore(bucket: bucket)
