@@ -80,6 +80,23 @@ import Testing
         #expect(try await store.get(key: info.key) == data)
     }
 
+    /// CompleteMultipartUpload assembled the object but its answer was lost; the retry finds the upload gone. The
+    /// object is this upload's even though rclone-style servers give it a plain MD5 ETag, not "<...>-2".
+    @Test func completeAnswerLost_retryFindsUploadGone_acceptsTheObjectWithAPlainETag() async throws {
+        let store = try await junkStore(bucket: "altroot") {
+            $0.multipartThreshold = 1 << 20
+            $0.partSize = 5 << 20
+            $0.retry = RetryPolicy(maxAttempts: 3, baseDelay: 0.01, maxDelay: 0.02)
+        }
+        let source = try makeTemporaryFolder().appendingPathComponent("big.bin")
+        let data = randomBytes((5 << 20) + 10)
+        try data.write(to: source)
+        let info = try await store.put(key: "lost/\(UUID().uuidString)", fileURL: source)
+        #expect(store.requestCounter.count("CompleteMultipartUpload") == 2)
+        #expect(info.etag == (try await store.head(key: info.key)).etag)
+        #expect(try await store.get(key: info.key) == data)
+    }
+
     @Test func xmlFields_areFoundUnderAnyRootName_orInsideAWrapper() throws {
         let wrapped = Data("<CompleteMultipartUploadResponse><CompleteMultipartUploadResult><ETag>\"e-2\"</ETag></CompleteMultipartUploadResult></CompleteMultipartUploadResponse>".utf8)
         #expect(XMLElementNode.parse(wrapped)?.holder(ofAny: ["ETag"])?.string("ETag") == "\"e-2\"")

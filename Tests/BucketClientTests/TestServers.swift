@@ -167,7 +167,7 @@ struct HostileServer: Sendable {
     /// objects and multipart uploads answered with rclone's XML root names and ETags, /ctlkeys and /rawctl listings
     /// of keys holding control characters (URL-encoded when asked, and raw).
     static let script = #"""
-    import hashlib, http.server, os, re, sys, threading, time, urllib.parse
+    import email.utils, hashlib, http.server, os, re, sys, threading, time, urllib.parse
     parent = int(sys.argv[1])
     class H(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -234,12 +234,12 @@ struct HostileServer: Sendable {
                     self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>"); return
                 data = H.objects[key]
                 self.send_body(200, data, [("ETag", '"%s"' % hashlib.md5(data).hexdigest()),
-                                           ("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT")])
+                                           ("Last-Modified", email.utils.formatdate(H.mtimes[key], usegmt=True))])
             else:
                 self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>")
         # /altroot/...: multipart uploads answered as rclone serve s3 does: <InitiateMultipartUpload> as the root of
         # CreateMultipartUpload's reply, and a Complete ETag ("<md5 of part md5s>-N") unlike the one HEAD gives (MD5).
-        objects, uploads = {}, {}
+        objects, uploads, mtimes = {}, {}, {}
         def body_in(self):
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
         def do_PUT(self):
@@ -250,6 +250,7 @@ struct HostileServer: Sendable {
                 H.uploads[q["uploadId"][0]][int(q["partNumber"][0])] = data
             else:
                 H.objects[key] = data
+                H.mtimes[key] = time.time()
             self.send_body(200, b"", [("ETag", '"%s"' % hashlib.md5(data).hexdigest())])
         def do_POST(self):
             data = self.body_in()
@@ -261,9 +262,15 @@ struct HostileServer: Sendable {
                 self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<InitiateMultipartUpload><Bucket>altroot</Bucket>"
                                      "<Key>k</Key><UploadId>%s</UploadId></InitiateMultipartUpload>" % uid).encode())
             elif "uploadId" in q:
-                parts = H.uploads.pop(q["uploadId"][0])
+                parts = H.uploads.pop(q["uploadId"][0], None)
+                if parts is None:
+                    self.send_body(404, b"<Error><Code>NoSuchUpload</Code><Message>no such upload</Message></Error>"); return
                 numbers = [int(n) for n in re.findall(rb"<PartNumber>(\d+)</PartNumber>", data)]
                 H.objects[key] = b"".join(parts[n] for n in numbers)
+                H.mtimes[key] = time.time()
+                if "/lost/" in key:
+                    # The object is assembled but the answer is lost: the client's retry finds the upload gone.
+                    self.send_body(500, b"<Error><Code>InternalError</Code><Message>lost</Message></Error>"); return
                 etag = hashlib.md5(b"".join(hashlib.md5(parts[n]).digest() for n in numbers)).hexdigest() + "-%d" % len(numbers)
                 self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<CompleteMultipartUploadResult><Location></Location>"
                                      "<Bucket>altroot</Bucket><Key>k</Key><ETag>&#34;%s&#34;</ETag></CompleteMultipartUploadResult>" % etag).encode())
