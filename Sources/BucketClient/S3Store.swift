@@ -344,7 +344,9 @@ public struct S3Store: ObjectStore {
                 i += 1
             }
         }
-        return String(validating: bytes, as: UTF8.self)
+        // Not String(validating:as:): it needs macOS 15 / iOS 18. Invalid UTF-8 does not survive the round trip.
+        let text = String(decoding: bytes, as: UTF8.self)
+        return text.utf8.elementsEqual(bytes) ? text : nil
     }
 
     /// GetObject, optionally ranged and conditional on the ETag.
