@@ -96,6 +96,9 @@ public struct Syncer: Sendable {
         var report = SyncReport()
         let startRequests = remote.requestsMade
 
+        // A database restored from a backup first catches up on what compaction may have pruned since.
+        if !dryRun { await catchUpAfterRestore(db: db, user: user, report: &report, progress: progress) }
+
         // Diffs this database has applied or made (read once; the export below adds its own id).
         var applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
 
@@ -239,9 +242,13 @@ public struct Syncer: Sendable {
         // Publish what this device has applied (only when that changed, so an idle sync stays one LIST),
         // and compact automatically once inbound grows past the threshold.
         if !dryRun, let listedIDs {
-            let changed = report.exported != nil || report.applied.contains { $0.status == .applied || $0.status == .skipped }
+            let retiring = (try? db.retiredSites().contains { !$0.cursorRemoved && !$0.catchUp }) == true
+            let changed = report.exported != nil || report.applied.contains { $0.status == .applied || $0.status == .skipped } || retiring
             if changed {
-                do { try await Compactor.publishCursor(db: db, user: user, listed: listedIDs + (report.exported.map { [$0.diffID] } ?? []), remote: remote, home: home) } catch {
+                do {
+                    try await Compactor.publishCursor(db: db, user: user, listed: listedIDs + (report.exported.map { [$0.diffID] } ?? []), remote: remote, home: home)
+                    if retiring { await retireOldCursors(db: db, user: user, report: &report) }
+                } catch {
                     report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not publish this device's cursor", error: "\(error)"))
                 }
             }
