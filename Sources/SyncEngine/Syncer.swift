@@ -104,10 +104,15 @@ public struct Syncer: Sendable {
 
         // 0. A diff in the outbox that the database does not record as its own was left by an export that
         // crashed before committing; its changes are still pending and go into the next export instead.
+        // A diff a site this database used before a restore wrote and had not uploaded is that site's real
+        // work: it stays and is uploaded.
         if !dryRun {
+            let retired = Set(((try? db.retiredSites()) ?? []).map(\.site))
             for name in ((try? fm.contentsOfDirectory(atPath: home.outbox.path)) ?? []) {
                 if let id = DiffFile.diffID(fromFileName: name), !applied.contains(id.string) {
-                    try? fm.removeItem(at: home.outbox.appendingPathComponent(name))
+                    let file = home.outbox.appendingPathComponent(name)
+                    if !retired.isEmpty, let author = try? DiffReader(url: file).metadata.authorSite, retired.contains(author) { continue }
+                    try? fm.removeItem(at: file)
                 }
             }
         }
