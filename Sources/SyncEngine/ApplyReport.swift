@@ -34,6 +34,11 @@ public struct ApplyReport: Sendable, Codable, Equatable {
     public var tablesCreated: [String] = []
     /// Columns added from the diff's definitions (`table.column`).
     public var columnsAdded: [String] = []
+    /// Columns declared with another type affinity in the diff than here (`table.column: TYPE in the diff, TYPE
+    /// here`): values are stored as the local column's affinity makes them, and keys are matched as SQLite
+    /// compares them here (11 and '11' are one key of a TEXT or an INTEGER column); a key that would change is
+    /// refused.
+    public var typeDifferences: [String] = []
     /// Where a rejected file was moved.
     public var quarantinedTo: String?
 

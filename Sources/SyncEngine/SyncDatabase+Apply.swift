@@ -275,6 +275,14 @@ struct Merger {
                 guard lp == rp else {
                     throw SyncEngineError.diffRejected(file: file, reason: "incompatible schema for table '\(def.name)': primary key (\(rp.joined(separator: ", "))) in the diff, (\(lp.joined(separator: ", "))) here")
                 }
+                for column in def.columns {
+                    guard let i = local.columnIndex(column.name) else { continue }
+                    let here = local.columns[i]
+                    if KeyAffinity(declaredType: column.type) != KeyAffinity(declaredType: here.type) {
+                        let key = local.primaryKeyColumns.contains { $0.lowercased() == column.name.lowercased() }
+                        report.typeDifferences.append("\(def.name).\(here.name)\(key ? " (key)" : ""): \(column.type.isEmpty ? "no type" : column.type) in the diff, \(here.type.isEmpty ? "no type" : here.type) here")
+                    }
+                }
                 let missing = def.columns.filter { local.columnIndex($0.name) == nil }
                 // Only the owner changes an owner-only table, its schema included: another user's diff may not add columns.
                 if !missing.isEmpty, try db.scalar("SELECT policy FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(def.name)])?.string == MergePolicy.ownerOnly.rawValue,

@@ -240,7 +240,8 @@ public struct Syncer: Sendable {
             let rows = applied.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }
             report.phases.append(SyncPhase(name: "apply", ok: rejected.isEmpty,
                                            summary: "applied \(applied.count) diff(s) (\(rows) row(s), \(applied.reduce(0) { $0 + $1.conflicts }) conflict(s)), skipped \(reports.filter { $0.status == .skipped }.count), rejected \(rejected.count)"
-                                               + (deferred == 0 ? "" : ", deferred \(deferred) (waiting for rows other diffs bring)"),
+                                               + (deferred == 0 ? "" : ", deferred \(deferred) (waiting for rows other diffs bring)")
+                                               + { let t = Set(applied.flatMap(\.typeDifferences)).sorted(); return t.isEmpty ? "" : "; declared types differ from the sender's (values stored as declared here): \(t.joined(separator: "; "))" }(),
                                            error: rejected.isEmpty ? nil : rejected.map { "\(URL(fileURLWithPath: $0.file).lastPathComponent): \($0.reason ?? "")" }.joined(separator: "; ")))
         }
 

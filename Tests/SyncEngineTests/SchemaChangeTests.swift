@@ -137,4 +137,23 @@ struct OlderVersionTests {
         try Data(#"{"tables": {"requests": {"defaults": {"type": "unknown"}}}}"#.utf8).write(to: url)
         #expect(try PolicyConfig.load(from: url)["requests"]?.syncDefaults == ["type": "unknown"])
     }
+
+    /// A key column declared TEXT on one side and INTEGER on the other: keys are matched as SQLite compares them on
+    /// the receiving side, and the report names the difference instead of passing it silently.
+    @Test func keyDeclaredWithAnotherType_isMatchedAsSQLiteCompares_andReported() throws {
+        let box = try Sandbox("older-keytype")
+        let textURL = box.path("text.sqlite"), intURL = box.path("int.sqlite")
+        try Connection(path: textURL.path).execute("CREATE TABLE requests(id TEXT PRIMARY KEY NOT NULL, url TEXT, request_id TEXT)")
+        try Connection(path: intURL.path).execute("CREATE TABLE requests(id INTEGER PRIMARY KEY, url TEXT, request_id INTEGER)")
+        let textSide = try box.replica("text", source: textURL), intSide = try box.replica("int", source: intURL)
+        try intSide.exec("INSERT INTO requests VALUES (11, 'https://new', 5)")
+        let report = textSide.apply(try intSide.exportFile())
+        #expect(report.status == .applied)
+        #expect(report.typeDifferences.contains { $0.contains("requests.id (key): INTEGER in the diff, TEXT here") }, "\(report.typeDifferences)")
+        #expect(report.typeDifferences.contains { $0.hasPrefix("requests.request_id:") })
+        #expect(try textSide.rows("SELECT id, typeof(id), request_id, typeof(request_id) FROM requests") == [[.text("11"), .text("text"), .text("5"), .text("text")]])
+        try textSide.exec("UPDATE requests SET url = 'https://edited' WHERE id = '11'")
+        #expect(intSide.apply(try textSide.exportFile()).status == .applied)
+        #expect(try intSide.rows("SELECT id, url FROM requests") == [[.integer(11), .text("https://edited")]], "the same row, not a second one")
+    }
 }
