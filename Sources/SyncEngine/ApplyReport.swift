@@ -30,6 +30,9 @@ public struct ApplyReport: Sendable, Codable, Equatable {
     public var deleted = 0
     /// Conflict log entries written.
     public var conflicts = 0
+    /// New rows held back: they lack a NOT NULL column this schema has without a default or a declared value
+    /// (`SyncDatabase.heldRows()`); merged by `applyHeldRows()` once a value is declared.
+    public var held = 0
     /// Tables created from the diff's definitions.
     public var tablesCreated: [String] = []
     /// Columns added from the diff's definitions (`table.column`).

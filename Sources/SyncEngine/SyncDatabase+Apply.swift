@@ -33,12 +33,18 @@ extension SyncDatabase {
 
     /// Applies one diff file (see `apply(diffs:quarantine:limits:)`).
     public func apply(diff url: URL, quarantine: URL? = nil, limits: DiffLimits = .default) -> ApplyReport {
+        apply(diff: url, quarantine: quarantine, limits: limits, replacingHeld: [])
+    }
+
+    /// Applies one diff; `replacingHeld` are held-back rows (`rtsync_held` ids) the diff carries again, removed in
+    /// the same transaction.
+    func apply(diff url: URL, quarantine: URL? = nil, limits: DiffLimits = .default, replacingHeld: [Int64]) -> ApplyReport {
         locked {
             var report = ApplyReport(file: url.path, diffID: nil, status: .rejected)
             func reject(_ reason: String) -> ApplyReport {
                 report.status = .rejected
                 report.reason = reason
-                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0
+                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0; report.held = 0
                 report.tablesCreated = []; report.columnsAdded = []
                 if let quarantine { report.quarantinedTo = Self.moveToQuarantine(url, folder: quarantine, reason: reason) }
                 return report
@@ -46,7 +52,7 @@ extension SyncDatabase {
             func postpone(_ reason: String) -> ApplyReport {
                 report.status = .deferred
                 report.reason = reason
-                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0
+                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0; report.held = 0
                 report.tablesCreated = []; report.columnsAdded = []
                 return report
             }
@@ -86,6 +92,10 @@ extension SyncDatabase {
                 defer { try? db.execute("DETACH DATABASE " + Merger.attachedDiff) }
                 var bulkRows = 0
                 try db.transaction {
+                    for id in replacingHeld {
+                        try db.execute("DELETE FROM rtsync_held_cells WHERE held_id = ?", [.integer(id)])
+                        try db.execute("DELETE FROM rtsync_held WHERE id = ?", [.integer(id)])
+                    }
                     try upgradeBookkeeping()
                     var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
                     merger.bulkAllowed = copy != nil
