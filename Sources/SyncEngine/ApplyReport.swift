@@ -35,8 +35,11 @@ public struct ApplyReport: Sendable, Codable, Equatable {
     public var held = 0
     /// Tables created from the diff's definitions.
     public var tablesCreated: [String] = []
-    /// Columns added from the diff's definitions (`table.column`).
+    /// Columns added from the diff's definitions (`table.column`), for tables whose policy adds them.
     public var columnsAdded: [String] = []
+    /// Columns of a newer app version this table does not have (`table.column`): their values are kept aside and
+    /// move into the columns when this app's own migration adds them (`TablePolicy.addColumns`).
+    public var columnsKeptAside: [String] = []
     /// Columns declared with another type affinity in the diff than here (`table.column: TYPE in the diff, TYPE
     /// here`): values are stored as the local column's affinity makes them, and keys are matched as SQLite
     /// compares them here (11 and '11' are one key of a TEXT or an INTEGER column); a key that would change is

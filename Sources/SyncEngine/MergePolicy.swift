@@ -37,14 +37,19 @@ public struct TablePolicy: Sendable, Hashable, Codable {
     /// Values for `NOT NULL` columns without a default that a diff from an older app version does not carry
     /// (by column name; SQLite converts the text to the column's type as it stores it).
     public var syncDefaults: [String: String]
+    /// Whether columns a diff from a newer app version carries are added to this table. Off by default: the
+    /// table stays as this app version made it (its own `INSERT … VALUES` keep working) and their values are kept
+    /// aside, then moved into the columns when this app's own migration adds them.
+    public var addColumns: Bool
 
     /// Makes a table policy.
     public init(_ policy: MergePolicy = .lwwColumn, ownerColumn: String? = nil, onDeleteConflict: DeleteConflictPolicy = .deleteWins,
-                syncDefaults: [String: String] = [:]) {
+                syncDefaults: [String: String] = [:], addColumns: Bool = false) {
         self.policy = policy
         self.ownerColumn = ownerColumn
         self.onDeleteConflict = onDeleteConflict
         self.syncDefaults = syncDefaults
+        self.addColumns = addColumns
     }
 
     /// The default: column-level last writer wins, delete wins over concurrent updates.
@@ -64,6 +69,8 @@ public struct PolicyConfig: Sendable, Codable {
         public var onDeleteConflict: String?
         /// Values for NOT NULL columns that diffs from older app versions lack (see `TablePolicy.syncDefaults`).
         public var defaults: [String: String]?
+        /// Add columns that diffs from newer app versions carry (see `TablePolicy.addColumns`).
+        public var addColumns: Bool?
     }
 
     /// Entries by table name.
@@ -86,7 +93,8 @@ public struct PolicyConfig: Sendable, Codable {
             guard let onDelete = DeleteConflictPolicy(rawValue: entry.onDeleteConflict ?? DeleteConflictPolicy.deleteWins.rawValue) else {
                 throw SyncEngineError.invalidConfig(file: url.path, reason: "table \(table): onDeleteConflict must be delete-wins or last-writer-wins")
             }
-            out[table] = TablePolicy(policy, ownerColumn: entry.ownerColumn, onDeleteConflict: onDelete, syncDefaults: entry.defaults ?? [:])
+            out[table] = TablePolicy(policy, ownerColumn: entry.ownerColumn, onDeleteConflict: onDelete, syncDefaults: entry.defaults ?? [:],
+                                     addColumns: entry.addColumns ?? false)
         }
         return out
     }

@@ -54,6 +54,7 @@ extension Merger {
         } else {
             try mergeUpsert(ctx, local)
         }
+        if !plan.aside.isEmpty { try keepAside(ctx, key: local.key) }
     }
 
     /// A key value in the storage class the local key column gives it; rejects the diff when that would change it.
@@ -208,6 +209,8 @@ extension Merger {
         let insertAllSQL: String
         let deleteSQL: String
         let whereKey: String
+        /// Incoming columns this table does not have (a newer app version's), kept aside: position and name.
+        let aside: [(position: Int, name: String)]
 
         /// The incoming values of a change by lower-cased column name.
         func remoteValues(_ change: RowChange) -> [String: SQLValue] {
@@ -248,9 +251,10 @@ extension Merger {
             keyPositions = keyLower.map { remoteLower.firstIndex(of: $0) }
             fastKeyPositions = keyPositions.contains(where: { $0 == nil }) ? nil : keyPositions.compactMap { $0 }
             allPositions = remoteLower.indices.filter { names[remoteLower[$0]] != nil }
+            aside = remoteDef.columnNames.enumerated().filter { names[$0.element.lowercased()] == nil }.map { ($0.offset, $0.element) }
             let policy = info.table.policy
             ownerPosition = policy.policy == .ownerOnly ? remoteLower.firstIndex(of: (policy.ownerColumn ?? "owner_id").lowercased()) : nil
-            fastInsert = (policy.policy != .ownerOnly || ownerPosition != nil) && fillers.isEmpty && unplaceable.isEmpty
+            fastInsert = (policy.policy != .ownerOnly || ownerPosition != nil) && fillers.isEmpty && unplaceable.isEmpty && aside.isEmpty
             // Every foreign key: a reference to a parent deleted here is settled by the merge (Merger+Restrict).
             hasDeleteActions = !def.foreignKeys.isEmpty
             let table = quoteIdentifier(def.name)

@@ -45,7 +45,7 @@ extension SyncDatabase {
                 report.status = .rejected
                 report.reason = reason
                 report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0; report.held = 0
-                report.tablesCreated = []; report.columnsAdded = []
+                report.tablesCreated = []; report.columnsAdded = []; report.columnsKeptAside = []
                 if let quarantine { report.quarantinedTo = Self.moveToQuarantine(url, folder: quarantine, reason: reason) }
                 return report
             }
@@ -53,7 +53,7 @@ extension SyncDatabase {
                 report.status = .deferred
                 report.reason = reason
                 report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0; report.held = 0
-                report.tablesCreated = []; report.columnsAdded = []
+                report.tablesCreated = []; report.columnsAdded = []; report.columnsKeptAside = []
                 return report
             }
             // The reader reads a private copy when rows may be written in bulk: that attaches the file a second
@@ -298,6 +298,17 @@ struct Merger {
                 if !missing.isEmpty, try db.scalar("SELECT policy FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(def.name)])?.string == MergePolicy.ownerOnly.rawValue,
                    let ownUser = try db.scalar("SELECT user_id FROM rtsync_site")?.string, !ownUser.isEmpty, meta.authorUser != ownUser {
                     throw SyncEngineError.diffRejected(file: file, reason: "user '\(meta.authorUser)' may not add columns (\(missing.map(\.name).joined(separator: ", "))) to the owner-only table '\(def.name)'")
+                }
+                let tracked = try SyncDatabaseInternals.loadTracked(db)
+                let info = tracked[def.name] ?? tracked.values.first { $0.table.name.lowercased() == def.name.lowercased() }
+                if let info, !missing.isEmpty, !info.table.policy.addColumns {
+                    // The table stays as this app version made it; the values are kept aside (Merger+Aside).
+                    try db.execute(SyncDatabase.asideTablesSQL)
+                    for column in missing {
+                        try db.execute("INSERT OR IGNORE INTO rtsync_aside_cols(tid, col, type) VALUES (?, ?, ?)", [.integer(info.table.id), .text(column.name), .text(column.type)])
+                        report.columnsKeptAside.append(def.name + "." + column.name)
+                    }
+                    continue
                 }
                 for column in missing {
                     do { try db.executeSingle(def.addColumnSQL(column)) } catch {

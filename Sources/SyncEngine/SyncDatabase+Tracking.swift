@@ -94,6 +94,7 @@ extension SyncDatabase {
                            [.text(policy.policy.rawValue), policy.ownerColumn.map { .text($0) } ?? .null, .text(policy.onDeleteConflict.rawValue),
                             Self.encodeDefaults(policy.syncDefaults), .text(table)])
             if db.changes == 0 { throw SyncEngineError.noSuchTable(table: table) }
+            try Self.storeOptions(db, table: table, policy)
         }
     }
 
@@ -155,6 +156,7 @@ extension SyncDatabase {
             try db.execute("UPDATE rtsync_tracked SET policy = ?, owner_column = ?, on_delete_conflict = ?, sync_defaults = ? WHERE tid = ?",
                            [.text(policy.policy.rawValue), policy.ownerColumn.map { .text($0) } ?? .null, .text(policy.onDeleteConflict.rawValue),
                             Self.encodeDefaults(policy.syncDefaults), .integer(tid)])
+            try storeOptions(db, table: name, policy)
         }
         try installTriggers(db, tid: tid, definition: def)
         // Only this table's entry is read back: reading every tracked table here made tracking n tables O(n²).
@@ -163,7 +165,8 @@ extension SyncDatabase {
         func text(_ i: Int) -> String? { i < row.count ? row[i].string : nil }
         let defaults = (try? JSONDecoder().decode([String: String].self, from: Data((text(3) ?? "{}").utf8))) ?? [:]
         let stored = TablePolicy(MergePolicy(rawValue: text(0) ?? "") ?? .lwwColumn, ownerColumn: text(1),
-                                 onDeleteConflict: DeleteConflictPolicy(rawValue: text(2) ?? "") ?? .deleteWins, syncDefaults: defaults)
+                                 onDeleteConflict: DeleteConflictPolicy(rawValue: text(2) ?? "") ?? .deleteWins, syncDefaults: defaults,
+                                 addColumns: try addColumnsTables(db).contains(name.lowercased()))
         return TrackedTable(id: tid, name: name, columns: def.columnNames, policy: stored)
     }
 
@@ -172,16 +175,34 @@ extension SyncDatabase {
     static func loadTracked(_ db: Connection) throws -> [String: TrackedInfo] {
         var out: [String: TrackedInfo] = [:]
         let hasDefaults = try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_tracked') WHERE name = 'sync_defaults'") != nil
+        let adding = try addColumnsTables(db)
         for r in try db.rows("SELECT tid, name, columns, policy, owner_column, on_delete_conflict, \(hasDefaults ? "sync_defaults" : "NULL") FROM rtsync_tracked") {
             guard let tid = r[0].int64, let name = r[1].string else { continue }
             let columns = (try? JSONDecoder().decode([String].self, from: Data((r[2].string ?? "[]").utf8))) ?? []
             let defaults = (try? JSONDecoder().decode([String: String].self, from: Data((r[6].string ?? "{}").utf8))) ?? [:]
             let policy = TablePolicy(MergePolicy(rawValue: r[3].string ?? "") ?? .lwwColumn, ownerColumn: r[4].string,
-                                     onDeleteConflict: DeleteConflictPolicy(rawValue: r[5].string ?? "") ?? .deleteWins, syncDefaults: defaults)
+                                     onDeleteConflict: DeleteConflictPolicy(rawValue: r[5].string ?? "") ?? .deleteWins, syncDefaults: defaults,
+                                     addColumns: adding.contains(name.lowercased()))
             guard let def = try TableDefinition.read(table: name, from: db) else { continue }
             out[name] = TrackedInfo(table: TrackedTable(id: tid, name: name, columns: columns, policy: policy), definition: def)
         }
         return out
+    }
+
+    /// Tables whose policy adds columns from newer app versions (lower-cased names).
+    static func addColumnsTables(_ db: Connection) throws -> Set<String> {
+        guard try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_add_columns'") != nil else { return [] }
+        return Set(try db.rows("SELECT tbl FROM rtsync_add_columns").compactMap { $0[0].string?.lowercased() })
+    }
+
+    /// Records the table options rtsync_tracked has no column for.
+    static func storeOptions(_ db: Connection, table: String, _ policy: TablePolicy) throws {
+        if policy.addColumns {
+            try db.execute("CREATE TABLE IF NOT EXISTS rtsync_add_columns(tbl TEXT PRIMARY KEY COLLATE NOCASE)")
+            try db.execute("INSERT OR IGNORE INTO rtsync_add_columns(tbl) VALUES (?)", [.text(table)])
+        } else if try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_add_columns'") != nil {
+            try db.execute("DELETE FROM rtsync_add_columns WHERE tbl = ?", [.text(table)])
+        }
     }
 
     static func encodeDefaults(_ defaults: [String: String]) -> SQLValue {
@@ -316,6 +337,11 @@ extension SyncDatabase {
     /// captured changes are re-keyed to the new column list, so no change is dropped or sent under the wrong
     /// column; with `track --all`, tables created since are tracked, and the rows they already hold are captured.
     static func refreshTracking(_ db: Connection) throws {
+        try refreshTrackedTables(db)
+        try adoptAsideColumns(db)
+    }
+
+    static func refreshTrackedTables(_ db: Connection) throws {
         for info in try loadTracked(db).values where info.table.columns != info.definition.columnNames {
             let old = info.table.columns, new = info.definition.columnNames
             let newIndex = Dictionary(new.enumerated().map { ($0.element.lowercased(), $0.offset) }, uniquingKeysWith: { a, _ in a })

@@ -133,6 +133,7 @@ struct ExportApplyTests {
         try a.db.track()
         try a.exec("UPDATE things SET rating = 5 WHERE \(Self.headphones)")
         try a.exec("INSERT INTO tags VALUES ('t1', 'audio', 0.5)")
+        try b.db.setPolicy(TablePolicy(addColumns: true), for: "things")
         let report = b.apply(try a.exportFile())
         #expect(report.status == .applied, "\(report.reason ?? "")")
         #expect(report.columnsAdded == ["things.rating"])
@@ -164,7 +165,8 @@ struct ExportApplyTests {
         #expect(report.columnsAdded.isEmpty)
         #expect(try a.rows("SELECT title, rating FROM things WHERE \(Self.headphones)") == [[.text("Cans"), .integer(5)]])
         #expect(try a.rows("SELECT title, rating FROM things WHERE id = '2siNEWaaaaaaaaaaaaaaaaaaaaa'") == [[.text("Lamp"), .null]])
-        // And back: B learns the column, both end identical.
+        // And back: B, whose policy adds columns, learns the column; both end identical.
+        try b.db.setPolicy(TablePolicy(addColumns: true), for: "things")
         #expect(b.apply(try a.exportFile()).status == .applied)
         try expectSameData(a, b)
     }

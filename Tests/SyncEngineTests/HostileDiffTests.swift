@@ -34,6 +34,7 @@ struct HostileDiffTests {
         }
         let db = try SyncDatabase(path: path.path)
         try db.track(tables: ["notes"])
+        try db.setPolicy(TablePolicy(addColumns: true), for: "notes")  // the names reach ALTER TABLE
         let report = db.apply(diff: try hostileDiff(in: box.path("in")), quarantine: box.path("q"))
 
         // Whatever the outcome, the DELETE smuggled in the names never ran and the transaction held.
@@ -113,6 +114,7 @@ struct TableNameCaseTests {
     @Test func diffSpellingTableInOtherCase_withNewColumn_addsColumnAndKeepsOneTrackingEntry() throws {
         let box = try Sandbox("name-case")
         let db = try notesDatabase(box)
+        try db.setPolicy(TablePolicy(addColumns: true), for: "notes")
         let writer = try incomingWriter(box, site: "other")
         try writer.addTable(notesTable(name: "Notes", extra: [ColumnDefinition(name: "tag", type: "TEXT")]))
         let clock = Clock(hlc: HLC(milliseconds: HLC.wallMilliseconds(), counter: 0), site: "other")

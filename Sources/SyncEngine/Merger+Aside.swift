@@ -1,0 +1,90 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+// MARK: - Columns of a newer app version, kept aside
+
+// A diff from a newer app version can carry columns this database's tables do not have. Adding them would change
+// the table under the app (its `INSERT INTO t VALUES (…)` would then fail, and its own migration adding the same
+// column later would fail as a duplicate). Unless the table's policy adds them (`TablePolicy.addColumns`), their
+// values are kept aside in `rtsync_aside`, per row and column with the clock they came with (the later one wins,
+// as for any column). When this app's own migration adds a column of that name, the next export or apply moves
+// the values into it with their clocks, captured as nothing new: the row then holds what the newer devices have.
+// Values kept aside are not sent on in this device's diffs (the devices that made them have them).
+
+extension SyncDatabase {
+    static let asideTablesSQL = """
+        CREATE TABLE IF NOT EXISTS rtsync_aside_cols(tid INTEGER NOT NULL, col TEXT NOT NULL COLLATE NOCASE, type TEXT NOT NULL, PRIMARY KEY (tid, col)) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS rtsync_aside(tid INTEGER NOT NULL, pk TEXT NOT NULL, col TEXT NOT NULL COLLATE NOCASE, value, hlc INTEGER NOT NULL, site TEXT NOT NULL,
+          PRIMARY KEY (tid, pk, col)) WITHOUT ROWID;
+        """
+
+    /// Moves values kept aside into columns the table has now (the app's migration added them), with their clocks,
+    /// without capturing that as a local change. Inside the caller's transaction.
+    static func adoptAsideColumns(_ db: Connection) throws {
+        guard try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_aside_cols'") != nil else { return }
+        let pending = try db.rows("SELECT c.tid, c.col, t.name FROM rtsync_aside_cols c JOIN rtsync_tracked t ON t.tid = c.tid")
+        guard !pending.isEmpty else { return }
+        for p in pending {
+            guard let tid = p[0].int64, let col = p[1].string, let table = p[2].string,
+                  let def = try TableDefinition.read(table: table, from: db), let local = def.columnNames.first(where: { $0.lowercased() == col.lowercased() }) else { continue }
+            let keyExpr = keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: try hasRowidAliasKey(db, def))
+            let before = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 ?? 0
+            // Only values at least as late as the row's birth here (a key re-used since keeps its own row).
+            try db.execute("""
+                UPDATE \(quoteIdentifier(table)) AS o SET \(quoteIdentifier(local)) = a.value
+                FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
+                WHERE a.tid = ? AND a.col = ? AND a.pk = \(keyExpr) AND a.hlc >= coalesce(m.born_hlc, 0)
+                """, [.integer(tid), .text(col)])
+            try db.execute("""
+                INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site)
+                SELECT a.tid, a.pk, ?, a.hlc, a.site FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
+                WHERE a.tid = ? AND a.col = ? AND a.hlc >= coalesce(m.born_hlc, 0)
+                  AND EXISTS (SELECT 1 FROM \(quoteIdentifier(table)) AS o WHERE \(keyExpr) = a.pk)
+                """, [.text(local), .integer(tid), .text(col)])
+            try db.execute("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks WHERE tid = ? ON CONFLICT(tid, pk) DO NOTHING", [.integer(tid)])
+            // What the triggers captured of this move is no edit of this device's.
+            try db.execute("DELETE FROM rtsync_changes WHERE seq > ?", [.integer(before)])
+            try db.execute("DELETE FROM rtsync_aside WHERE tid = ? AND col = ?", [.integer(tid), .text(col)])
+            try db.execute("DELETE FROM rtsync_aside_cols WHERE tid = ? AND col = ?", [.integer(tid), .text(col)])
+        }
+    }
+
+    /// Values kept aside for a row (column name -> value), for tests and `status`.
+    public func asideValues(table: String) throws -> [String: [String: SQLValue]] {
+        try locked {
+            guard try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_aside'") != nil else { return [:] }
+            var out: [String: [String: SQLValue]] = [:]
+            for r in try db.rows("SELECT a.pk, a.col, a.value FROM rtsync_aside a JOIN rtsync_tracked t ON t.tid = a.tid WHERE t.name = ? COLLATE NOCASE", [.text(table)]) {
+                out[r[0].string ?? "", default: [:]][r[1].string ?? ""] = r[2]
+            }
+            return out
+        }
+    }
+}
+
+extension Merger {
+    /// Keeps the incoming values of columns this table does not have, for a row that exists here after the merge;
+    /// drops them for a row that does not. Per column, the later clock wins.
+    mutating func keepAside(_ r: RowContext, key: String) throws {
+        let tid = r.info.table.id
+        let exists = try cached(r.plan.selectSQL)
+        try exists.bind(r.keyValues)
+        let present = try exists.step()
+        exists.reset()
+        guard present else {
+            try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ?").run([.integer(tid), .text(key)])
+            return
+        }
+        let changed = r.change.changedColumns.map { Set($0.map { $0.lowercased() }) }
+        for (position, name) in r.plan.aside where position < r.change.values.count {
+            if let changed, !changed.contains(name.lowercased()) { continue }
+            let clock = r.clock(name)
+            try cached("""
+                INSERT INTO rtsync_aside(tid, pk, col, value, hlc, site) VALUES (?,?,?,?,?,?)
+                ON CONFLICT(tid, pk, col) DO UPDATE SET value = excluded.value, hlc = excluded.hlc, site = excluded.site
+                WHERE excluded.hlc > rtsync_aside.hlc OR (excluded.hlc = rtsync_aside.hlc AND excluded.site > rtsync_aside.site)
+                """).run([.integer(tid), .text(key), .text(name), r.change.values[position], .integer(clock.hlc.rawValue), .text(clock.site)])
+        }
+    }
+}
