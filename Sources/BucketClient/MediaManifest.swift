@@ -29,6 +29,8 @@ public struct MediaManifest: Codable, Sendable, Equatable {
     /// Entries by path relative to the documents folder (`recordings/2024/a.m4a`), compared byte for byte, so
     /// names that differ only in Unicode normalization (NFC and NFD) are separate entries.
     public var files: [ExactPath: Entry] = [:]
+    /// Files whose losing version was kept as a conflict copy, oldest first (listed by `rtsync conflicts media`).
+    public var conflicts: [MediaConflict] = []
 
     /// An empty manifest.
     public init() {}
@@ -39,7 +41,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
         set { files[ExactPath(path)] = newValue }
     }
 
-    private enum CodingKeys: String, CodingKey { case version, entries, files }
+    private enum CodingKeys: String, CodingKey { case version, entries, files, conflicts }
 
     /// One entry of the version 2 list.
     private struct ListedEntry: Codable {
@@ -62,6 +64,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
         } else if let old = try container.decodeIfPresent([String: Entry].self, forKey: .files) {
             for (path, entry) in old { files[ExactPath(path)] = entry }
         }
+        conflicts = try container.decodeIfPresent([MediaConflict].self, forKey: .conflicts) ?? []
         version = 2
     }
 
@@ -74,6 +77,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
                         sha256: $0.value.sha256, etag: $0.value.etag)
         }
         try container.encode(list, forKey: .entries)
+        if !conflicts.isEmpty { try container.encode(conflicts, forKey: .conflicts) }
     }
 
     /// Loads a manifest; a missing file gives an empty one.
@@ -81,7 +85,9 @@ public struct MediaManifest: Codable, Sendable, Equatable {
     public static func load(from url: URL) throws -> MediaManifest {
         guard FileManager.default.fileExists(atPath: url.path) else { return MediaManifest() }
         do {
-            return try JSONDecoder().decode(MediaManifest.self, from: Data(contentsOf: url))
+            let decoder = JSONDecoder()
+            decoder.dateDecodingStrategy = .iso8601
+            return try decoder.decode(MediaManifest.self, from: Data(contentsOf: url))
         } catch {
             throw BucketError.localIO(path: url.path, description: "unreadable media manifest: \(error.localizedDescription)")
         }
@@ -91,6 +97,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
     public func save(to url: URL) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .iso8601
         let data: Data
         do { data = try encoder.encode(self) } catch {
             throw BucketError.localIO(path: url.path, description: error.localizedDescription)

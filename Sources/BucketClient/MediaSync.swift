@@ -43,6 +43,7 @@ public struct MediaSync: Sendable {
         case deleteLocal(path: String)
         case deleteRemote(path: String)
         case touch(path: String, stat: FileStat)  // content unchanged, only mtime moved: refresh the manifest
+        case resolve(path: String, remote: ObjectInfo, known: MediaManifest.Entry?)  // changed on both sides
     }
 
     /// Runs one sync and returns its report; per-file failures are in the report, not thrown.
@@ -125,6 +126,7 @@ public struct MediaSync: Sendable {
                 case .deleteLocal(let path): report.deletedLocal.append(path)
                 case .deleteRemote(let path): report.deletedRemote.append(path)
                 case .touch: report.unchanged += 1
+                case .resolve: break
                 }
             }
         } else {
@@ -160,8 +162,7 @@ public struct MediaSync: Sendable {
                 if canPull { actions.append(.download(path: path, remote: r)) }
             } else {
                 // Changed on both sides (or never synced and present on both).
-                if known == nil, l.stat.size == r.size, Self.isPlainMD5(r.etag),
-                   let md5 = try? Self.md5Hex(of: l.url), md5 == r.etag {
+                if Self.isPlainMD5(r.etag), l.stat.size == r.size, let md5 = try? Self.md5Hex(of: l.url), md5 == r.etag {
                     // Same bytes on both sides: adopt without transferring.
                     if let sha = try? LocalFiles.sha256Hex(of: l.url) {
                         manifest[path] = .init(size: l.stat.size, mtimeNanoseconds: l.stat.mtimeNanoseconds, sha256: sha, etag: r.etag)
@@ -169,14 +170,19 @@ public struct MediaSync: Sendable {
                         return
                     }
                 }
-                report.conflicts.append(path)
-                switch options.direction {
-                case .push: actions.append(.upload(path: path))
-                case .pull: actions.append(.download(path: path, remote: r))
-                case .both:
-                    let remoteTime = r.lastModified ?? .distantPast
-                    if l.stat.modificationDate >= remoteTime { actions.append(.upload(path: path)) }
+                if let known, l.stat.size == known.size, (try? LocalFiles.sha256Hex(of: l.url)) == known.sha256 {
+                    // Only the local mtime moved: the bucket's version is the one edit.
+                    if canPull { actions.append(.download(path: path, remote: r)) }
+                    return
+                }
+                // Resolved when run: the bucket's version is fetched and compared first, and the losing version
+                // is kept as a conflict copy, never overwritten.
+                if options.dryRun {
+                    report.conflicts.append(path)
+                    if Self.localWins(l.stat, r, direction: options.direction) { actions.append(.upload(path: path)) }
                     else { actions.append(.download(path: path, remote: r)) }
+                } else {
+                    actions.append(.resolve(path: path, remote: r, known: known))
                 }
             }
         case (let l?, nil):
@@ -233,6 +239,26 @@ public struct MediaSync: Sendable {
             step()
         }
 
+        /// Records a file whose two sides turned out to hold the same bytes (or an upload finished before a crash).
+        func adopted(_ path: String, entry: MediaManifest.Entry) {
+            report.unchanged += 1
+            manifest[path] = entry
+            step()
+        }
+
+        /// Records a conflict whose losing version was kept as a copy.
+        func conflict(_ conflict: MediaConflict, copyEntry: MediaManifest.Entry?) {
+            report.conflicts.append(conflict.path)
+            report.conflictCopies.append(conflict)
+            manifest.conflicts.append(conflict)
+            if let copyEntry { manifest[conflict.copy] = copyEntry }
+        }
+
+        /// Records that a transfer finished without counting it as a file done (a conflict copy's upload).
+        func copied(bytes: Int64) {
+            report.bytesUploaded += bytes
+        }
+
         func failed(_ path: String, _ reason: String) {
             report.errors.append(.init(path: path, reason: reason))
             step()
@@ -255,7 +281,7 @@ public struct MediaSync: Sendable {
         var deletions: [Action] = []
         for action in actions {
             switch action {
-            case .upload, .download: transfers.append(action)
+            case .upload, .download, .resolve: transfers.append(action)
             case .deleteLocal, .deleteRemote: deletions.append(action)
             case .touch(let path, let stat):
                 manifest[path]?.mtimeNanoseconds = stat.mtimeNanoseconds
@@ -270,7 +296,7 @@ public struct MediaSync: Sendable {
             func addNext() {
                 let action = transfers[next]
                 next += 1
-                group.addTask { await self.transfer(action, progress: progress) }
+                group.addTask { await self.transfer(action, options: options, progress: progress) }
             }
             while next < transfers.count && next < window { addNext() }
             while await group.next() != nil {
@@ -308,7 +334,7 @@ public struct MediaSync: Sendable {
         }
     }
 
-    func transfer(_ action: Action, progress: Progress) async {
+    func transfer(_ action: Action, options: MediaSyncOptions, progress: Progress) async {
         switch action {
         case .upload(let path):
             let url = localURL(path)
@@ -335,8 +361,118 @@ public struct MediaSync: Sendable {
             } catch {
                 await progress.failed(path, Self.reason(error))
             }
+        case .resolve(let path, let remote, let known):
+            do {
+                try await resolve(path: path, remote: remote, known: known, options: options, progress: progress)
+            } catch {
+                await progress.failed(path, Self.reason(error))
+            }
         default:
             break
+        }
+    }
+
+    /// Whether the local version wins a conflict: always when pushing, never when pulling, else the newer one.
+    static func localWins(_ local: FileStat, _ remote: ObjectInfo, direction: SyncDirection) -> Bool {
+        switch direction {
+        case .push: return true
+        case .pull: return false
+        case .both: return local.modificationDate >= (remote.lastModified ?? .distantPast)
+        }
+    }
+
+    /// A file changed on both sides: fetches the bucket's version beside the local one and compares the bytes.
+    /// Identical versions are adopted; otherwise the newer (or the direction's) version wins and the other is kept
+    /// as `name (conflict <device> <date>).ext`, locally and in the bucket, before anything is overwritten.
+    func resolve(path: String, remote: ObjectInfo, known: MediaManifest.Entry?, options: MediaSyncOptions,
+                 progress: Progress) async throws {
+        let url = localURL(path)
+        let canPush = options.direction != .pull
+        let canPull = options.direction != .push
+        guard let localStat = FileStat.of(url.path) else {
+            throw BucketError.localIO(path: url.path, description: "file vanished")
+        }
+        let fetched = LocalFiles.temporaryURL(beside: url)
+        defer {
+            for suffix in ["", ".partial", ".partial.etag"] { unlink(fetched.path + suffix) }
+        }
+        let info = try await store.download(key: remoteKey(path), to: fetched)
+        let remoteETag = info.etag.isEmpty ? remote.etag : info.etag
+        let remoteSHA = try LocalFiles.sha256Hex(of: fetched)
+        let localSHA = try LocalFiles.sha256Hex(of: url)
+        func entry(_ stat: FileStat, _ sha: String, _ etag: String) -> MediaManifest.Entry {
+            .init(size: stat.size, mtimeNanoseconds: stat.mtimeNanoseconds, sha256: sha, etag: etag)
+        }
+        if remoteSHA == localSHA {
+            await progress.adopted(path, entry: entry(localStat, localSHA, remoteETag))
+            return
+        }
+        let remoteEdited = remoteSHA != known?.sha256
+        let localEdited = localSHA != known?.sha256
+        if !remoteEdited || !localEdited {
+            // Only one side's bytes changed (the other only got a new ETag or mtime): no conflict.
+            if !remoteEdited, canPush {
+                let (uploaded, sha) = try await store.putReturningSHA256(key: remoteKey(path), fileURL: url)
+                await progress.uploaded(path, entry: entry(localStat, sha, uploaded.etag))
+            } else if !localEdited, canPull {
+                try install(fetched, at: url)
+                guard let after = FileStat.of(url.path) else { throw BucketError.localIO(path: url.path, description: "downloaded file vanished") }
+                await progress.downloaded(path, entry: entry(after, remoteSHA, remoteETag))
+            }
+            return
+        }
+        // Whole seconds: the copy's name shows seconds, and the manifest stores ISO 8601 times.
+        let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+        let localWins = Self.localWins(localStat, remote, direction: options.direction)
+        let copy = uniqueCopyPath(of: path, device: options.device, at: now)
+        let copyURL = localURL(copy)
+        if localWins {
+            // Keep the bucket's version under the copy name (in the bucket, and here unless only pushing), then upload.
+            let kept = try await store.put(key: remoteKey(copy), fileURL: fetched)
+            await progress.copied(bytes: kept.size)
+            var copyEntry: MediaManifest.Entry? = nil
+            if canPull {
+                try install(fetched, at: copyURL)
+                if let st = FileStat.of(copyURL.path) { copyEntry = entry(st, remoteSHA, kept.etag) }
+            }
+            let (uploaded, sha) = try await store.putReturningSHA256(key: remoteKey(path), fileURL: url)
+            await progress.conflict(.init(path: path, copy: copy, loser: .remote, device: options.device, at: now,
+                                          keptLocally: canPull, keptInBucket: true), copyEntry: copyEntry)
+            await progress.uploaded(path, entry: entry(localStat, sha, uploaded.etag))
+        } else {
+            // Move the local version aside (a rename keeps its bytes and mtime), upload it unless only pulling,
+            // then put the bucket's version in place.
+            if rename(url.path, copyURL.path) != 0 {
+                throw BucketError.localIO(path: copyURL.path, description: "cannot keep the local version as a conflict copy: \(LocalFiles.errnoText())")
+            }
+            var copyEntry: MediaManifest.Entry? = nil
+            if canPush, let st = FileStat.of(copyURL.path) {
+                let kept = try await store.put(key: remoteKey(copy), fileURL: copyURL)
+                await progress.copied(bytes: kept.size)
+                copyEntry = entry(st, localSHA, kept.etag)
+            }
+            try install(fetched, at: url)
+            guard let after = FileStat.of(url.path) else { throw BucketError.localIO(path: url.path, description: "downloaded file vanished") }
+            await progress.conflict(.init(path: path, copy: copy, loser: .local, device: options.device, at: now,
+                                          keptLocally: true, keptInBucket: canPush), copyEntry: copyEntry)
+            await progress.downloaded(path, entry: entry(after, remoteSHA, remoteETag))
+        }
+    }
+
+    /// A copy path that names no local file yet (a second conflict in the same second gets ` 2`, ` 3`, ...).
+    func uniqueCopyPath(of path: String, device: String, at date: Date) -> String {
+        var attempt = 1
+        while true {
+            let copy = MediaConflict.copyPath(of: path, device: device, at: date, attempt: attempt)
+            if FileStat.of(localURL(copy).path, followSymlinks: false) == nil || attempt > 99 { return copy }
+            attempt += 1
+        }
+    }
+
+    /// Renames a fetched file into place (same folder, so atomic).
+    func install(_ fetched: URL, at url: URL) throws {
+        if rename(fetched.path, url.path) != 0 {
+            throw BucketError.localIO(path: url.path, description: "cannot install the downloaded file: \(LocalFiles.errnoText())")
         }
     }
 
@@ -377,7 +513,7 @@ public struct MediaSync: Sendable {
 
     static func path(of action: Action) -> String {
         switch action {
-        case .upload(let p), .download(let p, _), .deleteLocal(let p), .deleteRemote(let p), .touch(let p, _): return p
+        case .upload(let p), .download(let p, _), .deleteLocal(let p), .deleteRemote(let p), .touch(let p, _), .resolve(let p, _, _): return p
         }
     }
 

@@ -22,6 +22,13 @@ public struct MediaSyncOptions: Sendable {
     public var showProgress = false
     /// Transfers running at the same time.
     public var concurrency = 8
+    /// Names this device in conflict copies (`name (conflict <device> <date>).ext`); `rtsync sync` uses the site id.
+    public var device: String = MediaSyncOptions.hostDevice
+
+    /// The first label of this machine's host name, the default ``device``.
+    public static var hostDevice: String {
+        String(ProcessInfo.processInfo.hostName.split(separator: ".").first ?? "device")
+    }
 
     /// Default options: both folders, both ways, no deletions.
     public init() {}

@@ -21,7 +21,9 @@ extension RTSync.Media {
             abstract: "Sync <documents>/recordings and <documents>/images with <user>/recordings and <user>/images.",
             discussion: """
             Without --recordings or --images both folders sync. Deletions are propagated only with \
-            --delete, and never after an I/O error in the same run. An unchanged tree costs one \
+            --delete, and never after an I/O error in the same run. A file changed here and in the bucket \
+            since the last sync keeps the newer version under its name and the other beside it as \
+            'name (conflict <device> <UTC date>).ext', here and in the bucket; `rtsync conflicts media` lists them. An unchanged tree costs one \
             LIST per 1,000 objects for both folders together (one more for each other folder between \
             them, such as inbound/) and no uploads or hashing.
             """
@@ -46,6 +48,8 @@ extension RTSync.Media {
         var select: [String] = []
         @Flag(name: .customLong("dry-run"), help: "Show what would change; change nothing.") var dryRun = false
         @Flag(help: "Propagate deletions.") var delete = false
+        @Option(help: ArgumentHelp("Name of this device in conflict copies (default: the host name).", valueName: "name"))
+        var device: String?
         @Flag(help: "Print the report as JSON.") var json = false
 
         func validate() throws {
@@ -70,6 +74,7 @@ extension RTSync.Media {
             if !exclude.isEmpty { options.exclude = exclude.map(Glob.init) }
             if !select.isEmpty { options.select = select }
             options.dryRun = dryRun
+            if let device { options.device = device }
             options.delete = options.delete || delete
             options.showProgress = !json
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)
@@ -89,6 +94,9 @@ extension RTSync.Media {
             }
             if report.deletionsSkipped {
                 FileHandle.standardError.write(Data("hint: deletions were skipped because of the errors above; fix them and run again\n".utf8))
+            }
+            for c in report.conflictCopies {
+                FileHandle.standardError.write(Data("conflict: \(c.path) changed on both sides; the \(c.loser == .local ? "local" : "bucket's") version is kept as \(c.copy.debugDescription)\n".utf8))
             }
             if json {
                 FileHandle.standardOutput.write(try report.jsonData())

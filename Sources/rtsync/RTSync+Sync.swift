@@ -100,8 +100,12 @@ extension RTSync {
             options.selective = settings.mediaMode == "selective"
             let canUpload = (try? settings.tier.require(.uploadMedia(cloud: !remote.isLocal, community: false, privateRecording: false))) != nil
             options.direction = canUpload ? .both : .pull
+            // Conflict copies name this device by the random end of its site id (a KSUID starts with the time).
+            if let site = try? SyncDatabase(path: home.database.path).siteID(), !site.isEmpty {
+                options.device = String(site.suffix(6))
+            }
             let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID,
-                                     manifestURL: home.support.appendingPathComponent("media-manifest.json"))
+                                     manifestURL: home.mediaManifest)
             let report = try await sync.run(options)
             guard report.succeeded else { throw BucketError.localIO(path: home.documents.path, description: report.summary) }
             return report.summary + (canUpload ? "" : " (downloads only: uploads to a cloud bucket need premium)")

@@ -143,6 +143,118 @@ import Testing
         #expect(f.read("images/x.jpg") == "v3-remote")
     }
 
+    // MARK: - Concurrent edits (issue #16, defect 5)
+
+    func otherDevice(of f: Fixture, _ name: String = "Other") -> Fixture {
+        Fixture(root: f.root, documents: f.root.appendingPathComponent(name), store: f.store,
+                manifest: f.root.appendingPathComponent("\(name)-manifest.json"))
+    }
+
+    func files(in f: Fixture, _ folder: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: f.documents.appendingPathComponent(folder).path).sorted()
+    }
+
+    @Test func concurrentEdit_localNewer_keepsTheBucketVersionAsAConflictCopy_hereAndInTheBucket() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("images/x.jpg", "v1")
+        _ = try await a.sync { $0.device = "devA" }
+        _ = try await b.sync { $0.device = "devB" }
+        try a.write("images/x.jpg", "v2 from A")
+        let pushedA = try await a.sync { $0.device = "devA" }
+        #expect(pushedA.uploaded == ["images/x.jpg"])
+        try await Task.sleep(nanoseconds: 20_000_000)
+        try b.write("images/x.jpg", "v2 from B, later")
+
+        let report = try await b.sync { $0.device = "devB" }
+        #expect(report.errors.isEmpty)
+        #expect(report.conflicts == ["images/x.jpg"])
+        let conflict = try #require(report.conflictCopies.first)
+        #expect(conflict.loser == .remote && conflict.device == "devB" && conflict.keptLocally && conflict.keptInBucket)
+        #expect(conflict.copy.hasPrefix("images/x (conflict devB ") && conflict.copy.hasSuffix("Z).jpg"))
+        // B's newer edit won; A's is kept beside it, here and in the bucket.
+        #expect(b.read("images/x.jpg") == "v2 from B, later")
+        #expect(b.read(conflict.copy) == "v2 from A")
+        #expect(try await a.store.get(key: "alice/images/x.jpg") == Data("v2 from B, later".utf8))
+        #expect(try await a.store.get(key: "alice/" + conflict.copy) == Data("v2 from A".utf8))
+        #expect(try MediaManifest.load(from: b.manifest).conflicts == [conflict])
+
+        // B is then idle; A gets the winner and the copy: both versions survive on both devices.
+        let idle = try await b.sync { $0.device = "devB" }
+        #expect(idle.uploaded.isEmpty && idle.downloaded.isEmpty && idle.conflicts.isEmpty && idle.unchanged == 2)
+        let pulledA = try await a.sync { $0.device = "devA" }
+        #expect(pulledA.conflicts.isEmpty)
+        #expect(Set(pulledA.downloaded) == ["images/x.jpg", conflict.copy])
+        #expect(a.read("images/x.jpg") == "v2 from B, later")
+        #expect(a.read(conflict.copy) == "v2 from A")
+    }
+
+    @Test func concurrentEdit_bucketNewer_keepsTheLocalVersionAsAConflictCopy_andUploadsIt() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("recordings/r.m4a", "v1")
+        _ = try await a.sync { $0.device = "devA" }
+        _ = try await b.sync { $0.device = "devB" }
+        try b.write("recordings/r.m4a", "v2 from B, earlier")
+        try await Task.sleep(nanoseconds: 20_000_000)
+        try a.write("recordings/r.m4a", "v2 from A, later")
+        _ = try await a.sync { $0.device = "devA" }
+
+        let report = try await b.sync { $0.device = "devB" }
+        #expect(report.errors.isEmpty)
+        let conflict = try #require(report.conflictCopies.first)
+        #expect(conflict.loser == .local && conflict.keptLocally && conflict.keptInBucket)
+        #expect(conflict.copy.hasPrefix("recordings/r (conflict devB ") && conflict.copy.hasSuffix(").m4a"))
+        #expect(b.read("recordings/r.m4a") == "v2 from A, later")
+        #expect(b.read(conflict.copy) == "v2 from B, earlier")
+        #expect(try await a.store.get(key: "alice/" + conflict.copy) == Data("v2 from B, earlier".utf8))
+        #expect(try files(in: b, "recordings").count == 2)
+        let idle = try await b.sync { $0.device = "devB" }
+        #expect(idle.uploaded.isEmpty && idle.downloaded.isEmpty && idle.unchanged == 2)
+    }
+
+    @Test func concurrentEdit_pullOnly_keepsTheLocalVersionLocally_andUploadsNothing() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("images/p.png", "v1")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        try b.write("images/p.png", "local edit")
+        try a.write("images/p.png", "remote edit")
+        _ = try await a.sync()
+        let report = try await b.sync { $0.direction = .pull; $0.device = "devB" }
+        let conflict = try #require(report.conflictCopies.first)
+        #expect(conflict.loser == .local && conflict.keptLocally && !conflict.keptInBucket)
+        #expect(b.read("images/p.png") == "remote edit")
+        #expect(b.read(conflict.copy) == "local edit")
+        #expect(try await a.store.listAll(prefix: "alice/images/").count == 1)
+    }
+
+    @Test func bothSidesChangedToTheSameBytes_isNoConflict() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("images/s.jpg", "v1")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        try a.write("images/s.jpg", "same new bytes")
+        try b.write("images/s.jpg", "same new bytes")
+        _ = try await a.sync()
+        let report = try await b.sync()
+        #expect(report.conflicts.isEmpty && report.conflictCopies.isEmpty && report.errors.isEmpty)
+        #expect(report.uploaded.isEmpty && report.downloaded.isEmpty)
+        #expect(try files(in: b, "images") == ["s.jpg"])
+        let idle = try await b.sync()
+        #expect(idle.unchanged == 1 && idle.downloaded.isEmpty)
+    }
+
+    @Test func conflictCopyName_keepsTheExtension_andNamesDeviceAndUTCTime() {
+        let date = Date(timeIntervalSince1970: 1_795_000_000)  // 2026-11-18 11:06:40 UTC
+        #expect(MediaConflict.copyPath(of: "images/2024/a.b.jpg", device: "site 7/x", at: date)
+                == "images/2024/a.b (conflict site7x 2026-11-18T110640Z).jpg")
+        #expect(MediaConflict.copyPath(of: "recordings/.hidden", device: "d", at: date, attempt: 2)
+                == "recordings/.hidden (conflict d 2026-11-18T110640Z 2)")
+    }
+
     @Test func deletions_areNotPropagatedUnlessAsked() async throws {
         let f = try makeFixture()
         try f.write("recordings/keep.m4a", "k")
