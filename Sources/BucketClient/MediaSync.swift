@@ -209,6 +209,9 @@ public struct MediaSync: Sendable {
 
     // MARK: - Execution
 
+    /// Longest wait between manifest saves while small transfers finish (larger ones save at once).
+    static let saveInterval: TimeInterval = 0.5
+
     /// Collects results from concurrent transfers.
     actor Progress {
         var report: MediaSyncReport
@@ -218,17 +221,36 @@ public struct MediaSync: Sendable {
         let show: Bool
         let started = Date()
 
-        init(report: MediaSyncReport, manifest: MediaManifest, total: Int, show: Bool) {
+        /// Where the manifest is saved as transfers finish (nil: not saved here).
+        let saveURL: URL?
+        var lastSave = Date.distantPast
+        var bytesSinceSave: Int64 = 0
+
+        init(report: MediaSyncReport, manifest: MediaManifest, total: Int, show: Bool, saveURL: URL?) {
             self.report = report
             self.manifest = manifest
             self.total = total
             self.show = show
+            self.saveURL = saveURL
+        }
+
+        /// Saves the manifest after a finished transfer, so a crash does not make the next run redo it. A save
+        /// rewrites the whole manifest (temporary file + rename), so after small files it waits up to
+        /// ``saveInterval``; after 1 MiB or more of transfers it is immediate.
+        func saveIfDue(bytes: Int64) {
+            bytesSinceSave += bytes
+            guard let saveURL, bytesSinceSave >= 1 << 20 || Date().timeIntervalSince(lastSave) >= MediaSync.saveInterval else { return }
+            // A failed save here is not fatal: the run saves again at its end, and reports that failure.
+            try? manifest.save(to: saveURL)
+            lastSave = Date()
+            bytesSinceSave = 0
         }
 
         func uploaded(_ path: String, entry: MediaManifest.Entry) {
             report.uploaded.append(path)
             report.bytesUploaded += entry.size
             manifest[path] = entry
+            saveIfDue(bytes: entry.size)
             step()
         }
 
@@ -236,6 +258,7 @@ public struct MediaSync: Sendable {
             report.downloaded.append(path)
             report.bytesDownloaded += entry.size
             manifest[path] = entry
+            saveIfDue(bytes: entry.size)
             step()
         }
 
@@ -243,6 +266,7 @@ public struct MediaSync: Sendable {
         func adopted(_ path: String, entry: MediaManifest.Entry) {
             report.unchanged += 1
             manifest[path] = entry
+            saveIfDue(bytes: 0)
             step()
         }
 
@@ -252,6 +276,7 @@ public struct MediaSync: Sendable {
             report.conflictCopies.append(conflict)
             manifest.conflicts.append(conflict)
             if let copyEntry { manifest[conflict.copy] = copyEntry }
+            saveIfDue(bytes: copyEntry?.size ?? 0)
         }
 
         /// Records that a transfer finished without counting it as a file done (a conflict copy's upload).
@@ -289,7 +314,8 @@ public struct MediaSync: Sendable {
             }
         }
         let show = options.showProgress && isatty(STDERR_FILENO) == 1 && !transfers.isEmpty
-        let progress = Progress(report: report, manifest: manifest, total: transfers.count, show: show)
+        let progress = Progress(report: report, manifest: manifest, total: transfers.count, show: show,
+                                saveURL: options.dryRun ? nil : manifestURL)
         let window = max(1, options.concurrency)
         await withTaskGroup(of: Void.self) { group in
             var next = 0
@@ -391,6 +417,12 @@ public struct MediaSync: Sendable {
         let canPull = options.direction != .push
         guard let localStat = FileStat.of(url.path) else {
             throw BucketError.localIO(path: url.path, description: "file vanished")
+        }
+        if canPush, let finished = try await store.finishedUpload(key: remoteKey(path), fileURL: url) {
+            // This file's upload completed on the server before an earlier run stopped: nothing to transfer.
+            await progress.adopted(path, entry: .init(size: localStat.size, mtimeNanoseconds: localStat.mtimeNanoseconds,
+                                                      sha256: try LocalFiles.sha256Hex(of: url), etag: finished.etag))
+            return
         }
         let fetched = LocalFiles.temporaryURL(beside: url)
         defer {

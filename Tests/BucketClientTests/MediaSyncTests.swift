@@ -255,6 +255,57 @@ import Testing
                 == "recordings/.hidden (conflict d 2026-11-18T110640Z 2)")
     }
 
+    // MARK: - Crashes (issue #16, defect 8)
+
+    /// While the second upload is under way, the manifest on disk already records the first: a crash then makes
+    /// the next run redo nothing that was finished.
+    @Test func manifest_isSavedAsEachTransferFinishes_notOnlyAtTheEndOfTheRun() async throws {
+        let base = try makeFixture()
+        let observing = ManifestObservingStore(base: base.store, manifest: base.manifest, watchedKey: "alice/recordings/b.m4a")
+        let f = Fixture(root: base.root, documents: base.documents, store: observing, manifest: base.manifest)
+        try f.write("recordings/a.m4a", "first")
+        try f.write("recordings/b.m4a", "second")
+        let report = try await f.sync { $0.concurrency = 1 }
+        #expect(report.uploaded == ["recordings/a.m4a", "recordings/b.m4a"])
+        #expect(observing.seen.snapshot.keys.sorted() == ["recordings/a.m4a"])  // saved before b's upload began
+        #expect(try MediaManifest.load(from: f.manifest).files.count == 2)
+    }
+
+    /// Killed after the server assembled a multipart upload but before the manifest recorded it: the resume file
+    /// (`.<name>.rtsync-upload.json`) is left and the manifest does not know the file. The next run finds the object
+    /// holds the file, and neither downloads nor uploads it, nor calls it a conflict.
+    @Test func crashAfterTheServerAssembledAnUpload_nextSyncTransfersNothing_andRemovesTheResumeFile() async throws {
+        guard !MotoServer.skipRequested else { return }
+        let store = try await MotoServer.anonymous.value.store { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }
+        let f = try makeFixture(store: store)
+        let data = randomBytes(11 << 20)
+        try f.write("recordings/long.m4a", "")
+        let file = f.documents.appendingPathComponent("recordings/long.m4a")
+        try data.write(to: file)
+        try await store.put(key: "alice/recordings/long.m4a", fileURL: file)
+        let stat = try #require(FileStat.of(file.path))
+        let resume = store.multipartStateURL(fileURL: file, key: "alice/recordings/long.m4a")
+        #expect(resume.lastPathComponent == ".long.m4a.rtsync-upload.json")
+        let state = MultipartState(bucket: store.configuration.bucket, key: store.fullKey("alice/recordings/long.m4a"),
+                                   uploadId: "completed-before-the-crash", fileSize: stat.size,
+                                   fileMtimeNanoseconds: stat.mtimeNanoseconds, partSize: 5 << 20, parts: [1: "p1", 2: "p2"])
+        try JSONEncoder().encode(state).write(to: resume)
+        let before = store.requestCounter.total
+        let partsBefore = store.requestCounter.count("UploadPart"), putsBefore = store.requestCounter.count("PutObject")
+
+        let report = try await f.sync()
+        #expect(report.errors.isEmpty && report.conflicts.isEmpty)
+        #expect(report.uploaded.isEmpty && report.downloaded.isEmpty && report.unchanged == 1)
+        #expect(store.requestCounter.count("GetObject") == 0)
+        #expect(store.requestCounter.count("UploadPart") == partsBefore && store.requestCounter.count("PutObject") == putsBefore)
+        #expect(store.requestCounter.total - before == 3)  // LIST, ListParts (NoSuchUpload), HEAD
+        #expect(!FileManager.default.fileExists(atPath: resume.path))
+        let entry = try #require(try MediaManifest.load(from: f.manifest)["recordings/long.m4a"])
+        #expect(entry.etag == (try await store.head(key: "alice/recordings/long.m4a")).etag)
+        let idle = try await f.sync()
+        #expect(idle.unchanged == 1 && idle.requests == 1)
+    }
+
     @Test func deletions_areNotPropagatedUnlessAsked() async throws {
         let f = try makeFixture()
         try f.write("recordings/keep.m4a", "k")
@@ -441,4 +492,28 @@ struct HostileListingStore: ObjectStore {
     func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { throw BucketError.accessDenied(request: "PUT", hint: "") }
     func put(key: String, fileURL: URL) async throws -> ObjectInfo { throw BucketError.accessDenied(request: "PUT", hint: "") }
     func delete(key: String) async throws {}
+}
+
+/// Passes every call to `base`; when `watchedKey` is uploaded, records which entries the manifest file holds then.
+struct ManifestObservingStore: ObjectStore {
+    let base: any ObjectStore
+    let manifest: URL
+    let watchedKey: String
+    let seen = RequestCounter()
+    var displayName: String { base.displayName }
+    var requestCounter: RequestCounter { base.requestCounter }
+    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
+    }
+    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
+    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
+    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
+    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
+    func put(key: String, fileURL: URL) async throws -> ObjectInfo {
+        if key == watchedKey, let saved = try? MediaManifest.load(from: manifest) {
+            for path in saved.files.keys { seen.record(path.string) }
+        }
+        return try await base.put(key: key, fileURL: fileURL)
+    }
+    func delete(key: String) async throws { try await base.delete(key: key) }
 }
