@@ -34,7 +34,7 @@ extension RTSync.Media {
         @Option(help: ArgumentHelp("User id: the first segment of the bucket keys.", valueName: "id")) var user: String
         @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json).", valueName: "file"))
         var manifest: String?
-        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete); flags override it.",
+        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete, includeLitter); flags override it.",
                                    valueName: "file"))
         var config: String?
         @Flag(help: "Sync recordings/.") var recordings = false
@@ -48,6 +48,8 @@ extension RTSync.Media {
         var select: [String] = []
         @Flag(name: .customLong("dry-run"), help: "Show what would change; change nothing.") var dryRun = false
         @Flag(help: "Propagate deletions.") var delete = false
+        @Flag(name: .customLong("include-litter"), help: "Also sync .DS_Store, ._*, Thumbs.db, desktop.ini and .*.swp files (left out by default).")
+        var includeLitter = false
         @Option(help: ArgumentHelp("Name of this device in conflict copies (default: the host name).", valueName: "name"))
         var device: String?
         @Flag(help: "Print the report as JSON.") var json = false
@@ -75,6 +77,7 @@ extension RTSync.Media {
             if !select.isEmpty { options.select = select }
             options.dryRun = dryRun
             if let device { options.device = device }
+            if includeLitter { options.excludeLitter = false }
             options.delete = options.delete || delete
             options.showProgress = !json
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)

@@ -98,6 +98,7 @@ extension RTSync {
         {
             var options = MediaSyncOptions()
             options.selective = settings.mediaMode == "selective"
+            options.excludeLitter = !settings.mediaIncludeLitter
             let canUpload = (try? settings.tier.require(.uploadMedia(cloud: !remote.isLocal, community: false, privateRecording: false))) != nil
             options.direction = canUpload ? .both : .pull
             // Conflict copies name this device by the random end of its site id (a KSUID starts with the time).

@@ -116,6 +116,21 @@ import Testing
         #expect(none.out == "no media conflicts\n")
     }
 
+    @Test func mediaSync_leavesOutDSStore_unlessIncludeLitter() throws {
+        let folder = try makeTemporaryFolder()
+        let documents = folder.appendingPathComponent("docs")
+        try FileManager.default.createDirectory(at: documents.appendingPathComponent("images"), withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: documents.appendingPathComponent("images/.DS_Store"))
+        try Data("i".utf8).write(to: documents.appendingPathComponent("images/i.jpg"))
+        let common = ["media", "sync", "--push", "--documents", documents.path, "--user", "u1",
+                      "--bucket", folder.appendingPathComponent("bucket").absoluteString]
+        let first = try rtsync(common)
+        #expect(first.status == 0 && first.out.contains("1 uploaded"), "\(first.out)")
+        let second = try rtsync(common + ["--include-litter"])
+        #expect(second.status == 0 && second.out.contains("1 uploaded"), "\(second.out)")
+        #expect(FileManager.default.fileExists(atPath: folder.appendingPathComponent("bucket/u1/images/.DS_Store").path))
+    }
+
     @Test func mediaSync_conflictingDirections_isAUsageError() throws {
         let run = try rtsync(["media", "sync", "--push", "--pull", "--documents", "/", "--user", "u", "--bucket", "file:///tmp/x"])
         #expect(run.status == 64)

@@ -306,6 +306,36 @@ import Testing
         #expect(idle.unchanged == 1 && idle.requests == 1)
     }
 
+    // MARK: - OS litter
+
+    static let litter = ["recordings/.DS_Store", "images/._x.jpg", "images/2024/Thumbs.db", "recordings/.take.m4a.swp",
+                         "images/desktop.ini"]
+
+    @Test func osLitter_isLeftOutByDefault_bothWays_andSyncsWhenIncluded() async throws {
+        let f = try makeFixture()
+        for path in Self.litter { try f.write(path, "litter") }
+        try f.write("images/x.jpg", "photo")
+        try f.write("recordings/take.m4a", "take")
+        let pushed = try await f.sync()
+        #expect(pushed.uploaded == ["images/x.jpg", "recordings/take.m4a"])
+        #expect(try await f.store.listAll(prefix: "alice/").map(\.key).sorted() == ["alice/images/x.jpg", "alice/recordings/take.m4a"])
+        // Litter in the bucket (left by an older client) is not pulled either.
+        try await f.store.put(key: "alice/images/.DS_Store", data: Data("bucket litter".utf8))
+        let other = otherDevice(of: f)
+        let pulled = try await other.sync()
+        #expect(pulled.downloaded == ["images/x.jpg", "recordings/take.m4a"])
+        #expect(other.read("images/.DS_Store") == nil)
+
+        let included = try await f.sync { $0.excludeLitter = false }
+        #expect(included.uploaded.sorted() == Self.litter.sorted())
+        #expect(included.downloaded == ["images/.DS_Store"])
+        var settings = MediaSyncSettings()
+        #expect(settings.options().excludeLitter)
+        settings.includeLitter = true
+        #expect(!settings.options().excludeLitter)
+        #expect(MediaSyncOptions.litter.map(\.pattern).contains(".*.swp"))
+    }
+
     @Test func deletions_areNotPropagatedUnlessAsked() async throws {
         let f = try makeFixture()
         try f.write("recordings/keep.m4a", "k")
