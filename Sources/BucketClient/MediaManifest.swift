@@ -80,6 +80,27 @@ public struct MediaManifest: Codable, Sendable, Equatable {
         if !conflicts.isEmpty { try container.encode(conflicts, forKey: .conflicts) }
     }
 
+    /// The manifest of a documents folder, `<documents>/.rtsync-media-manifest.json`: one per folder (and so one
+    /// per home), shared by `rtsync media sync` and `rtsync sync --media`.
+    public static func defaultURL(documents: URL) -> URL {
+        documents.appendingPathComponent(".rtsync-media-manifest.json")
+    }
+
+    /// Moves what an older manifest file at `legacy` knows into the manifest at `url`, then removes `legacy`
+    /// (nothing happens when it does not exist). Entries already in `url` win; conflict records of both are kept.
+    /// - Throws: ``BucketError/localIO(path:description:)`` when either cannot be read or `url` cannot be written.
+    public static func absorb(_ legacy: URL, into url: URL) throws {
+        guard FileManager.default.fileExists(atPath: legacy.path) else { return }
+        let old = try load(from: legacy)
+        var merged = try load(from: url)
+        merged.files.merge(old.files) { current, _ in current }
+        merged.conflicts = (old.conflicts + merged.conflicts.filter { !old.conflicts.contains($0) }).sorted { $0.at < $1.at }
+        try merged.save(to: url)
+        do { try FileManager.default.removeItem(at: legacy) } catch {
+            throw BucketError.localIO(path: legacy.path, description: "merged into \(url.path) but cannot be removed: \(error.localizedDescription)")
+        }
+    }
+
     /// Loads a manifest; a missing file gives an empty one.
     /// - Throws: ``BucketError/localIO(path:description:)`` when the file exists but cannot be read or parsed.
     public static func load(from url: URL) throws -> MediaManifest {

@@ -89,8 +89,6 @@ public struct RTSyncHome: Sendable {
     public var cache: URL { support.appendingPathComponent("cache") }
     /// Local database backups.
     public var backups: URL { documents.appendingPathComponent("backups") }
-    /// What media sync last saw of each file (`rtsync sync --media`), and its conflict copies.
-    public var mediaManifest: URL { support.appendingPathComponent("media-manifest.json") }
     /// The settings file.
     public var settingsFile: URL { root.appendingPathComponent("settings.json") }
     /// Private keys (readable only by the user).

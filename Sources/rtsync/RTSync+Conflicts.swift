@@ -19,7 +19,8 @@ extension RTSync {
                 Media sync never overwrites a version a user made: when a recording or image changed on this device \
                 and in the bucket since they last synced, the newer one keeps the name and the other is kept beside \
                 it as 'name (conflict <device> <UTC date>).ext', here and in the bucket. Reads the media manifest of \
-                the home (rtsync sync --media), or the one given with --manifest or --documents (rtsync media sync).
+                the home's documents folder (shared by rtsync sync --media and rtsync media sync), of the folder \
+                given with --documents, or the file given with --manifest.
                 """
             )
             @Option(help: "Folder holding support/, documents/ and settings.json (default: $RTSYNC_HOME, else ~/.rtsync).") var home: String?
@@ -36,8 +37,7 @@ extension RTSync {
 
             func run() throws {
                 let url = manifest.map { URL(fileURLWithPath: $0) }
-                    ?? documents.map { URL(fileURLWithPath: $0).appendingPathComponent(".rtsync-media-manifest.json") }
-                    ?? RTSyncHome.resolve(home).mediaManifest
+                    ?? MediaManifest.defaultURL(documents: documents.map { URL(fileURLWithPath: $0) } ?? RTSyncHome.resolve(home).documents)
                 let list: [MediaConflict]
                 do { list = try MediaManifest.load(from: url).conflicts } catch let e as BucketError {
                     throw fail(e.description, hint: "the media manifest is rewritten by the next media sync; move this one aside if it is damaged")

@@ -32,7 +32,7 @@ extension RTSync.Media {
         @OptionGroup var bucketOptions: BucketOptions
         @Option(help: ArgumentHelp("Local documents folder.", valueName: "dir")) var documents: String
         @Option(help: ArgumentHelp("User id: the first segment of the bucket keys.", valueName: "id")) var user: String
-        @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json).", valueName: "file"))
+        @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json, shared with rtsync sync --media).", valueName: "file"))
         var manifest: String?
         @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete, includeLitter); flags override it.",
                                    valueName: "file"))
@@ -81,8 +81,7 @@ extension RTSync.Media {
             options.delete = options.delete || delete
             options.showProgress = !json
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)
-            let manifestURL = manifest.map { URL(fileURLWithPath: $0) }
-                ?? documentsURL.appendingPathComponent(".rtsync-media-manifest.json")
+            let manifestURL = manifest.map { URL(fileURLWithPath: $0) } ?? MediaManifest.defaultURL(documents: documentsURL)
             let report = try await reportingBucketErrors {
                 let sync = try MediaSync(store: try bucketOptions.makeStore(), documents: documentsURL, user: user,
                                          manifestURL: manifestURL)

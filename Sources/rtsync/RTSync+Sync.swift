@@ -105,8 +105,11 @@ extension RTSync {
             if let site = try? SyncDatabase(path: home.database.path).siteID(), !site.isEmpty {
                 options.device = String(site.suffix(6))
             }
-            let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID,
-                                     manifestURL: home.mediaManifest)
+            // One manifest per documents folder, shared with `rtsync media sync`; earlier versions kept this
+            // command's in support/.
+            let manifest = MediaManifest.defaultURL(documents: home.documents)
+            try MediaManifest.absorb(home.support.appendingPathComponent("media-manifest.json"), into: manifest)
+            let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID, manifestURL: manifest)
             let report = try await sync.run(options)
             guard report.succeeded else { throw BucketError.localIO(path: home.documents.path, description: report.summary) }
             return report.summary + (canUpload ? "" : " (downloads only: uploads to a cloud bucket need premium)")
