@@ -11,7 +11,8 @@ import Darwin
 ///
 /// A manifest records size, mtime, SHA-256 and ETag of each synced file, so a run over an unchanged
 /// tree costs one listing for all its kind folders (per 1,000 objects) and neither uploads nor hashing. Deletions
-/// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run.
+/// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run. A file changed on
+/// both sides keeps the losing version as a conflict copy (``MediaConflict``); nothing a user made is overwritten.
 /// Bucket keys that could escape the documents folder are refused and reported, never written.
 public struct MediaSync: Sendable {
     /// The bucket.
@@ -271,11 +272,12 @@ public struct MediaSync: Sendable {
         }
 
         /// Records a conflict whose losing version was kept as a copy.
-        func conflict(_ conflict: MediaConflict, copyEntry: MediaManifest.Entry?) {
+        func conflict(_ conflict: MediaConflict, copyEntry: MediaManifest.Entry?, pathEntry: MediaManifest.Entry? = nil) {
             report.conflicts.append(conflict.path)
             report.conflictCopies.append(conflict)
             manifest.conflicts.append(conflict)
             if let copyEntry { manifest[conflict.copy] = copyEntry }
+            if let pathEntry { manifest[conflict.path] = pathEntry }
             saveIfDue(bytes: copyEntry?.size ?? 0)
         }
 
@@ -450,6 +452,13 @@ public struct MediaSync: Sendable {
                 try install(fetched, at: url)
                 guard let after = FileStat.of(url.path) else { throw BucketError.localIO(path: url.path, description: "downloaded file vanished") }
                 await progress.downloaded(path, entry: entry(after, remoteSHA, remoteETag))
+            } else if let known {
+                // A one-way run that may not copy the edit: remember that the other side only looks changed, so
+                // the next run neither fetches it again nor calls the edit a conflict.
+                var seen = known
+                if !remoteEdited { seen.etag = remoteETag }
+                if !localEdited { seen.size = localStat.size; seen.mtimeNanoseconds = localStat.mtimeNanoseconds }
+                await progress.adopted(path, entry: seen)
             }
             return
         }
@@ -467,9 +476,12 @@ public struct MediaSync: Sendable {
                 try install(fetched, at: copyURL)
                 if let st = FileStat.of(copyURL.path) { copyEntry = entry(st, remoteSHA, kept.etag) }
             }
-            let (uploaded, sha) = try await store.putReturningSHA256(key: remoteKey(path), fileURL: url)
+            // Recorded before the upload: should it fail, the next run sees the bucket's version as already kept
+            // (not changed since the last sync) and simply uploads the local one, making no second copy.
             await progress.conflict(.init(path: path, copy: copy, loser: .remote, device: options.device, at: now,
-                                          keptLocally: canPull, keptInBucket: true), copyEntry: copyEntry)
+                                          keptLocally: canPull, keptInBucket: true), copyEntry: copyEntry,
+                                    pathEntry: .init(size: remote.size, mtimeNanoseconds: -1, sha256: remoteSHA, etag: remoteETag))
+            let (uploaded, sha) = try await store.putReturningSHA256(key: remoteKey(path), fileURL: url)
             await progress.uploaded(path, entry: entry(localStat, sha, uploaded.etag))
         } else {
             // Move the local version aside (a rename keeps its bytes and mtime), upload it unless only pulling,

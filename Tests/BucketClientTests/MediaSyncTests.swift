@@ -247,6 +247,48 @@ import Testing
         #expect(idle.unchanged == 1 && idle.downloaded.isEmpty)
     }
 
+    @Test func pullOnly_remoteReuploadedWithTheSameBytes_isNoConflict_andIsNotFetchedAgain() async throws {
+        let f = try makeFixture()
+        try f.write("images/r.jpg", "v1")
+        _ = try await f.sync()
+        try f.write("images/r.jpg", "local edit")
+        try await Task.sleep(nanoseconds: 20_000_000)
+        try await f.store.put(key: "alice/images/r.jpg", data: Data("v1".utf8))  // same bytes, new ETag
+        let pulled = try await f.sync { $0.direction = .pull }
+        #expect(pulled.conflicts.isEmpty && pulled.downloaded.isEmpty && pulled.errors.isEmpty)
+        #expect(f.read("images/r.jpg") == "local edit")
+        let again = try await f.sync { $0.direction = .pull }
+        #expect(again.requests == 1 && again.conflicts.isEmpty)
+        let both = try await f.sync()
+        #expect(both.uploaded == ["images/r.jpg"] && both.conflicts.isEmpty)
+        #expect(try await f.store.get(key: "alice/images/r.jpg") == Data("local edit".utf8))
+    }
+
+    /// The bucket's version was kept as a copy, then the upload of the winner failed: the next run uploads the winner
+    /// and makes no second copy.
+    @Test func conflict_whoseWinnerFailedToUpload_isFinishedByTheNextRun_withoutASecondCopy() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("images/x.jpg", "v1")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        try a.write("images/x.jpg", "edit on A")
+        _ = try await a.sync()
+        try await Task.sleep(nanoseconds: 20_000_000)
+        try b.write("images/x.jpg", "edit on B, later")
+        let failing = FailingPutStore(base: b.store, failingKey: "alice/images/x.jpg")
+        let broken = Fixture(root: b.root, documents: b.documents, store: failing, manifest: b.manifest)
+        let first = try await broken.sync { $0.device = "devB" }
+        #expect(first.errors.map(\.path) == ["images/x.jpg"])
+        #expect(first.conflictCopies.count == 1)
+        let second = try await b.sync { $0.device = "devB" }
+        #expect(second.errors.isEmpty && second.conflicts.isEmpty)
+        #expect(second.uploaded == ["images/x.jpg"])
+        #expect(try files(in: b, "images").count == 2)
+        #expect(try await a.store.listAll(prefix: "alice/images/").count == 2)
+        #expect(try await a.store.get(key: "alice/images/x.jpg") == Data("edit on B, later".utf8))
+    }
+
     @Test func conflictCopyName_keepsTheExtension_andNamesDeviceAndUTCTime() {
         let date = Date(timeIntervalSince1970: 1_795_000_000)  // 2026-11-18 11:06:40 UTC
         #expect(MediaConflict.copyPath(of: "images/2024/a.b.jpg", device: "site 7/x", at: date)
@@ -543,6 +585,26 @@ struct ManifestObservingStore: ObjectStore {
         if key == watchedKey, let saved = try? MediaManifest.load(from: manifest) {
             for path in saved.files.keys { seen.record(path.string) }
         }
+        return try await base.put(key: key, fileURL: fileURL)
+    }
+    func delete(key: String) async throws { try await base.delete(key: key) }
+}
+
+/// Passes every call to `base`, but a file upload to `failingKey` fails.
+struct FailingPutStore: ObjectStore {
+    let base: any ObjectStore
+    let failingKey: String
+    var displayName: String { base.displayName }
+    var requestCounter: RequestCounter { base.requestCounter }
+    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
+    }
+    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
+    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
+    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
+    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
+    func put(key: String, fileURL: URL) async throws -> ObjectInfo {
+        if key == failingKey { throw BucketError.transport(request: "PUT \(key)", description: "test failure") }
         return try await base.put(key: key, fileURL: fileURL)
     }
     func delete(key: String) async throws { try await base.delete(key: key) }
