@@ -52,8 +52,10 @@ public struct MediaConflict: Codable, Sendable, Hashable {
             base = String(name[..<dot])
             ext = String(name[dot...])
         }
-        let suffix = attempt > 1 ? " \(attempt)" : ""
-        return "\(folder)\(base) (conflict \(safeDevice(device)) \(stamp(date))\(suffix))\(ext)"
+        let tag = " (conflict \(safeDevice(device)) \(stamp(date))\(attempt > 1 ? " \(attempt)" : ""))"
+        // A file name may hold 255 bytes: shorten the base, never the tag or the extension.
+        while !base.isEmpty && (base + tag + ext).utf8.count > 255 { base.removeLast() }
+        return "\(folder)\(base)\(tag)\(ext)"
     }
 
     /// The device text used in copy names.

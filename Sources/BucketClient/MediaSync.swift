@@ -278,7 +278,8 @@ public struct MediaSync: Sendable {
             manifest.conflicts.append(conflict)
             if let copyEntry { manifest[conflict.copy] = copyEntry }
             if let pathEntry { manifest[conflict.path] = pathEntry }
-            saveIfDue(bytes: copyEntry?.size ?? 0)
+            // Saved at once (conflicts are rare): a crash now must not make the next run keep a second copy.
+            saveIfDue(bytes: 1 << 20)
         }
 
         /// Records that a transfer finished without counting it as a file done (a conflict copy's upload).
@@ -466,7 +467,7 @@ public struct MediaSync: Sendable {
         let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
         let localWins = Self.localWins(localStat, remote, direction: options.direction)
         let copy = uniqueCopyPath(of: path, device: options.device, at: now)
-        let copyURL = localURL(copy)
+        let copyURL = try SafeKey.fileURL(root: documents, key: copy)
         if localWins {
             // Keep the bucket's version under the copy name (in the bucket, and here unless only pushing), then upload.
             let kept = try await store.put(key: remoteKey(copy), fileURL: fetched)
@@ -507,8 +508,10 @@ public struct MediaSync: Sendable {
     func uniqueCopyPath(of path: String, device: String, at date: Date) -> String {
         var attempt = 1
         while true {
+            // No upper bound: returning a name in use would overwrite that file.
             let copy = MediaConflict.copyPath(of: path, device: device, at: date, attempt: attempt)
-            if FileStat.of(localURL(copy).path, followSymlinks: false) == nil || attempt > 99 { return copy }
+            guard let url = try? SafeKey.fileURL(root: documents, key: copy) else { return copy }  // refused by the caller
+            if FileStat.of(url.path, followSymlinks: false) == nil { return copy }
             attempt += 1
         }
     }

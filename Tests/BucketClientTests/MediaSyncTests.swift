@@ -295,6 +295,10 @@ import Testing
                 == "images/2024/a.b (conflict site7x 2026-11-18T110640Z).jpg")
         #expect(MediaConflict.copyPath(of: "recordings/.hidden", device: "d", at: date, attempt: 2)
                 == "recordings/.hidden (conflict d 2026-11-18T110640Z 2)")
+        // A long name is shortened so the copy's name still fits in 255 bytes; the extension stays.
+        let long = MediaConflict.copyPath(of: "images/" + String(repeating: "é", count: 120) + ".jpeg", device: "d", at: date)
+        #expect(long.split(separator: "/").last!.utf8.count <= 255)
+        #expect(long.hasSuffix(" (conflict d 2026-11-18T110640Z).jpeg"))
     }
 
     // MARK: - Crashes (issue #16, defect 8)
