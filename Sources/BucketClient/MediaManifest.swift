@@ -29,6 +29,8 @@ public struct MediaManifest: Codable, Sendable, Equatable {
     /// Entries by path relative to the documents folder (`recordings/2024/a.m4a`), compared byte for byte, so
     /// names that differ only in Unicode normalization (NFC and NFD) are separate entries.
     public var files: [ExactPath: Entry] = [:]
+    /// Files whose losing version was kept as a conflict copy, oldest first (listed by `rtsync conflicts media`).
+    public var conflicts: [MediaConflict] = []
 
     /// An empty manifest.
     public init() {}
@@ -39,7 +41,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
         set { files[ExactPath(path)] = newValue }
     }
 
-    private enum CodingKeys: String, CodingKey { case version, entries, files }
+    private enum CodingKeys: String, CodingKey { case version, entries, files, conflicts }
 
     /// One entry of the version 2 list.
     private struct ListedEntry: Codable {
@@ -62,6 +64,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
         } else if let old = try container.decodeIfPresent([String: Entry].self, forKey: .files) {
             for (path, entry) in old { files[ExactPath(path)] = entry }
         }
+        conflicts = try container.decodeIfPresent([MediaConflict].self, forKey: .conflicts) ?? []
         version = 2
     }
 
@@ -74,6 +77,28 @@ public struct MediaManifest: Codable, Sendable, Equatable {
                         sha256: $0.value.sha256, etag: $0.value.etag)
         }
         try container.encode(list, forKey: .entries)
+        if !conflicts.isEmpty { try container.encode(conflicts, forKey: .conflicts) }
+    }
+
+    /// The manifest of a documents folder, `<documents>/.rtsync-media-manifest.json`: one per folder (and so one
+    /// per home), shared by `rtsync media sync` and `rtsync sync --media`.
+    public static func defaultURL(documents: URL) -> URL {
+        documents.appendingPathComponent(".rtsync-media-manifest.json")
+    }
+
+    /// Moves what an older manifest file at `legacy` knows into the manifest at `url`, then removes `legacy`
+    /// (nothing happens when it does not exist). Entries already in `url` win; conflict records of both are kept.
+    /// - Throws: ``BucketError/localIO(path:description:)`` when either cannot be read or `url` cannot be written.
+    public static func absorb(_ legacy: URL, into url: URL) throws {
+        guard FileManager.default.fileExists(atPath: legacy.path) else { return }
+        let old = try load(from: legacy)
+        var merged = try load(from: url)
+        merged.files.merge(old.files) { current, _ in current }
+        merged.conflicts = (old.conflicts + merged.conflicts.filter { !old.conflicts.contains($0) }).sorted { $0.at < $1.at }
+        try merged.save(to: url)
+        do { try FileManager.default.removeItem(at: legacy) } catch {
+            throw BucketError.localIO(path: legacy.path, description: "merged into \(url.path) but cannot be removed: \(error.localizedDescription)")
+        }
     }
 
     /// Loads a manifest; a missing file gives an empty one.
@@ -81,7 +106,9 @@ public struct MediaManifest: Codable, Sendable, Equatable {
     public static func load(from url: URL) throws -> MediaManifest {
         guard FileManager.default.fileExists(atPath: url.path) else { return MediaManifest() }
         do {
-            return try JSONDecoder().decode(MediaManifest.self, from: Data(contentsOf: url))
+            let decoder = JSONDecoder()
+            decoder.dateDecodingStrategy = .iso8601
+            return try decoder.decode(MediaManifest.self, from: Data(contentsOf: url))
         } catch {
             throw BucketError.localIO(path: url.path, description: "unreadable media manifest: \(error.localizedDescription)")
         }
@@ -91,6 +118,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
     public func save(to url: URL) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .iso8601
         let data: Data
         do { data = try encoder.encode(self) } catch {
             throw BucketError.localIO(path: url.path, description: error.localizedDescription)

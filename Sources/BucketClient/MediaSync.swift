@@ -11,7 +11,8 @@ import Darwin
 ///
 /// A manifest records size, mtime, SHA-256 and ETag of each synced file, so a run over an unchanged
 /// tree costs one listing for all its kind folders (per 1,000 objects) and neither uploads nor hashing. Deletions
-/// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run.
+/// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run. A file changed on
+/// both sides keeps the losing version as a conflict copy (``MediaConflict``); nothing a user made is overwritten.
 /// Bucket keys that could escape the documents folder are refused and reported, never written.
 public struct MediaSync: Sendable {
     /// The bucket.
@@ -43,6 +44,7 @@ public struct MediaSync: Sendable {
         case deleteLocal(path: String)
         case deleteRemote(path: String)
         case touch(path: String, stat: FileStat)  // content unchanged, only mtime moved: refresh the manifest
+        case resolve(path: String, remote: ObjectInfo, known: MediaManifest.Entry?)  // changed on both sides
     }
 
     /// Runs one sync and returns its report; per-file failures are in the report, not thrown.
@@ -125,6 +127,7 @@ public struct MediaSync: Sendable {
                 case .deleteLocal(let path): report.deletedLocal.append(path)
                 case .deleteRemote(let path): report.deletedRemote.append(path)
                 case .touch: report.unchanged += 1
+                case .resolve: break
                 }
             }
         } else {
@@ -160,8 +163,7 @@ public struct MediaSync: Sendable {
                 if canPull { actions.append(.download(path: path, remote: r)) }
             } else {
                 // Changed on both sides (or never synced and present on both).
-                if known == nil, l.stat.size == r.size, Self.isPlainMD5(r.etag),
-                   let md5 = try? Self.md5Hex(of: l.url), md5 == r.etag {
+                if Self.isPlainMD5(r.etag), l.stat.size == r.size, let md5 = try? Self.md5Hex(of: l.url), md5 == r.etag {
                     // Same bytes on both sides: adopt without transferring.
                     if let sha = try? LocalFiles.sha256Hex(of: l.url) {
                         manifest[path] = .init(size: l.stat.size, mtimeNanoseconds: l.stat.mtimeNanoseconds, sha256: sha, etag: r.etag)
@@ -169,14 +171,19 @@ public struct MediaSync: Sendable {
                         return
                     }
                 }
-                report.conflicts.append(path)
-                switch options.direction {
-                case .push: actions.append(.upload(path: path))
-                case .pull: actions.append(.download(path: path, remote: r))
-                case .both:
-                    let remoteTime = r.lastModified ?? .distantPast
-                    if l.stat.modificationDate >= remoteTime { actions.append(.upload(path: path)) }
+                if let known, l.stat.size == known.size, (try? LocalFiles.sha256Hex(of: l.url)) == known.sha256 {
+                    // Only the local mtime moved: the bucket's version is the one edit.
+                    if canPull { actions.append(.download(path: path, remote: r)) }
+                    return
+                }
+                // Resolved when run: the bucket's version is fetched and compared first, and the losing version
+                // is kept as a conflict copy, never overwritten.
+                if options.dryRun {
+                    report.conflicts.append(path)
+                    if Self.localWins(l.stat, r, direction: options.direction) { actions.append(.upload(path: path)) }
                     else { actions.append(.download(path: path, remote: r)) }
+                } else {
+                    actions.append(.resolve(path: path, remote: r, known: known))
                 }
             }
         case (let l?, nil):
@@ -203,6 +210,9 @@ public struct MediaSync: Sendable {
 
     // MARK: - Execution
 
+    /// Longest wait between manifest saves while small transfers finish (larger ones save at once).
+    static let saveInterval: TimeInterval = 0.5
+
     /// Collects results from concurrent transfers.
     actor Progress {
         var report: MediaSyncReport
@@ -212,17 +222,36 @@ public struct MediaSync: Sendable {
         let show: Bool
         let started = Date()
 
-        init(report: MediaSyncReport, manifest: MediaManifest, total: Int, show: Bool) {
+        /// Where the manifest is saved as transfers finish (nil: not saved here).
+        let saveURL: URL?
+        var lastSave = Date.distantPast
+        var bytesSinceSave: Int64 = 0
+
+        init(report: MediaSyncReport, manifest: MediaManifest, total: Int, show: Bool, saveURL: URL?) {
             self.report = report
             self.manifest = manifest
             self.total = total
             self.show = show
+            self.saveURL = saveURL
+        }
+
+        /// Saves the manifest after a finished transfer, so a crash does not make the next run redo it. A save
+        /// rewrites the whole manifest (temporary file + rename), so after small files it waits up to
+        /// ``saveInterval``; after 1 MiB or more of transfers it is immediate.
+        func saveIfDue(bytes: Int64) {
+            bytesSinceSave += bytes
+            guard let saveURL, bytesSinceSave >= 1 << 20 || Date().timeIntervalSince(lastSave) >= MediaSync.saveInterval else { return }
+            // A failed save here is not fatal: the run saves again at its end, and reports that failure.
+            try? manifest.save(to: saveURL)
+            lastSave = Date()
+            bytesSinceSave = 0
         }
 
         func uploaded(_ path: String, entry: MediaManifest.Entry) {
             report.uploaded.append(path)
             report.bytesUploaded += entry.size
             manifest[path] = entry
+            saveIfDue(bytes: entry.size)
             step()
         }
 
@@ -230,7 +259,32 @@ public struct MediaSync: Sendable {
             report.downloaded.append(path)
             report.bytesDownloaded += entry.size
             manifest[path] = entry
+            saveIfDue(bytes: entry.size)
             step()
+        }
+
+        /// Records a file whose two sides turned out to hold the same bytes (or an upload finished before a crash).
+        func adopted(_ path: String, entry: MediaManifest.Entry) {
+            report.unchanged += 1
+            manifest[path] = entry
+            saveIfDue(bytes: 0)
+            step()
+        }
+
+        /// Records a conflict whose losing version was kept as a copy.
+        func conflict(_ conflict: MediaConflict, copyEntry: MediaManifest.Entry?, pathEntry: MediaManifest.Entry? = nil) {
+            report.conflicts.append(conflict.path)
+            report.conflictCopies.append(conflict)
+            manifest.conflicts.append(conflict)
+            if let copyEntry { manifest[conflict.copy] = copyEntry }
+            if let pathEntry { manifest[conflict.path] = pathEntry }
+            // Saved at once (conflicts are rare): a crash now must not make the next run keep a second copy.
+            saveIfDue(bytes: 1 << 20)
+        }
+
+        /// Records that a transfer finished without counting it as a file done (a conflict copy's upload).
+        func copied(bytes: Int64) {
+            report.bytesUploaded += bytes
         }
 
         func failed(_ path: String, _ reason: String) {
@@ -255,7 +309,7 @@ public struct MediaSync: Sendable {
         var deletions: [Action] = []
         for action in actions {
             switch action {
-            case .upload, .download: transfers.append(action)
+            case .upload, .download, .resolve: transfers.append(action)
             case .deleteLocal, .deleteRemote: deletions.append(action)
             case .touch(let path, let stat):
                 manifest[path]?.mtimeNanoseconds = stat.mtimeNanoseconds
@@ -263,14 +317,15 @@ public struct MediaSync: Sendable {
             }
         }
         let show = options.showProgress && isatty(STDERR_FILENO) == 1 && !transfers.isEmpty
-        let progress = Progress(report: report, manifest: manifest, total: transfers.count, show: show)
+        let progress = Progress(report: report, manifest: manifest, total: transfers.count, show: show,
+                                saveURL: options.dryRun ? nil : manifestURL)
         let window = max(1, options.concurrency)
         await withTaskGroup(of: Void.self) { group in
             var next = 0
             func addNext() {
                 let action = transfers[next]
                 next += 1
-                group.addTask { await self.transfer(action, progress: progress) }
+                group.addTask { await self.transfer(action, options: options, progress: progress) }
             }
             while next < transfers.count && next < window { addNext() }
             while await group.next() != nil {
@@ -308,7 +363,7 @@ public struct MediaSync: Sendable {
         }
     }
 
-    func transfer(_ action: Action, progress: Progress) async {
+    func transfer(_ action: Action, options: MediaSyncOptions, progress: Progress) async {
         switch action {
         case .upload(let path):
             let url = localURL(path)
@@ -335,8 +390,136 @@ public struct MediaSync: Sendable {
             } catch {
                 await progress.failed(path, Self.reason(error))
             }
+        case .resolve(let path, let remote, let known):
+            do {
+                try await resolve(path: path, remote: remote, known: known, options: options, progress: progress)
+            } catch {
+                await progress.failed(path, Self.reason(error))
+            }
         default:
             break
+        }
+    }
+
+    /// Whether the local version wins a conflict: always when pushing, never when pulling, else the newer one.
+    static func localWins(_ local: FileStat, _ remote: ObjectInfo, direction: SyncDirection) -> Bool {
+        switch direction {
+        case .push: return true
+        case .pull: return false
+        case .both: return local.modificationDate >= (remote.lastModified ?? .distantPast)
+        }
+    }
+
+    /// A file changed on both sides: fetches the bucket's version beside the local one and compares the bytes.
+    /// Identical versions are adopted; otherwise the newer (or the direction's) version wins and the other is kept
+    /// as `name (conflict <device> <date>).ext`, locally and in the bucket, before anything is overwritten.
+    func resolve(path: String, remote: ObjectInfo, known: MediaManifest.Entry?, options: MediaSyncOptions,
+                 progress: Progress) async throws {
+        let url = localURL(path)
+        let canPush = options.direction != .pull
+        let canPull = options.direction != .push
+        guard let localStat = FileStat.of(url.path) else {
+            throw BucketError.localIO(path: url.path, description: "file vanished")
+        }
+        if canPush, let finished = try await store.finishedUpload(key: remoteKey(path), fileURL: url) {
+            // This file's upload completed on the server before an earlier run stopped: nothing to transfer.
+            await progress.adopted(path, entry: .init(size: localStat.size, mtimeNanoseconds: localStat.mtimeNanoseconds,
+                                                      sha256: try LocalFiles.sha256Hex(of: url), etag: finished.etag))
+            return
+        }
+        let fetched = LocalFiles.temporaryURL(beside: url)
+        defer {
+            for suffix in ["", ".partial", ".partial.etag"] { unlink(fetched.path + suffix) }
+        }
+        let info = try await store.download(key: remoteKey(path), to: fetched)
+        let remoteETag = info.etag.isEmpty ? remote.etag : info.etag
+        let remoteSHA = try LocalFiles.sha256Hex(of: fetched)
+        let localSHA = try LocalFiles.sha256Hex(of: url)
+        func entry(_ stat: FileStat, _ sha: String, _ etag: String) -> MediaManifest.Entry {
+            .init(size: stat.size, mtimeNanoseconds: stat.mtimeNanoseconds, sha256: sha, etag: etag)
+        }
+        if remoteSHA == localSHA {
+            await progress.adopted(path, entry: entry(localStat, localSHA, remoteETag))
+            return
+        }
+        let remoteEdited = remoteSHA != known?.sha256
+        let localEdited = localSHA != known?.sha256
+        if !remoteEdited || !localEdited {
+            // Only one side's bytes changed (the other only got a new ETag or mtime): no conflict.
+            if !remoteEdited, canPush {
+                let (uploaded, sha) = try await store.putReturningSHA256(key: remoteKey(path), fileURL: url)
+                await progress.uploaded(path, entry: entry(localStat, sha, uploaded.etag))
+            } else if !localEdited, canPull {
+                try install(fetched, at: url)
+                guard let after = FileStat.of(url.path) else { throw BucketError.localIO(path: url.path, description: "downloaded file vanished") }
+                await progress.downloaded(path, entry: entry(after, remoteSHA, remoteETag))
+            } else if let known {
+                // A one-way run that may not copy the edit: remember that the other side only looks changed, so
+                // the next run neither fetches it again nor calls the edit a conflict.
+                var seen = known
+                if !remoteEdited { seen.etag = remoteETag }
+                if !localEdited { seen.size = localStat.size; seen.mtimeNanoseconds = localStat.mtimeNanoseconds }
+                await progress.adopted(path, entry: seen)
+            }
+            return
+        }
+        // Whole seconds: the copy's name shows seconds, and the manifest stores ISO 8601 times.
+        let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+        let localWins = Self.localWins(localStat, remote, direction: options.direction)
+        let copy = uniqueCopyPath(of: path, device: options.device, at: now)
+        let copyURL = try SafeKey.fileURL(root: documents, key: copy)
+        if localWins {
+            // Keep the bucket's version under the copy name (in the bucket, and here unless only pushing), then upload.
+            let kept = try await store.put(key: remoteKey(copy), fileURL: fetched)
+            await progress.copied(bytes: kept.size)
+            var copyEntry: MediaManifest.Entry? = nil
+            if canPull {
+                try install(fetched, at: copyURL)
+                if let st = FileStat.of(copyURL.path) { copyEntry = entry(st, remoteSHA, kept.etag) }
+            }
+            // Recorded before the upload: should it fail, the next run sees the bucket's version as already kept
+            // (not changed since the last sync) and simply uploads the local one, making no second copy.
+            await progress.conflict(.init(path: path, copy: copy, loser: .remote, device: options.device, at: now,
+                                          keptLocally: canPull, keptInBucket: true), copyEntry: copyEntry,
+                                    pathEntry: .init(size: remote.size, mtimeNanoseconds: -1, sha256: remoteSHA, etag: remoteETag))
+            let (uploaded, sha) = try await store.putReturningSHA256(key: remoteKey(path), fileURL: url)
+            await progress.uploaded(path, entry: entry(localStat, sha, uploaded.etag))
+        } else {
+            // Move the local version aside (a rename keeps its bytes and mtime), upload it unless only pulling,
+            // then put the bucket's version in place.
+            if rename(url.path, copyURL.path) != 0 {
+                throw BucketError.localIO(path: copyURL.path, description: "cannot keep the local version as a conflict copy: \(LocalFiles.errnoText())")
+            }
+            var copyEntry: MediaManifest.Entry? = nil
+            if canPush, let st = FileStat.of(copyURL.path) {
+                let kept = try await store.put(key: remoteKey(copy), fileURL: copyURL)
+                await progress.copied(bytes: kept.size)
+                copyEntry = entry(st, localSHA, kept.etag)
+            }
+            try install(fetched, at: url)
+            guard let after = FileStat.of(url.path) else { throw BucketError.localIO(path: url.path, description: "downloaded file vanished") }
+            await progress.conflict(.init(path: path, copy: copy, loser: .local, device: options.device, at: now,
+                                          keptLocally: true, keptInBucket: canPush), copyEntry: copyEntry)
+            await progress.downloaded(path, entry: entry(after, remoteSHA, remoteETag))
+        }
+    }
+
+    /// A copy path that names no local file yet (a second conflict in the same second gets ` 2`, ` 3`, ...).
+    func uniqueCopyPath(of path: String, device: String, at date: Date) -> String {
+        var attempt = 1
+        while true {
+            // No upper bound: returning a name in use would overwrite that file.
+            let copy = MediaConflict.copyPath(of: path, device: device, at: date, attempt: attempt)
+            guard let url = try? SafeKey.fileURL(root: documents, key: copy) else { return copy }  // refused by the caller
+            if FileStat.of(url.path, followSymlinks: false) == nil { return copy }
+            attempt += 1
+        }
+    }
+
+    /// Renames a fetched file into place (same folder, so atomic).
+    func install(_ fetched: URL, at url: URL) throws {
+        if rename(fetched.path, url.path) != 0 {
+            throw BucketError.localIO(path: url.path, description: "cannot install the downloaded file: \(LocalFiles.errnoText())")
         }
     }
 
@@ -377,7 +560,7 @@ public struct MediaSync: Sendable {
 
     static func path(of action: Action) -> String {
         switch action {
-        case .upload(let p), .download(let p, _), .deleteLocal(let p), .deleteRemote(let p), .touch(let p, _): return p
+        case .upload(let p), .download(let p, _), .deleteLocal(let p), .deleteRemote(let p), .touch(let p, _), .resolve(let p, _, _): return p
         }
     }
 

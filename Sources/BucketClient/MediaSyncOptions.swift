@@ -10,6 +10,8 @@ public struct MediaSyncOptions: Sendable {
     public var include: [Glob] = []
     /// Files matching any of these globs never sync.
     public var exclude: [Glob] = []
+    /// Leave out the files operating systems and editors scatter in folders (``litter``); on by default.
+    public var excludeLitter = true
     /// When not empty, only these documents-relative files or folders sync.
     public var select: [String] = []
     /// Selective mode: only `select` paths sync, and an empty selection syncs nothing.
@@ -22,9 +24,20 @@ public struct MediaSyncOptions: Sendable {
     public var showProgress = false
     /// Transfers running at the same time.
     public var concurrency = 8
+    /// Names this device in conflict copies (`name (conflict <device> <date>).ext`); `rtsync sync` uses the site id.
+    public var device: String = MediaSyncOptions.hostDevice
 
-    /// Default options: both folders, both ways, no deletions.
+    /// The first label of this machine's host name, the default ``device``.
+    public static var hostDevice: String {
+        String(ProcessInfo.processInfo.hostName.split(separator: ".").first ?? "device")
+    }
+
+    /// Default options: both folders, both ways, no deletions, OS litter left out.
     public init() {}
+
+    /// Names that operating systems and editors leave in folders, never synced unless ``excludeLitter`` is off:
+    /// Finder's `.DS_Store` and `._*` (AppleDouble), Windows' `Thumbs.db` and `desktop.ini`, Vim's `.*.swp`.
+    public static let litter: [Glob] = [".DS_Store", "._*", "Thumbs.db", "desktop.ini", "Desktop.ini", ".*.swp"].map(Glob.init)
 
     /// Whether a documents-relative path passes the include/exclude/select filters.
     public func accepts(_ path: String) -> Bool {
@@ -36,6 +49,7 @@ public struct MediaSyncOptions: Sendable {
             if !hit { return false }
         }
         if !include.isEmpty && !include.contains(where: { $0.matches(path) }) { return false }
+        if excludeLitter && Self.litter.contains(where: { $0.matches(path) }) { return false }
         return !exclude.contains { $0.matches(path) }
     }
 }

@@ -24,6 +24,8 @@ public struct MediaSyncReport: Codable, Sendable {
     public var deletedRemote: [String] = []
     /// Files that changed on both sides since the last sync (resolved by direction, newest wins for `both`).
     public var conflicts: [String] = []
+    /// Where each conflict's losing version was kept (not filled by a dry run).
+    public var conflictCopies: [MediaConflict] = []
     /// Number of files already in sync.
     public var unchanged = 0
     /// Bucket keys refused because they could escape the documents folder.
@@ -51,7 +53,7 @@ public struct MediaSyncReport: Codable, Sendable {
                      "\(downloaded.count) \(verb)downloaded (\(Self.bytes(bytesDownloaded)))",
                      "\(deletedLocal.count + deletedRemote.count) \(verb)deleted",
                      "\(unchanged) unchanged"]
-        if !conflicts.isEmpty { parts.append("\(conflicts.count) conflicts") }
+        if !conflicts.isEmpty { parts.append("\(conflicts.count) conflict\(conflicts.count == 1 ? "" : "s") (\(dryRun ? "losing versions would be kept" : "losing versions kept") as conflict copies)") }
         if !refused.isEmpty { parts.append("\(refused.count) refused") }
         if !errors.isEmpty { parts.append("\(errors.count) failed") }
         if deletionsSkipped { parts.append("deletions skipped after errors") }
@@ -70,6 +72,7 @@ public struct MediaSyncReport: Codable, Sendable {
     public func jsonData() throws -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
         return try encoder.encode(self)
     }
 }

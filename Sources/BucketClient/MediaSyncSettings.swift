@@ -4,7 +4,7 @@ import Foundation
 ///
 /// ```json
 /// {"mode": "selective", "select": ["recordings/2024"], "kinds": ["recordings"], "direction": "both",
-///  "include": ["*.m4a"], "exclude": ["**/tmp/**"], "delete": false}
+///  "include": ["*.m4a"], "exclude": ["**/tmp/**"], "delete": false, "includeLitter": false}
 /// ```
 /// Every field is optional; command-line flags override the file.
 public struct MediaSyncSettings: Codable, Sendable, Equatable {
@@ -30,6 +30,8 @@ public struct MediaSyncSettings: Codable, Sendable, Equatable {
     public var select: [String]?
     /// Propagate deletions.
     public var delete: Bool?
+    /// Also sync OS litter (`.DS_Store`, `._*`, `Thumbs.db`, `desktop.ini`, `.*.swp`), left out by default.
+    public var includeLitter: Bool?
 
     /// Empty settings (auto-sync all, both ways).
     public init() {}
@@ -54,6 +56,7 @@ public struct MediaSyncSettings: Codable, Sendable, Equatable {
         options.selective = mode == .selective
         options.select = options.selective ? (select ?? []) : []
         options.delete = delete ?? false
+        options.excludeLitter = !(includeLitter ?? false)
         return options
     }
 }

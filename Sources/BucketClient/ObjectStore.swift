@@ -44,9 +44,16 @@ public protocol ObjectStore: Sendable {
 
     /// Deletes an object; deleting a missing key succeeds (as on S3).
     func delete(key: String) async throws
+
+    /// The object an upload of `fileURL` to `key` completed before the process stopped, when the upload's resume
+    /// file is still there and the object holds exactly that file (the resume file is then removed); else nil.
+    func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo?
 }
 
 extension ObjectStore {
+    /// Nil: stores whose uploads leave no resume file have nothing to finish.
+    public func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo? { nil }
+
     /// Hashes the file, then stores it with ``put(key:fileURL:)``.
     public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
         let sha256 = try LocalFiles.sha256Hex(of: fileURL)

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -279,7 +280,14 @@ extension S3Store {
             do {
                 uploaded = try await listParts(key: key, uploadId: saved.uploadId)
             } catch BucketError.notFound {
-                uploaded = nil  // The upload was completed or aborted meanwhile: start a new one.
+                // The upload was completed or aborted meanwhile. Completed (a crash lost Complete's answer, or came
+                // before the resume file was removed): the object already holds this file, so finish here.
+                if let info = try await assembledObject(key: key, fileURL: fileURL, stat: st, partSize: saved.partSize,
+                                                        stateWritten: FileStat.of(stateURL.path)?.modificationDate) {
+                    try? FileManager.default.removeItem(at: stateURL)
+                    return (info, hashFile ? try LocalFiles.sha256Hex(of: fileURL) : nil)
+                }
+                uploaded = nil  // Aborted, or another object now: start a new upload.
             }
             if let uploaded {
                 var resumed = saved
@@ -419,6 +427,67 @@ extension S3Store {
             return (ObjectInfo(key: key, size: st.size, etag: listed.etag, lastModified: listed.lastModified ?? Date()), sha256)
         }
         return (ObjectInfo(key: key, size: st.size, etag: completedETag, lastModified: Date()), sha256)
+    }
+
+    /// The object an interrupted multipart upload of `fileURL` to `key` completed on the server before the process
+    /// stopped, when its resume file is still there and the object holds exactly that file; the resume file is then
+    /// removed. Nil when there is no such resume file, the upload is still open (resume it with a put), or the object
+    /// is not this file.
+    /// - Throws: ``BucketError`` when the server cannot be asked.
+    public func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo? {
+        guard let st = FileStat.of(fileURL.path), st.isRegularFile, st.size > Int64(configuration.multipartThreshold) else { return nil }
+        let stateURL = multipartStateURL(fileURL: fileURL, key: key)
+        guard let stateStat = FileStat.of(stateURL.path),
+              let saved = (try? Data(contentsOf: stateURL)).flatMap({ try? JSONDecoder().decode(MultipartState.self, from: $0) }),
+              saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
+              saved.fileMtimeNanoseconds == st.mtimeNanoseconds else { return nil }
+        do {
+            _ = try await listParts(key: key, uploadId: saved.uploadId)
+            return nil  // Still open: the object, if any, is an older one.
+        } catch BucketError.notFound {}
+        guard let info = try await assembledObject(key: key, fileURL: fileURL, stat: st, partSize: saved.partSize,
+                                                   stateWritten: stateStat.modificationDate) else { return nil }
+        try? FileManager.default.removeItem(at: stateURL)
+        return info
+    }
+
+    /// HEADs `key` and returns it when it holds `fileURL` as uploaded in parts of `partSize`: the size matches and
+    /// the ETag is the file's MD5 (rclone serve s3), or the MD5 of its parts' MD5s with their count (AWS, moto), or
+    /// (another ETag scheme) the object was written after the resume file was last written (the Complete came last).
+    func assembledObject(key: String, fileURL: URL, stat st: FileStat, partSize: Int, stateWritten: Date?) async throws -> ObjectInfo? {
+        let info: ObjectInfo
+        do { info = try await head(key: key) } catch BucketError.notFound { return nil }
+        guard info.size == st.size, partSize > 0 else { return nil }
+        let etag = info.etag.lowercased()
+        let isHex = { (text: Substring) in text.count == 32 && text.allSatisfy(\.isHexDigit) }
+        if isHex(Substring(etag)) {
+            return try Self.md5Hex(ofFile: fileURL, size: st.size) == etag ? info : nil
+        }
+        if let dash = etag.lastIndex(of: "-"), isHex(etag[..<dash]), let count = Int(etag[etag.index(after: dash)...]) {
+            let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
+            guard count == partCount else { return nil }
+            return try Self.multipartETag(ofFile: fileURL, size: st.size, partSize: partSize) == etag ? info : nil
+        }
+        guard let stateWritten, let written = info.lastModified else { return nil }
+        return written >= stateWritten.addingTimeInterval(-Self.clockSkewAllowance) ? info : nil
+    }
+
+    /// The MD5 of a file, lowercase hex, read in 8 MiB pieces.
+    static func md5Hex(ofFile url: URL, size: Int64) throws -> String {
+        let reader = try PartReader(fileURL: url, fileSize: size, partSize: 8 << 20)
+        var md5 = Insecure.MD5()
+        let pieces = Int((size + Int64(8 << 20) - 1) / Int64(8 << 20))
+        for number in stride(from: 1, through: pieces, by: 1) { md5.update(data: try reader.read(part: number)) }
+        return Hashing.hex(md5.finalize())
+    }
+
+    /// The ETag S3 gives a multipart upload of `url` in parts of `partSize`: MD5 of the parts' MD5s, `-` part count.
+    static func multipartETag(ofFile url: URL, size: Int64, partSize: Int) throws -> String {
+        let reader = try PartReader(fileURL: url, fileSize: size, partSize: partSize)
+        let count = Int((size + Int64(partSize) - 1) / Int64(partSize))
+        var digests = Data()
+        for number in stride(from: 1, through: count, by: 1) { digests.append(contentsOf: Insecure.MD5.hash(data: try reader.read(part: number))) }
+        return Hashing.md5Hex(digests) + "-\(count)"
     }
 
     /// How far a server's clock may be behind ours when judging whether an object was written by this upload.

@@ -28,6 +28,8 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     public var mediaMode: String = "all"
     /// Whether `rtsync sync` also syncs recordings/ and images/ (one more LIST per sync when nothing changed).
     public var syncMedia: Bool = false
+    /// Whether media sync also syncs OS litter (`.DS_Store`, `._*`, `Thumbs.db`, `desktop.ini`, `.*.swp`).
+    public var mediaIncludeLitter: Bool = false
     /// Minutes between automatic backups made by sync (0 = every sync).
     public var backupIntervalMinutes: Int = 60
     /// Inbound diffs past which sync compacts automatically.
@@ -49,6 +51,7 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
         requireSignatures = try c.decodeIfPresent(Bool.self, forKey: .requireSignatures) ?? d.requireSignatures
         mediaMode = try c.decodeIfPresent(String.self, forKey: .mediaMode) ?? d.mediaMode
         syncMedia = try c.decodeIfPresent(Bool.self, forKey: .syncMedia) ?? d.syncMedia
+        mediaIncludeLitter = try c.decodeIfPresent(Bool.self, forKey: .mediaIncludeLitter) ?? d.mediaIncludeLitter
         backupIntervalMinutes = try c.decodeIfPresent(Int.self, forKey: .backupIntervalMinutes) ?? d.backupIntervalMinutes
         compactThreshold = try c.decodeIfPresent(Int.self, forKey: .compactThreshold) ?? d.compactThreshold
     }

@@ -21,7 +21,9 @@ extension RTSync.Media {
             abstract: "Sync <documents>/recordings and <documents>/images with <user>/recordings and <user>/images.",
             discussion: """
             Without --recordings or --images both folders sync. Deletions are propagated only with \
-            --delete, and never after an I/O error in the same run. An unchanged tree costs one \
+            --delete, and never after an I/O error in the same run. A file changed here and in the bucket \
+            since the last sync keeps the newer version under its name and the other beside it as \
+            'name (conflict <device> <UTC date>).ext', here and in the bucket; `rtsync conflicts media` lists them. An unchanged tree costs one \
             LIST per 1,000 objects for both folders together (one more for each other folder between \
             them, such as inbound/) and no uploads or hashing.
             """
@@ -30,9 +32,9 @@ extension RTSync.Media {
         @OptionGroup var bucketOptions: BucketOptions
         @Option(help: ArgumentHelp("Local documents folder.", valueName: "dir")) var documents: String
         @Option(help: ArgumentHelp("User id: the first segment of the bucket keys.", valueName: "id")) var user: String
-        @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json).", valueName: "file"))
+        @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json, shared with rtsync sync --media).", valueName: "file"))
         var manifest: String?
-        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete); flags override it.",
+        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete, includeLitter); flags override it.",
                                    valueName: "file"))
         var config: String?
         @Flag(help: "Sync recordings/.") var recordings = false
@@ -46,6 +48,10 @@ extension RTSync.Media {
         var select: [String] = []
         @Flag(name: .customLong("dry-run"), help: "Show what would change; change nothing.") var dryRun = false
         @Flag(help: "Propagate deletions.") var delete = false
+        @Flag(name: .customLong("include-litter"), help: "Also sync .DS_Store, ._*, Thumbs.db, desktop.ini and .*.swp files (left out by default).")
+        var includeLitter = false
+        @Option(help: ArgumentHelp("Name of this device in conflict copies (default: the host name).", valueName: "name"))
+        var device: String?
         @Flag(help: "Print the report as JSON.") var json = false
 
         func validate() throws {
@@ -70,11 +76,12 @@ extension RTSync.Media {
             if !exclude.isEmpty { options.exclude = exclude.map(Glob.init) }
             if !select.isEmpty { options.select = select }
             options.dryRun = dryRun
+            if let device { options.device = device }
+            if includeLitter { options.excludeLitter = false }
             options.delete = options.delete || delete
             options.showProgress = !json
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)
-            let manifestURL = manifest.map { URL(fileURLWithPath: $0) }
-                ?? documentsURL.appendingPathComponent(".rtsync-media-manifest.json")
+            let manifestURL = manifest.map { URL(fileURLWithPath: $0) } ?? MediaManifest.defaultURL(documents: documentsURL)
             let report = try await reportingBucketErrors {
                 let sync = try MediaSync(store: try bucketOptions.makeStore(), documents: documentsURL, user: user,
                                          manifestURL: manifestURL)
@@ -89,6 +96,9 @@ extension RTSync.Media {
             }
             if report.deletionsSkipped {
                 FileHandle.standardError.write(Data("hint: deletions were skipped because of the errors above; fix them and run again\n".utf8))
+            }
+            for c in report.conflictCopies {
+                FileHandle.standardError.write(Data("conflict: \(c.path) changed on both sides; the \(c.loser == .local ? "local" : "bucket's") version is kept as \(c.copy.debugDescription)\n".utf8))
             }
             if json {
                 FileHandle.standardOutput.write(try report.jsonData())

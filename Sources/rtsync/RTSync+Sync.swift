@@ -98,10 +98,18 @@ extension RTSync {
         {
             var options = MediaSyncOptions()
             options.selective = settings.mediaMode == "selective"
+            options.excludeLitter = !settings.mediaIncludeLitter
             let canUpload = (try? settings.tier.require(.uploadMedia(cloud: !remote.isLocal, community: false, privateRecording: false))) != nil
             options.direction = canUpload ? .both : .pull
-            let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID,
-                                     manifestURL: home.support.appendingPathComponent("media-manifest.json"))
+            // Conflict copies name this device by the random end of its site id (a KSUID starts with the time).
+            if let site = try? SyncDatabase(path: home.database.path).siteID(), !site.isEmpty {
+                options.device = String(site.suffix(6))
+            }
+            // One manifest per documents folder, shared with `rtsync media sync`; earlier versions kept this
+            // command's in support/.
+            let manifest = MediaManifest.defaultURL(documents: home.documents)
+            try MediaManifest.absorb(home.support.appendingPathComponent("media-manifest.json"), into: manifest)
+            let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID, manifestURL: manifest)
             let report = try await sync.run(options)
             guard report.succeeded else { throw BucketError.localIO(path: home.documents.path, description: report.summary) }
             return report.summary + (canUpload ? "" : " (downloads only: uploads to a cloud bucket need premium)")

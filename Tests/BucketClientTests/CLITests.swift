@@ -73,6 +73,64 @@ import Testing
         #expect(json?["requests"] as? Int == 1)  // one LIST for both kind folders
     }
 
+    /// Issue #16, defect 5: an image edited on two devices keeps both versions, and `conflicts media` lists it.
+    @Test func mediaSync_concurrentEdit_keepsBothVersions_andConflictsMediaListsIt() throws {
+        let folder = try makeTemporaryFolder()
+        let a = folder.appendingPathComponent("A"), b = folder.appendingPathComponent("B")
+        for docs in [a, b] {
+            try FileManager.default.createDirectory(at: docs.appendingPathComponent("images"), withIntermediateDirectories: true)
+        }
+        func sync(_ docs: URL, _ device: String) throws -> Run {
+            try rtsync(["media", "sync", "--documents", docs.path, "--user", "u1", "--device", device,
+                        "--bucket", folder.appendingPathComponent("bucket").absoluteString])
+        }
+        try Data("v1".utf8).write(to: a.appendingPathComponent("images/x.jpg"))
+        #expect(try sync(a, "devA").status == 0)
+        #expect(try sync(b, "devB").status == 0)
+        try Data("edit on B".utf8).write(to: b.appendingPathComponent("images/x.jpg"))
+        Thread.sleep(forTimeInterval: 0.02)
+        try Data("edit on A".utf8).write(to: a.appendingPathComponent("images/x.jpg"))
+        #expect(try sync(a, "devA").status == 0)
+
+        let resolved = try sync(b, "devB")
+        #expect(resolved.status == 0, "\(resolved.err)")
+        #expect(resolved.out.contains("1 conflict (losing versions kept as conflict copies)"), "\(resolved.out)")
+        #expect(resolved.err.contains("conflict: images/x.jpg changed on both sides; the local version is kept as \"images/x (conflict devB "))
+        let names = try FileManager.default.contentsOfDirectory(atPath: b.appendingPathComponent("images").path).sorted()
+        #expect(names.count == 2)
+        let copy = try #require(names.first { $0.hasPrefix("x (conflict devB ") })
+        #expect(try Data(contentsOf: b.appendingPathComponent("images/" + copy)) == Data("edit on B".utf8))
+        #expect(try Data(contentsOf: b.appendingPathComponent("images/x.jpg")) == Data("edit on A".utf8))
+
+        let listed = try rtsync(["conflicts", "media", "--documents", b.path, "--json"])
+        #expect(listed.status == 0, "\(listed.err)")
+        let entries = try #require(try JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [[String: Any]])
+        #expect(entries.count == 1)
+        #expect(entries.first?["path"] as? String == "images/x.jpg")
+        #expect(entries.first?["copy"] as? String == "images/" + copy)
+        #expect(entries.first?["loser"] as? String == "local")
+        let text = try rtsync(["conflicts", "media", "--documents", b.path])
+        #expect(text.out.contains("images/x.jpg: the local version lost; kept as \"images/\(copy)\" (here and in the bucket), found by devB"))
+        #expect(text.out.hasSuffix("1 media conflict(s)\n"))
+        let none = try rtsync(["conflicts", "media", "--documents", a.path])
+        #expect(none.out == "no media conflicts\n")
+    }
+
+    @Test func mediaSync_leavesOutDSStore_unlessIncludeLitter() throws {
+        let folder = try makeTemporaryFolder()
+        let documents = folder.appendingPathComponent("docs")
+        try FileManager.default.createDirectory(at: documents.appendingPathComponent("images"), withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: documents.appendingPathComponent("images/.DS_Store"))
+        try Data("i".utf8).write(to: documents.appendingPathComponent("images/i.jpg"))
+        let common = ["media", "sync", "--push", "--documents", documents.path, "--user", "u1",
+                      "--bucket", folder.appendingPathComponent("bucket").absoluteString]
+        let first = try rtsync(common)
+        #expect(first.status == 0 && first.out.contains("1 uploaded"), "\(first.out)")
+        let second = try rtsync(common + ["--include-litter"])
+        #expect(second.status == 0 && second.out.contains("1 uploaded"), "\(second.out)")
+        #expect(FileManager.default.fileExists(atPath: folder.appendingPathComponent("bucket/u1/images/.DS_Store").path))
+    }
+
     @Test func mediaSync_conflictingDirections_isAUsageError() throws {
         let run = try rtsync(["media", "sync", "--push", "--pull", "--documents", "/", "--user", "u", "--bucket", "file:///tmp/x"])
         #expect(run.status == 64)

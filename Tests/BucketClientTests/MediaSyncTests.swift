@@ -143,6 +143,245 @@ import Testing
         #expect(f.read("images/x.jpg") == "v3-remote")
     }
 
+    // MARK: - Concurrent edits (issue #16, defect 5)
+
+    func otherDevice(of f: Fixture, _ name: String = "Other") -> Fixture {
+        Fixture(root: f.root, documents: f.root.appendingPathComponent(name), store: f.store,
+                manifest: f.root.appendingPathComponent("\(name)-manifest.json"))
+    }
+
+    func files(in f: Fixture, _ folder: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: f.documents.appendingPathComponent(folder).path).sorted()
+    }
+
+    @Test func concurrentEdit_localNewer_keepsTheBucketVersionAsAConflictCopy_hereAndInTheBucket() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("images/x.jpg", "v1")
+        _ = try await a.sync { $0.device = "devA" }
+        _ = try await b.sync { $0.device = "devB" }
+        try a.write("images/x.jpg", "v2 from A")
+        let pushedA = try await a.sync { $0.device = "devA" }
+        #expect(pushedA.uploaded == ["images/x.jpg"])
+        try await Task.sleep(nanoseconds: 20_000_000)
+        try b.write("images/x.jpg", "v2 from B, later")
+
+        let report = try await b.sync { $0.device = "devB" }
+        #expect(report.errors.isEmpty)
+        #expect(report.conflicts == ["images/x.jpg"])
+        let conflict = try #require(report.conflictCopies.first)
+        #expect(conflict.loser == .remote && conflict.device == "devB" && conflict.keptLocally && conflict.keptInBucket)
+        #expect(conflict.copy.hasPrefix("images/x (conflict devB ") && conflict.copy.hasSuffix("Z).jpg"))
+        // B's newer edit won; A's is kept beside it, here and in the bucket.
+        #expect(b.read("images/x.jpg") == "v2 from B, later")
+        #expect(b.read(conflict.copy) == "v2 from A")
+        #expect(try await a.store.get(key: "alice/images/x.jpg") == Data("v2 from B, later".utf8))
+        #expect(try await a.store.get(key: "alice/" + conflict.copy) == Data("v2 from A".utf8))
+        #expect(try MediaManifest.load(from: b.manifest).conflicts == [conflict])
+
+        // B is then idle; A gets the winner and the copy: both versions survive on both devices.
+        let idle = try await b.sync { $0.device = "devB" }
+        #expect(idle.uploaded.isEmpty && idle.downloaded.isEmpty && idle.conflicts.isEmpty && idle.unchanged == 2)
+        let pulledA = try await a.sync { $0.device = "devA" }
+        #expect(pulledA.conflicts.isEmpty)
+        #expect(Set(pulledA.downloaded) == ["images/x.jpg", conflict.copy])
+        #expect(a.read("images/x.jpg") == "v2 from B, later")
+        #expect(a.read(conflict.copy) == "v2 from A")
+    }
+
+    @Test func concurrentEdit_bucketNewer_keepsTheLocalVersionAsAConflictCopy_andUploadsIt() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("recordings/r.m4a", "v1")
+        _ = try await a.sync { $0.device = "devA" }
+        _ = try await b.sync { $0.device = "devB" }
+        try b.write("recordings/r.m4a", "v2 from B, earlier")
+        try await Task.sleep(nanoseconds: 20_000_000)
+        try a.write("recordings/r.m4a", "v2 from A, later")
+        _ = try await a.sync { $0.device = "devA" }
+
+        let report = try await b.sync { $0.device = "devB" }
+        #expect(report.errors.isEmpty)
+        let conflict = try #require(report.conflictCopies.first)
+        #expect(conflict.loser == .local && conflict.keptLocally && conflict.keptInBucket)
+        #expect(conflict.copy.hasPrefix("recordings/r (conflict devB ") && conflict.copy.hasSuffix(").m4a"))
+        #expect(b.read("recordings/r.m4a") == "v2 from A, later")
+        #expect(b.read(conflict.copy) == "v2 from B, earlier")
+        #expect(try await a.store.get(key: "alice/" + conflict.copy) == Data("v2 from B, earlier".utf8))
+        #expect(try files(in: b, "recordings").count == 2)
+        let idle = try await b.sync { $0.device = "devB" }
+        #expect(idle.uploaded.isEmpty && idle.downloaded.isEmpty && idle.unchanged == 2)
+    }
+
+    @Test func concurrentEdit_pullOnly_keepsTheLocalVersionLocally_andUploadsNothing() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("images/p.png", "v1")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        try b.write("images/p.png", "local edit")
+        try a.write("images/p.png", "remote edit")
+        _ = try await a.sync()
+        let report = try await b.sync { $0.direction = .pull; $0.device = "devB" }
+        let conflict = try #require(report.conflictCopies.first)
+        #expect(conflict.loser == .local && conflict.keptLocally && !conflict.keptInBucket)
+        #expect(b.read("images/p.png") == "remote edit")
+        #expect(b.read(conflict.copy) == "local edit")
+        #expect(try await a.store.listAll(prefix: "alice/images/").count == 1)
+    }
+
+    @Test func bothSidesChangedToTheSameBytes_isNoConflict() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("images/s.jpg", "v1")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        try a.write("images/s.jpg", "same new bytes")
+        try b.write("images/s.jpg", "same new bytes")
+        _ = try await a.sync()
+        let report = try await b.sync()
+        #expect(report.conflicts.isEmpty && report.conflictCopies.isEmpty && report.errors.isEmpty)
+        #expect(report.uploaded.isEmpty && report.downloaded.isEmpty)
+        #expect(try files(in: b, "images") == ["s.jpg"])
+        let idle = try await b.sync()
+        #expect(idle.unchanged == 1 && idle.downloaded.isEmpty)
+    }
+
+    @Test func pullOnly_remoteReuploadedWithTheSameBytes_isNoConflict_andIsNotFetchedAgain() async throws {
+        let f = try makeFixture()
+        try f.write("images/r.jpg", "v1")
+        _ = try await f.sync()
+        try f.write("images/r.jpg", "local edit")
+        try await Task.sleep(nanoseconds: 20_000_000)
+        try await f.store.put(key: "alice/images/r.jpg", data: Data("v1".utf8))  // same bytes, new ETag
+        let pulled = try await f.sync { $0.direction = .pull }
+        #expect(pulled.conflicts.isEmpty && pulled.downloaded.isEmpty && pulled.errors.isEmpty)
+        #expect(f.read("images/r.jpg") == "local edit")
+        let again = try await f.sync { $0.direction = .pull }
+        #expect(again.requests == 1 && again.conflicts.isEmpty)
+        let both = try await f.sync()
+        #expect(both.uploaded == ["images/r.jpg"] && both.conflicts.isEmpty)
+        #expect(try await f.store.get(key: "alice/images/r.jpg") == Data("local edit".utf8))
+    }
+
+    /// The bucket's version was kept as a copy, then the upload of the winner failed: the next run uploads the winner
+    /// and makes no second copy.
+    @Test func conflict_whoseWinnerFailedToUpload_isFinishedByTheNextRun_withoutASecondCopy() async throws {
+        let a = try makeFixture()
+        let b = otherDevice(of: a)
+        try a.write("images/x.jpg", "v1")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        try a.write("images/x.jpg", "edit on A")
+        _ = try await a.sync()
+        try await Task.sleep(nanoseconds: 20_000_000)
+        try b.write("images/x.jpg", "edit on B, later")
+        let failing = FailingPutStore(base: b.store, failingKey: "alice/images/x.jpg")
+        let broken = Fixture(root: b.root, documents: b.documents, store: failing, manifest: b.manifest)
+        let first = try await broken.sync { $0.device = "devB" }
+        #expect(first.errors.map(\.path) == ["images/x.jpg"])
+        #expect(first.conflictCopies.count == 1)
+        let second = try await b.sync { $0.device = "devB" }
+        #expect(second.errors.isEmpty && second.conflicts.isEmpty)
+        #expect(second.uploaded == ["images/x.jpg"])
+        #expect(try files(in: b, "images").count == 2)
+        #expect(try await a.store.listAll(prefix: "alice/images/").count == 2)
+        #expect(try await a.store.get(key: "alice/images/x.jpg") == Data("edit on B, later".utf8))
+    }
+
+    @Test func conflictCopyName_keepsTheExtension_andNamesDeviceAndUTCTime() {
+        let date = Date(timeIntervalSince1970: 1_795_000_000)  // 2026-11-18 11:06:40 UTC
+        #expect(MediaConflict.copyPath(of: "images/2024/a.b.jpg", device: "site 7/x", at: date)
+                == "images/2024/a.b (conflict site7x 2026-11-18T110640Z).jpg")
+        #expect(MediaConflict.copyPath(of: "recordings/.hidden", device: "d", at: date, attempt: 2)
+                == "recordings/.hidden (conflict d 2026-11-18T110640Z 2)")
+        // A long name is shortened so the copy's name still fits in 255 bytes; the extension stays.
+        let long = MediaConflict.copyPath(of: "images/" + String(repeating: "é", count: 120) + ".jpeg", device: "d", at: date)
+        #expect(long.split(separator: "/").last!.utf8.count <= 255)
+        #expect(long.hasSuffix(" (conflict d 2026-11-18T110640Z).jpeg"))
+    }
+
+    // MARK: - Crashes (issue #16, defect 8)
+
+    /// While the second upload is under way, the manifest on disk already records the first: a crash then makes
+    /// the next run redo nothing that was finished.
+    @Test func manifest_isSavedAsEachTransferFinishes_notOnlyAtTheEndOfTheRun() async throws {
+        let base = try makeFixture()
+        let observing = ManifestObservingStore(base: base.store, manifest: base.manifest, watchedKey: "alice/recordings/b.m4a")
+        let f = Fixture(root: base.root, documents: base.documents, store: observing, manifest: base.manifest)
+        try f.write("recordings/a.m4a", "first")
+        try f.write("recordings/b.m4a", "second")
+        let report = try await f.sync { $0.concurrency = 1 }
+        #expect(report.uploaded == ["recordings/a.m4a", "recordings/b.m4a"])
+        #expect(observing.seen.snapshot.keys.sorted() == ["recordings/a.m4a"])  // saved before b's upload began
+        #expect(try MediaManifest.load(from: f.manifest).files.count == 2)
+    }
+
+    /// Killed after the server assembled a multipart upload but before the manifest recorded it: the resume file
+    /// (`.<name>.rtsync-upload.json`) is left and the manifest does not know the file. The next run finds the object
+    /// holds the file, and neither downloads nor uploads it, nor calls it a conflict.
+    @Test func crashAfterTheServerAssembledAnUpload_nextSyncTransfersNothing_andRemovesTheResumeFile() async throws {
+        guard !MotoServer.skipRequested else { return }
+        let store = try await MotoServer.anonymous.value.store { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }
+        let f = try makeFixture(store: store)
+        let data = randomBytes(11 << 20)
+        try f.write("recordings/long.m4a", "")
+        let file = f.documents.appendingPathComponent("recordings/long.m4a")
+        try data.write(to: file)
+        try await store.put(key: "alice/recordings/long.m4a", fileURL: file)
+        let stat = try #require(FileStat.of(file.path))
+        let resume = store.multipartStateURL(fileURL: file, key: "alice/recordings/long.m4a")
+        #expect(resume.lastPathComponent == ".long.m4a.rtsync-upload.json")
+        let state = MultipartState(bucket: store.configuration.bucket, key: store.fullKey("alice/recordings/long.m4a"),
+                                   uploadId: "completed-before-the-crash", fileSize: stat.size,
+                                   fileMtimeNanoseconds: stat.mtimeNanoseconds, partSize: 5 << 20, parts: [1: "p1", 2: "p2"])
+        try JSONEncoder().encode(state).write(to: resume)
+        let before = store.requestCounter.total
+        let partsBefore = store.requestCounter.count("UploadPart"), putsBefore = store.requestCounter.count("PutObject")
+
+        let report = try await f.sync()
+        #expect(report.errors.isEmpty && report.conflicts.isEmpty)
+        #expect(report.uploaded.isEmpty && report.downloaded.isEmpty && report.unchanged == 1)
+        #expect(store.requestCounter.count("GetObject") == 0)
+        #expect(store.requestCounter.count("UploadPart") == partsBefore && store.requestCounter.count("PutObject") == putsBefore)
+        #expect(store.requestCounter.total - before == 3)  // LIST, ListParts (NoSuchUpload), HEAD
+        #expect(!FileManager.default.fileExists(atPath: resume.path))
+        let entry = try #require(try MediaManifest.load(from: f.manifest)["recordings/long.m4a"])
+        #expect(entry.etag == (try await store.head(key: "alice/recordings/long.m4a")).etag)
+        let idle = try await f.sync()
+        #expect(idle.unchanged == 1 && idle.requests == 1)
+    }
+
+    // MARK: - OS litter
+
+    static let litter = ["recordings/.DS_Store", "images/._x.jpg", "images/2024/Thumbs.db", "recordings/.take.m4a.swp",
+                         "images/desktop.ini"]
+
+    @Test func osLitter_isLeftOutByDefault_bothWays_andSyncsWhenIncluded() async throws {
+        let f = try makeFixture()
+        for path in Self.litter { try f.write(path, "litter") }
+        try f.write("images/x.jpg", "photo")
+        try f.write("recordings/take.m4a", "take")
+        let pushed = try await f.sync()
+        #expect(pushed.uploaded == ["images/x.jpg", "recordings/take.m4a"])
+        #expect(try await f.store.listAll(prefix: "alice/").map(\.key).sorted() == ["alice/images/x.jpg", "alice/recordings/take.m4a"])
+        // Litter in the bucket (left by an older client) is not pulled either.
+        try await f.store.put(key: "alice/images/.DS_Store", data: Data("bucket litter".utf8))
+        let other = otherDevice(of: f)
+        let pulled = try await other.sync()
+        #expect(pulled.downloaded == ["images/x.jpg", "recordings/take.m4a"])
+        #expect(other.read("images/.DS_Store") == nil)
+
+        let included = try await f.sync { $0.excludeLitter = false }
+        #expect(included.uploaded.sorted() == Self.litter.sorted())
+        #expect(included.downloaded == ["images/.DS_Store"])
+        var settings = MediaSyncSettings()
+        #expect(settings.options().excludeLitter)
+        settings.includeLitter = true
+        #expect(!settings.options().excludeLitter)
+        #expect(MediaSyncOptions.litter.map(\.pattern).contains(".*.swp"))
+    }
+
     @Test func deletions_areNotPropagatedUnlessAsked() async throws {
         let f = try makeFixture()
         try f.write("recordings/keep.m4a", "k")
@@ -329,4 +568,48 @@ struct HostileListingStore: ObjectStore {
     func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { throw BucketError.accessDenied(request: "PUT", hint: "") }
     func put(key: String, fileURL: URL) async throws -> ObjectInfo { throw BucketError.accessDenied(request: "PUT", hint: "") }
     func delete(key: String) async throws {}
+}
+
+/// Passes every call to `base`; when `watchedKey` is uploaded, records which entries the manifest file holds then.
+struct ManifestObservingStore: ObjectStore {
+    let base: any ObjectStore
+    let manifest: URL
+    let watchedKey: String
+    let seen = RequestCounter()
+    var displayName: String { base.displayName }
+    var requestCounter: RequestCounter { base.requestCounter }
+    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
+    }
+    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
+    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
+    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
+    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
+    func put(key: String, fileURL: URL) async throws -> ObjectInfo {
+        if key == watchedKey, let saved = try? MediaManifest.load(from: manifest) {
+            for path in saved.files.keys { seen.record(path.string) }
+        }
+        return try await base.put(key: key, fileURL: fileURL)
+    }
+    func delete(key: String) async throws { try await base.delete(key: key) }
+}
+
+/// Passes every call to `base`, but a file upload to `failingKey` fails.
+struct FailingPutStore: ObjectStore {
+    let base: any ObjectStore
+    let failingKey: String
+    var displayName: String { base.displayName }
+    var requestCounter: RequestCounter { base.requestCounter }
+    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
+    }
+    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
+    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
+    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
+    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
+    func put(key: String, fileURL: URL) async throws -> ObjectInfo {
+        if key == failingKey { throw BucketError.transport(request: "PUT \(key)", description: "test failure") }
+        return try await base.put(key: key, fileURL: fileURL)
+    }
+    func delete(key: String) async throws { try await base.delete(key: key) }
 }

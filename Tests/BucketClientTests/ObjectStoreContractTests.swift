@@ -233,6 +233,54 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
         #expect(try FileManager.default.contentsOfDirectory(atPath: stateFolder.path).isEmpty)
     }
 
+    /// Issue #16, defect 8: the process stopped after the server assembled the object (Complete's answer lost, or
+    /// before the resume file was removed). The next put of the same file asks the server and finishes without
+    /// uploading again; the stale resume file is removed.
+    @Test(arguments: [Backend.s3, .rclone])
+    func completedUploadWithItsResumeFileLeftBehind_isFinishedWithoutUploadingAgain(_ backend: Backend) async throws {
+        let prefix = prefix(backend)
+        let tweak: (inout S3Configuration) -> Void = { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }
+        guard let first = try await store(backend, prefix: prefix, tweak: tweak) else { return }
+        let source = try makeTemporaryFolder().appendingPathComponent("rec.bin")
+        try randomBytes(11 << 20).write(to: source)
+        try await first.put(key: "rec.bin", fileURL: source)
+        let stat = try #require(FileStat.of(source.path))
+        let resume = first.multipartStateURL(fileURL: source, key: "rec.bin")
+        #expect(resume.lastPathComponent == ".rec.bin.rtsync-upload.json")
+        func leaveResumeFile() throws {
+            let state = MultipartState(bucket: first.configuration.bucket, key: first.fullKey("rec.bin"), uploadId: "completed-before-the-crash",
+                                       fileSize: stat.size, fileMtimeNanoseconds: stat.mtimeNanoseconds, partSize: 5 << 20, parts: [1: "p1"])
+            try JSONEncoder().encode(state).write(to: resume)
+        }
+
+        try leaveResumeFile()
+        let again = try #require(try await store(backend, prefix: prefix, tweak: tweak))
+        let info = try await again.put(key: "rec.bin", fileURL: source)
+        #expect(again.requestCounter.count("CreateMultipartUpload") == 0)
+        #expect(again.requestCounter.count("UploadPart") == 0)
+        #expect(info.etag == (try await again.head(key: "rec.bin")).etag)
+        #expect(!FileManager.default.fileExists(atPath: resume.path))
+
+        try leaveResumeFile()
+        let asked = try #require(try await store(backend, prefix: prefix, tweak: tweak))
+        let finished = try await asked.finishedUpload(key: "rec.bin", fileURL: source)
+        #expect(finished?.size == stat.size)
+        #expect(asked.requestCounter.total == 2)  // ListParts (NoSuchUpload), HEAD
+        #expect(!FileManager.default.fileExists(atPath: resume.path))
+
+        // A different file of the same size is not taken for the assembled object: it is uploaded.
+        try randomBytes(11 << 20).write(to: source)
+        let changed = try #require(FileStat.of(source.path))
+        let state = MultipartState(bucket: first.configuration.bucket, key: first.fullKey("rec.bin"), uploadId: "completed-before-the-crash",
+                                   fileSize: changed.size, fileMtimeNanoseconds: changed.mtimeNanoseconds, partSize: 5 << 20, parts: [:])
+        try JSONEncoder().encode(state).write(to: resume)
+        let other = try #require(try await store(backend, prefix: prefix, tweak: tweak))
+        #expect(try await other.finishedUpload(key: "rec.bin", fileURL: source) == nil)
+        try await other.put(key: "rec.bin", fileURL: source)
+        #expect(other.requestCounter.count("UploadPart") == 3)
+        #expect(try await other.get(key: "rec.bin") == (try Data(contentsOf: source)))
+    }
+
     @Test(arguments: [Backend.s3, .rclone])
     func manyRangeDownload_isCompleteAndInOrder(_ backend: Backend) async throws {
         guard let store = try await store(backend, tweak: { $0.downloadChunkSize = 64 << 10; $0.maxConcurrency = 4 }) else { return }

@@ -85,4 +85,53 @@ struct RcloneMediaCLITests {
                     "\(home.lastPathComponent): \(idle.stdout)")
         }
     }
+
+    /// Issue #16, defect 5, through a real S3 server with signature checks: an image edited on two devices keeps
+    /// both versions. B's edit is older than A's upload, so A's version keeps the name and B's is kept beside it
+    /// (name with spaces and parentheses, signed like any key), uploaded, and reaches A; then both are idle.
+    @Test func syncWithMedia_imageEditedOnTwoDevices_keepsBothVersions_onBothDevices() async throws {
+        guard let server = try await LTRclone.sharedOrSkip() else { return }
+        let env = server.environment
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = "s3://\(LTRclone.bucket)/lt-\(UUID().uuidString.prefix(8))"
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket, "--tier", "premium"], environment: env).status == 0)
+        let image = a.appendingPathComponent("documents/images/receipt.jpg")
+        try FileManager.default.createDirectory(at: image.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data("version 1".utf8).write(to: image)
+        let first = try await ltRTSync(["sync", "--home", a.path, "--media"], environment: env)
+        try #require(first.status == 0, "\(first.stderr)")
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        try #require(try await ltRTSync(["init", "--home", b.path, "--bucket", bucket, "--user", user, "--tier", "premium"], environment: env).status == 0)
+        let joined = try await ltRTSync(["sync", "--home", b.path, "--media"], environment: env)
+        try #require(joined.status == 0, "\(joined.stderr)")
+
+        let imageB = b.appendingPathComponent("documents/images/receipt.jpg")
+        try Data("edited on B first".utf8).write(to: imageB)
+        try await Task.sleep(nanoseconds: 1_500_000_000)  // Last-Modified has whole seconds
+        try Data("edited on A later".utf8).write(to: image)
+        let pushedA = try await ltRTSync(["sync", "--home", a.path, "--media"], environment: env)
+        #expect(pushedA.status == 0 && pushedA.stdout.contains("media sync: 1 uploaded"), "\(pushedA.stdout) \(pushedA.stderr)")
+
+        let resolved = try await ltRTSync(["sync", "--home", b.path, "--media"], environment: env)
+        #expect(resolved.status == 0, "\(resolved.stderr)")
+        #expect(resolved.stdout.contains("1 conflict (losing versions kept as conflict copies)"), "\(resolved.stdout)")
+        let namesB = try FileManager.default.contentsOfDirectory(atPath: b.appendingPathComponent("documents/images").path).sorted()
+        let copy = try #require(namesB.first { $0.hasPrefix("receipt (conflict ") && $0.hasSuffix(").jpg") }, "\(namesB)")
+        #expect(namesB.count == 2)
+        #expect(try Data(contentsOf: imageB) == Data("edited on A later".utf8))
+        #expect(try Data(contentsOf: b.appendingPathComponent("documents/images/" + copy)) == Data("edited on B first".utf8))
+        let listed = try await ltRTSync(["conflicts", "media", "--home", b.path, "--json"])
+        #expect(listed.stdout.contains("\"copy\" : \"images/\(copy)\""), "\(listed.stdout)")
+
+        let pulledA = try await ltRTSync(["sync", "--home", a.path, "--media"], environment: env)
+        #expect(pulledA.status == 0 && pulledA.stdout.contains("1 downloaded"), "\(pulledA.stdout) \(pulledA.stderr)")
+        #expect(try Data(contentsOf: a.appendingPathComponent("documents/images/" + copy)) == Data("edited on B first".utf8))
+        #expect(try Data(contentsOf: image) == Data("edited on A later".utf8))
+        for home in [a, b] {
+            let idle = try await ltRTSync(["sync", "--home", home.path, "--media"], environment: env)
+            #expect(idle.stdout.contains("0 uploaded") && idle.stdout.contains("0 downloaded") && idle.stdout.contains("2 unchanged"),
+                    "\(home.lastPathComponent): \(idle.stdout)")
+        }
+    }
 }

@@ -100,6 +100,46 @@ struct SyncMediaCLITests {
     }
 }
 
+@Suite("rtsync sync --media and rtsync media sync: one manifest")
+struct SharedMediaManifestCLITests {
+    /// Issue #16: `media sync` and `sync --media` on the same home kept separate manifests, so each took the other's
+    /// files for never synced (re-downloads, conflicts). Now one manifest per documents folder; an older
+    /// `support/media-manifest.json` is merged into it by the next `sync --media`.
+    @Test func syncWithMedia_thenMediaSyncOnTheSameHome_isIdle_andAnOlderManifestIsMerged() async throws {
+        let dir = try TemporaryDirectory()
+        let home = dir.url.appendingPathComponent("A")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        #expect(try await ltRTSync(["sync", "--home", home.path, "--bucket", bucket]).status == 0)
+        let user = try RTSyncHome(root: home).loadSettings().userID
+        let documents = home.appendingPathComponent("documents")
+        for (path, size) in [("images/a.jpg", 3000), ("recordings/b.m4a", 7000)] {
+            let url = documents.appendingPathComponent(path)
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data((0..<size).map { UInt8($0 % 199) }).write(to: url)
+        }
+        let pushed = try await ltRTSync(["sync", "--home", home.path, "--media"])
+        #expect(pushed.stdout.contains("media: media sync: 2 uploaded"), "\(pushed.stdout) \(pushed.stderr)")
+
+        let media = try await ltRTSync(["media", "sync", "--documents", documents.path, "--user", user, "--bucket", bucket, "--json"])
+        #expect(media.status == 0, "\(media.stderr)")
+        let report = try jsonObject(media.stdout)
+        #expect(report["unchanged"] as? Int == 2)
+        #expect((report["downloaded"] as? [String])?.isEmpty == true && (report["uploaded"] as? [String])?.isEmpty == true)
+        #expect((report["conflicts"] as? [String])?.isEmpty == true)
+        #expect(report["requests"] as? Int == 1)
+
+        // A manifest where an older version kept it: merged, then removed; nothing transferred.
+        let shared = documents.appendingPathComponent(".rtsync-media-manifest.json")
+        let legacy = home.appendingPathComponent("support/media-manifest.json")
+        try FileManager.default.moveItem(at: shared, to: legacy)
+        let merged = try await ltRTSync(["sync", "--home", home.path, "--media"])
+        #expect(merged.status == 0, "\(merged.stderr)")
+        #expect(merged.stdout.contains("media: media sync: 0 uploaded (0 B), 0 downloaded (0 B), 0 deleted, 2 unchanged"), "\(merged.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: legacy.path))
+        #expect(FileManager.default.fileExists(atPath: shared.path))
+    }
+}
+
 @Suite("rtsync share and inbound")
 struct ShareCLITests {
     @Test func shareWithMedia_uploadsRowsAndTheirImages_andRecipientListsIt() async throws {
