@@ -31,7 +31,8 @@ let package = Package(
             name: "DemoAsset",
             path: "Fixtures/databases",
             exclude: ["build.sh", "record-thing-demo.sql", "routines-logs.sql", "routine-records.sql",
-                      "routines-logs.sqlite", "routine-records.sqlite"],
+                      "routines-logs.sqlite", "routine-records.sqlite",
+                      "planner-v1.sql", "planner-v2.sql", "planner-v3.sql", "planner-v1.sqlite", "planner-v2.sqlite", "planner-v3.sqlite"],
             sources: ["DemoAsset.swift"],
             resources: [.copy("record-thing-demo.sqlite")]
         ),

@@ -30,18 +30,21 @@ extension SyncDatabase {
                   let def = try TableDefinition.read(table: table, from: db), let local = def.columnNames.first(where: { $0.lowercased() == col.lowercased() }) else { continue }
             let keyExpr = keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: try hasRowidAliasKey(db, def))
             let before = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 ?? 0
-            // Only values at least as late as the row's birth here (a key re-used since keeps its own row).
+            // Only values at least as late as the column's value here (or the row's birth: a key re-used since keeps
+            // its own row).
             try db.execute("""
                 UPDATE \(quoteIdentifier(table)) AS o SET \(quoteIdentifier(local)) = a.value
                 FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
-                WHERE a.tid = ? AND a.col = ? AND a.pk = \(keyExpr) AND a.hlc >= coalesce(m.born_hlc, 0)
-                """, [.integer(tid), .text(col)])
+                  LEFT JOIN rtsync_clocks k ON k.tid = a.tid AND k.pk = a.pk AND k.col = ? COLLATE NOCASE
+                WHERE a.tid = ? AND a.col = ? AND a.pk = \(keyExpr) AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)
+                """, [.text(local), .integer(tid), .text(col)])
             try db.execute("""
                 INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site)
                 SELECT a.tid, a.pk, ?, a.hlc, a.site FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
-                WHERE a.tid = ? AND a.col = ? AND a.hlc >= coalesce(m.born_hlc, 0)
+                  LEFT JOIN rtsync_clocks k ON k.tid = a.tid AND k.pk = a.pk AND k.col = ? COLLATE NOCASE
+                WHERE a.tid = ? AND a.col = ? AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)
                   AND EXISTS (SELECT 1 FROM \(quoteIdentifier(table)) AS o WHERE \(keyExpr) = a.pk)
-                """, [.text(local), .integer(tid), .text(col)])
+                """, [.text(local), .text(local), .integer(tid), .text(col)])
             try db.execute("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks WHERE tid = ? ON CONFLICT(tid, pk) DO NOTHING", [.integer(tid)])
             // What the triggers captured of this move is no edit of this device's.
             try db.execute("DELETE FROM rtsync_changes WHERE seq > ?", [.integer(before)])
