@@ -24,6 +24,16 @@ struct HomeOptions: ParsableArguments {
         }
     }
 
+    /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run.
+    func locked<T>(_ body: () async throws -> T) async throws -> T {
+        try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body)
+    }
+
+    /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run.
+    func locked<T>(_ body: () throws -> T) throws -> T {
+        try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body)
+    }
+
     func loadSettings() throws -> RTSyncSettings {
         do { return try resolvedHome.loadSettings() } catch { throw report(error) }
     }
@@ -51,6 +61,10 @@ extension RTSync {
         }
 
         func run() async throws {
+            do { try await options.locked { try await initialize() } } catch { throw report(error) }
+        }
+
+        private func initialize() async throws {
             let home = options.resolvedHome
             var settings = try options.loadSettings()
             if let bucket = options.bucket { settings.bucket = bucket }
@@ -108,7 +122,9 @@ extension RTSync {
         static func manager(_ options: HomeOptions) throws -> BackupManager {
             let home = options.resolvedHome
             let settings = try options.loadSettings()
-            return BackupManager(database: home.database, folder: home.backups, keep: settings.keepBackups)
+            var manager = BackupManager(home: home, keep: settings.keepBackups)
+            manager.lockWait = HomeLock.environmentWait
+            return manager
         }
 
         struct Create: AsyncParsableCommand {
@@ -124,10 +140,15 @@ extension RTSync {
             @Flag(help: "Print JSON.") var json = false
 
             func run() async throws {
+                do { try await options.locked { try await createBackup() } } catch { throw report(error) }
+            }
+
+            private func createBackup() async throws {
                 do {
                     let manager = try BackupCommand.manager(options)
                     var info = try manager.create(verification: verifyLater ? .deferred : .immediate)
                     var uploaded: String?
+                    var rotated: [String] = []
                     if upload {
                         // Only a checked copy leaves the device.
                         if !info.verified { info = try manager.verify(id: info.id) }
@@ -140,6 +161,8 @@ extension RTSync {
                         let key = settings.userID + "/backups/" + info.file
                         try await remote.upload(file: options.resolvedHome.backups.appendingPathComponent(info.file), key: key, ifAbsent: false)
                         uploaded = key
+                        // Bucket backups rotate with the local rule (keepBackups), keeping the newest.
+                        rotated = try await remote.rotateBackups(user: settings.userID, keep: settings.keepBackups)
                     }
                     if json { printJSON(info); return }
                     let copied = String(format: "%.0f ms", info.copyMilliseconds ?? 0)
@@ -148,7 +171,7 @@ extension RTSync {
                     } else {
                         print("backup \(info.id): \(info.bytes) bytes by \(info.method) in \(copied), not verified yet (run `rtsync backup verify --pending`)")
                     }
-                    if let uploaded { print("uploaded to \(uploaded)") }
+                    if let uploaded { print("uploaded to \(uploaded)\(rotated.isEmpty ? "" : "; \(rotated.count) older bucket backup(s) rotated away")") }
                 } catch { throw report(error) }
             }
         }
@@ -206,11 +229,13 @@ extension RTSync {
 
             func run() throws {
                 do {
-                    let (b, aside) = try BackupCommand.manager(options).restore(id: id)
-                    let db = try SyncDatabase(path: options.resolvedHome.database.path)
-                    if db.isTracked { try db.regenerateSiteID() }
-                    print("restored backup \(b.id) to \(options.resolvedHome.database.path)")
-                    if let aside { print("previous database kept at \(aside.path)") }
+                    try options.locked {
+                        let (b, aside) = try BackupCommand.manager(options).restore(id: id)
+                        let db = try SyncDatabase(path: options.resolvedHome.database.path)
+                        if db.isTracked { try db.regenerateSiteID() }
+                        print("restored backup \(b.id) to \(options.resolvedHome.database.path)")
+                        if let aside { print("previous database kept at \(aside.path)") }
+                    }
                 } catch { throw report(error) }
             }
         }
@@ -268,7 +293,9 @@ extension RTSync {
                     let home = options.resolvedHome
                     let settings = try options.loadSettings()
                     let remote = try? options.openRemote(settings)
-                    let source = try await DemoReset(home: home, remote: remote).run(scratchTables: settings.scratchTables, protect: settings.demo)
+                    var reset = DemoReset(home: home, remote: remote)
+                    reset.lockWait = HomeLock.environmentWait
+                    let source = try await reset.run(scratchTables: settings.scratchTables, protect: settings.demo)
                     print("demo data reset from \(source)")
                 } catch { throw report(error) }
             }

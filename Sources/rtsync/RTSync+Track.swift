@@ -13,6 +13,13 @@ struct DatabaseOptions: ParsableArguments {
             throw fail(e.description, hint: e.hint)
         } catch { throw fail("cannot open database: \(error) (\(db))") }
     }
+
+    /// Runs `body` holding the lock of the home whose primary database `--db` is (waiting up to
+    /// `RTSYNC_LOCK_WAIT` seconds), or without a lock for a database outside a home.
+    func lockingHome<T>(_ body: () throws -> T) throws -> T {
+        guard let home = RTSyncHome.containing(database: URL(fileURLWithPath: db)) else { return try body() }
+        do { return try HomeLock.withLock(home, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
+    }
 }
 
 /// Turns a library error into the CLI's `error:` / `hint:` output.

@@ -1,0 +1,227 @@
+import BucketSync
+import DiffFormat
+import Foundation
+import RTSQLite
+import SyncEngine
+import Testing
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// Issue 15, sections 3 and 4: one run at a time on every command that writes a home, leftovers of interrupted
+// runs removed, SIGINT/SIGTERM handled, bucket backups rotated, failed cursor publishes redone.
+
+/// One device of a new user on a local-folder bucket, initialized from the bundled demo copy (no sync yet).
+func hsDevice(_ dir: TemporaryDirectory, _ name: String = "A", edit: (inout RTSyncSettings) -> Void = { _ in }) async throws -> LTDevice {
+    let bucket = LTBucket.local(dir)
+    let home = ltHome(dir, name)
+    try ltEditSettings(home) { $0.bucket = bucket.url; edit(&$0) }
+    let device = LTDevice(name: name, home: home, remote: try bucket.open())
+    _ = try await InitChain(home: home, remote: device.remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+    return device
+}
+
+/// Names in a folder (empty when it does not exist).
+func hsNames(_ url: URL) -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []).sorted() }
+
+@Suite("home lock around every command that writes a home")
+struct HomeLockEveryCommandTests {
+    @Test func syncThatCompactsAndBacksUp_reusesItsOwnLock_insteadOfWaitingForItself() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try await hsDevice(dir) { $0.compactThreshold = 1; $0.backupIntervalMinutes = 0 }
+        try a.insertThing("nested-1", title: "exported, then compacted and backed up in the same run")
+        var syncer = Syncer(home: a.home, remote: a.remote, retry: ltShortRetry)
+        syncer.lockWait = 0.3
+
+        let report = try await syncer.sync()
+
+        #expect(report.ok, "\(report.phases)")
+        #expect(report.phases.contains { $0.name == "compact" && $0.ok }, "compaction ran inside the locked sync: \(report.phases)")
+        #expect(report.backup != nil, "the backup ran inside the locked sync: \(report.phases)")
+    }
+
+    @Test func backupOfAHome_whileAnotherRunHoldsItsLock_isRefusedWithHomeBusy_andWritesNothing() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try await hsDevice(dir)
+        var held: HomeLock? = try HomeLock.acquire(a.home, wait: 0)
+        var manager = BackupManager(home: a.home)
+        manager.lockWait = 0.1
+
+        #expect(throws: LifecycleError.homeBusy(path: HomeLock.lockFile(a.home), pid: getpid())) { try manager.create() }
+        #expect(manager.list().isEmpty)
+        held = nil
+        #expect(try manager.create().verified, "the same backup works once the lock is free")
+        _ = held
+    }
+}
+
+@Suite("home lock: CLI commands", .enabled(if: RTSyncBinary.url != nil, "the rtsync binary is not built"))
+struct HomeLockCLITests {
+    @Test func everyHomeWritingCommand_onALockedHome_exitsOneNamingTheOtherPid_andChangesNothing() async throws {
+        let dir = try TemporaryDirectory()
+        let root = dir.file("home")
+        let first = try await ltRTSync(["sync", "--home", root.path])
+        try #require(first.status == 0, "first sync: \(first.stderr)")
+        let made = try await ltRTSync(["backup", "create", "--home", root.path])
+        try #require(made.status == 0, "backup create: \(made.stderr)")
+        let home = RTSyncHome(root: root)
+        let site = try SyncDatabase(path: home.database.path).siteID()
+        let backups = BackupManager(home: home).list().count
+        let db = home.database.path
+        var held: HomeLock? = try HomeLock.acquire(home, wait: 0)
+
+        let commands: [[String]] = [
+            ["sync", "--home", root.path], ["init", "--home", root.path], ["compact", "--home", root.path],
+            ["backup", "create", "--home", root.path], ["backup", "restore", "--home", root.path], ["demo", "reset", "--home", root.path],
+            ["diff", "create", "--db", db, "--out", dir.file("out").path], ["diff", "apply", "--db", db, home.inbox.path],
+        ]
+        for command in commands {
+            let r = try await ltRTSync(command, environment: ["RTSYNC_LOCK_WAIT": "0.2"])
+            #expect(r.status == 1, "\(command.prefix(2)): \(r.stdout) \(r.stderr)")
+            #expect(r.stderr.contains("error: another rtsync is running on this home (pid \(getpid()))"), "\(command.prefix(2)): \(r.stderr)")
+            #expect(r.stderr.contains("hint: wait for it to finish"), "\(command.prefix(2)): \(r.stderr)")
+        }
+        #expect(try SyncDatabase(path: db).siteID() == site, "neither restore nor demo reset ran")
+        #expect(BackupManager(home: home).list().count == backups, "no backup was made")
+
+        held = nil
+        let after = try await ltRTSync(["backup", "create", "--home", root.path], environment: ["RTSYNC_LOCK_WAIT": "0.2"])
+        #expect(after.status == 0, "once the lock is free the command runs: \(after.stderr)")
+        _ = held
+    }
+}
+
+@Suite("leftovers of interrupted runs")
+struct InterruptedRunDebrisTests {
+    @Test func syncStart_removesDebrisOfDeadRuns_adoptsAnUnlistedBackup_andKeepsLiveOrRecentFiles() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try await hsDevice(dir) { $0.backupIntervalMinutes = 0 }
+        try #require(try await a.sync().ok)
+        let fm = FileManager.default
+        let user = try a.home.loadSettings().userID
+        let old = Date().addingTimeInterval(-1200)
+        func plant(_ url: URL, bytes: Int = 1024, modified: Date? = nil) throws {
+            try fm.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(repeating: 7, count: bytes).write(to: url)
+            if let modified { try fm.setAttributes([.modificationDate: modified], ofItemAtPath: url.path) }
+        }
+        // The home: a diff temp file, work files in support/, backup temp files, a complete unlisted backup, a damaged one.
+        let diffTemp = a.home.outbox.appendingPathComponent("." + KSUID.generate().string + ".sqlite.tmp")
+        let cursorTemp = a.home.support.appendingPathComponent(".cursor.json")
+        let downloadTemp = a.home.support.appendingPathComponent(".download-\(KSUID.generate().string).sqlite.partial")
+        let backupTemp = a.home.backups.appendingPathComponent("." + KSUID.generate().string + ".sqlite.tmp")
+        for url in [diffTemp, cursorTemp, downloadTemp, backupTemp] { try plant(url) }
+        try plant(URL(fileURLWithPath: backupTemp.path + "-journal"))
+        let listed = try #require(BackupManager(home: a.home).list().first)
+        let unlistedID = KSUID.generate().string
+        try fm.copyItem(at: a.home.backups.appendingPathComponent(listed.file), to: a.home.backups.appendingPathComponent(unlistedID + ".sqlite"))
+        let damaged = a.home.backups.appendingPathComponent(KSUID.generate().string + ".sqlite")
+        try plant(damaged)
+        // The temp folder: apply folders of a dead process, of this (live) process, old and recent unnamed ones.
+        let dead = Process()
+        dead.executableURL = URL(fileURLWithPath: "/bin/true")
+        try dead.run()
+        dead.waitUntilExit()
+        let temp = fm.temporaryDirectory
+        let deadFolder = temp.appendingPathComponent("rtsync-apply-\(dead.processIdentifier)-\(UUID().uuidString)")
+        let liveFolder = temp.appendingPathComponent("rtsync-apply-\(getpid())-\(UUID().uuidString)")
+        let oldUnnamed = temp.appendingPathComponent("rtsync-apply-\(UUID().uuidString)")
+        let recentUnnamed = temp.appendingPathComponent("rtsync-apply-\(UUID().uuidString)")
+        defer { for f in [deadFolder, liveFolder, oldUnnamed, recentUnnamed] { try? fm.removeItem(at: f) } }
+        for f in [deadFolder, liveFolder, oldUnnamed, recentUnnamed] { try plant(f.appendingPathComponent("x.sqlite")) }
+        try fm.setAttributes([.modificationDate: old], ofItemAtPath: oldUnnamed.path)
+        // The local-folder bucket: an old and a recent (maybe another device's, still writing) temp file.
+        let inbound = dir.file("bucket").appendingPathComponent(user).appendingPathComponent("inbound")
+        let oldBucketTemp = inbound.appendingPathComponent(".rtsync-tmp-\(UUID().uuidString)")
+        let recentBucketTemp = inbound.appendingPathComponent(".rtsync-tmp-\(UUID().uuidString)")
+        try plant(oldBucketTemp, modified: old)
+        try plant(recentBucketTemp)
+
+        let report = try await a.sync()
+
+        #expect(report.ok, "\(report.phases)")
+        for gone in [diffTemp, cursorTemp, downloadTemp, backupTemp, URL(fileURLWithPath: backupTemp.path + "-journal"), damaged, deadFolder, oldUnnamed, oldBucketTemp] {
+            #expect(!fm.fileExists(atPath: gone.path), "left behind: \(gone.path)")
+        }
+        for kept in [liveFolder, recentUnnamed, recentBucketTemp] {
+            #expect(fm.fileExists(atPath: kept.path), "removed although it may be in use: \(kept.path)")
+        }
+        let adopted = BackupManager(home: a.home).list().first { $0.id == unlistedID }
+        #expect(adopted?.method == "adopted" && adopted?.verified == true, "\(BackupManager(home: a.home).list())")
+        #expect(report.phases.contains { $0.name == "cleanup" }, "\(report.phases)")
+    }
+
+    @Test func adoptedBackups_rotateLikeOthers() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try await hsDevice(dir)
+        var manager = BackupManager(home: a.home, keep: 2)
+        manager.preferClone = false
+        let made = try manager.create()
+        // Three complete backups renamed into place by runs killed before they were listed.
+        for _ in 0..<3 {
+            try FileManager.default.copyItem(at: a.home.backups.appendingPathComponent(made.file),
+                                             to: a.home.backups.appendingPathComponent(KSUID.generate().string + ".sqlite"))
+        }
+
+        let result = try manager.tidy()
+
+        #expect(result.adopted.count == 3)
+        #expect(manager.list().count == 2, "\(manager.list().map(\.id))")
+        #expect(hsNames(a.home.backups).filter { $0.hasSuffix(".sqlite") }.count == 2, "\(hsNames(a.home.backups))")
+    }
+}
+
+@Suite("bucket backups rotate")
+struct BucketBackupRotationTests {
+    @Test func syncsUploadingBackups_keepKeepBackupsInTheBucket_andANewDeviceInitsFromTheNewest() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try await hsDevice(dir) { $0.keepBackups = 2; $0.backupIntervalMinutes = 0 }
+        let user = try a.home.loadSettings().userID
+        for i in 0..<4 {
+            try a.insertThing("rotate-\(i)", title: "round \(i)")
+            let r = try await a.sync()
+            try #require(r.ok, "\(r.phases)")
+        }
+
+        let keys = try await a.remote.list(prefix: user + "/backups/").map(\.key).sorted()
+        #expect(keys.count == 2, "\(keys)")
+        let newestLocal = try #require(BackupManager(home: a.home).list().first)
+        #expect(keys.last == user + "/backups/" + newestLocal.file)
+        let b = ltHome(dir, "B")
+        try ltEditSettings(b) { $0.bucket = LTBucket.local(dir).url }
+        let joined = try await InitChain(home: b, remote: a.remote, joinUser: user, bundledAsset: nil, retry: ltShortRetry).run()
+        #expect(joined.source == .bucket)
+        #expect(joined.attempts.last?.detail == keys.last)
+        #expect(try ltScalar(b.database, "SELECT title FROM things WHERE id = 'rotate-3'")?.string == "round 3")
+    }
+}
+
+@Suite("cursor publish")
+struct PendingCursorTests {
+    @Test func failedCursorPublish_isRedoneByTheNextIdleSync() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try await hsDevice(dir)
+        let user = try a.home.loadSettings().userID
+        try a.insertThing("cursor-1", title: "its diff must be in the cursor")
+        // The first upload is the diff, the second the cursor.
+        let failing = LTFaultyRemote(a.remote, .failBefore(.upload, nth: 2))
+
+        let first = try await a.sync(via: failing, retry: ltNoRetry)
+
+        #expect(first.phases.contains { $0.name == "cursor" && !$0.ok }, "\(first.phases)")
+        let exported = try #require(first.exported?.diffID)
+        #expect(FileManager.default.fileExists(atPath: Syncer.pendingCursorMarker(a.home).path))
+
+        let second = try await a.sync()
+
+        #expect(second.ok, "\(second.phases)")
+        #expect(second.exported == nil && second.applied.isEmpty, "an idle run")
+        #expect(!FileManager.default.fileExists(atPath: Syncer.pendingCursorMarker(a.home).path))
+        let file = dir.file("cursor.json")
+        try await a.remote.download(key: Compactor.cursorKey(user: user, site: try a.siteID()), to: file)
+        let cursor = try JSONDecoder().decode(DeviceCursor.self, from: Data(contentsOf: file))
+        #expect(cursor.applied.contains(exported), "\(cursor.applied)")
+    }
+}
