@@ -171,7 +171,7 @@ public struct Syncer: Sendable {
                 }
             } catch SyncEngineError.interrupted {
                 report.phases.append(SyncPhase(name: "export", ok: true, summary: "export stopped and rolled back (its temp file removed)"))
-                return stopped(before: "upload")
+                return stopped(before: "export")
             } catch {
                 report.phases.append(SyncPhase(name: "export", ok: false, summary: "export failed", error: "\(error)"))
             }

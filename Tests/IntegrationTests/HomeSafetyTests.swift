@@ -3,6 +3,7 @@ import DiffFormat
 import Foundation
 import RTSQLite
 import SyncEngine
+import RTSyncTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -223,5 +224,67 @@ struct PendingCursorTests {
         try await a.remote.download(key: Compactor.cursorKey(user: user, site: try a.siteID()), to: file)
         let cursor = try JSONDecoder().decode(DeviceCursor.self, from: Data(contentsOf: file))
         #expect(cursor.applied.contains(exported), "\(cursor.applied)")
+    }
+}
+
+@Suite("sync interrupted by a signal", .enabled(if: RTSyncBinary.url != nil, "the rtsync binary is not built"))
+struct SyncSignalTests {
+    @Test(arguments: [SIGINT, SIGTERM])
+    func signalDuringALargeExport_stopsAtASafePoint_exits130or143_leavesNoTempFile_andTheNextSyncSendsEveryRow(_ sig: Int32) async throws {
+        let dir = try TemporaryDirectory()
+        let root = dir.file("home")
+        let first = try await ltRTSync(["sync", "--home", root.path])
+        try #require(first.status == 0, "first sync: \(first.stderr)")
+        let home = RTSyncHome(root: root)
+        let user = try home.loadSettings().userID
+        let rows = 2000
+        // About 200 MB to export: long enough to be interrupted while the diff's temp file is being written.
+        try SyncDatabase(path: home.database.path).execute("""
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(rows))
+            INSERT INTO things(id, account_id, title) SELECT 'big-' || i, (SELECT account_id FROM owners LIMIT 1), hex(randomblob(50000)) FROM n
+            """)
+        let binary = try #require(RTSyncBinary.url)
+        let out = dir.file("sync.out"), err = dir.file("sync.err")
+        for f in [out, err] { _ = FileManager.default.createFile(atPath: f.path, contents: nil) }
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["sync", "--home", root.path]
+        var environment = ProcessInfo.processInfo.environment
+        environment["RTSYNC_HOME"] = nil
+        process.environment = environment
+        process.standardOutput = try FileHandle(forWritingTo: out)
+        process.standardError = try FileHandle(forWritingTo: err)
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+
+        // Interrupt once the export is writing its temp file.
+        let deadline = Date().addingTimeInterval(120)
+        var sawTemp = false
+        while process.isRunning && Date() < deadline {
+            if hsNames(home.outbox).contains(where: { $0.hasPrefix(".") && $0.hasSuffix(".tmp") }) { sawTemp = true; break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        if process.isRunning { kill(process.processIdentifier, sig) }
+        await waitForExit(process)
+        let stdout = String(decoding: try Data(contentsOf: out), as: UTF8.self), stderr = String(decoding: try Data(contentsOf: err), as: UTF8.self)
+
+        try #require(sawTemp, "the export never showed its temp file; stdout: \(stdout)")
+        let name = sig == SIGINT ? "SIGINT" : "SIGTERM"
+        #expect(process.terminationStatus == 128 + sig, "stdout: \(stdout)\nstderr: \(stderr)")
+        #expect(stdout.contains("stopped: interrupted before"), "what is left is printed: \(stdout)")
+        #expect(stderr.contains("error: sync interrupted by \(name)") && stderr.contains("hint:"), "\(stderr)")
+        #expect(!hsNames(home.outbox).contains { $0.hasPrefix(".") }, "temp files left: \(hsNames(home.outbox))")
+        #expect(try ltScalar(home.database, "PRAGMA integrity_check")?.string == "ok")
+
+        let second = try await ltRTSync(["sync", "--home", root.path])
+
+        #expect(second.status == 0, "\(second.stdout)\n\(second.stderr)")
+        #expect(try SyncDatabase(path: home.database.path).pendingChangeCount() == 0)
+        let inbound = root.appendingPathComponent("bucket").appendingPathComponent(user).appendingPathComponent("inbound")
+        let sent = try hsNames(inbound).filter { DiffFile.diffID(fromFileName: $0) != nil }.reduce(0) { total, name in
+            total + Int(try ltScalar(inbound.appendingPathComponent(name), "SELECT count(*) FROM sqlite_schema WHERE name = 'things'")?.int64 == 1
+                        ? (try ltScalar(inbound.appendingPathComponent(name), "SELECT count(*) FROM things WHERE id LIKE 'big-%'")?.int64 ?? 0) : 0)
+        }
+        #expect(sent == rows, "every row reached the bucket exactly once")
     }
 }
