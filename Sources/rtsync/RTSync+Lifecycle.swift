@@ -24,14 +24,16 @@ struct HomeOptions: ParsableArguments {
         }
     }
 
-    /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run.
+    /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
+    /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
     func locked<T>(_ body: () async throws -> T) async throws -> T {
-        try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body)
+        do { return try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
     }
 
-    /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run.
+    /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
+    /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
     func locked<T>(_ body: () throws -> T) throws -> T {
-        try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body)
+        do { return try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
     }
 
     func loadSettings() throws -> RTSyncSettings {
@@ -254,15 +256,17 @@ extension RTSync {
             @Option(help: "Tables that stay writable (repeatable; saved in settings).") var scratch: [String] = []
 
             func run() throws {
-                do {
-                    let home = options.resolvedHome
-                    var settings = try options.loadSettings()
-                    if !scratch.isEmpty { settings.scratchTables = scratch }
-                    settings.demo = true
-                    try SyncDatabase(path: home.database.path).setDemoProtection(true, scratchTables: settings.scratchTables)
-                    try home.saveSettings(settings)
-                    print("demo mode on: app tables are read-only\(settings.scratchTables.isEmpty ? "" : " except \(settings.scratchTables.joined(separator: ", "))"); sync is disabled")
-                } catch { throw report(error) }
+                try options.locked {
+                    do {
+                        let home = options.resolvedHome
+                        var settings = try options.loadSettings()
+                        if !scratch.isEmpty { settings.scratchTables = scratch }
+                        settings.demo = true
+                        try SyncDatabase(path: home.database.path).setDemoProtection(true, scratchTables: settings.scratchTables)
+                        try home.saveSettings(settings)
+                        print("demo mode on: app tables are read-only\(settings.scratchTables.isEmpty ? "" : " except \(settings.scratchTables.joined(separator: ", "))"); sync is disabled")
+                    } catch { throw report(error) }
+                }
             }
         }
 
@@ -271,14 +275,16 @@ extension RTSync {
             @OptionGroup var options: HomeOptions
 
             func run() throws {
-                do {
-                    let home = options.resolvedHome
-                    var settings = try options.loadSettings()
-                    settings.demo = false
-                    try SyncDatabase(path: home.database.path).setDemoProtection(false)
-                    try home.saveSettings(settings)
-                    print("demo mode off")
-                } catch { throw report(error) }
+                try options.locked {
+                    do {
+                        let home = options.resolvedHome
+                        var settings = try options.loadSettings()
+                        settings.demo = false
+                        try SyncDatabase(path: home.database.path).setDemoProtection(false)
+                        try home.saveSettings(settings)
+                        print("demo mode off")
+                    } catch { throw report(error) }
+                }
             }
         }
 

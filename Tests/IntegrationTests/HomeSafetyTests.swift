@@ -77,6 +77,8 @@ struct HomeLockCLITests {
             ["sync", "--home", root.path], ["init", "--home", root.path], ["compact", "--home", root.path],
             ["backup", "create", "--home", root.path], ["backup", "restore", "--home", root.path], ["demo", "reset", "--home", root.path],
             ["diff", "create", "--db", db, "--out", dir.file("out").path], ["diff", "apply", "--db", db, home.inbox.path],
+            ["demo", "on", "--home", root.path], ["demo", "off", "--home", root.path], ["track", "--db", db, "--all"], ["untrack", "--db", db],
+            ["migrate", "--db", db, "CREATE TABLE lock_probe(id INTEGER PRIMARY KEY)"], ["conflicts", "restore", "--db", db, "1"],
         ]
         for command in commands {
             let r = try await ltRTSync(command, environment: ["RTSYNC_LOCK_WAIT": "0.2"])
@@ -84,7 +86,9 @@ struct HomeLockCLITests {
             #expect(r.stderr.contains("error: another rtsync is running on this home (pid \(getpid()))"), "\(command.prefix(2)): \(r.stderr)")
             #expect(r.stderr.contains("hint: wait for it to finish"), "\(command.prefix(2)): \(r.stderr)")
         }
-        #expect(try SyncDatabase(path: db).siteID() == site, "neither restore nor demo reset ran")
+        #expect(try SyncDatabase(path: db).siteID() == site, "neither restore, demo reset nor untrack ran")
+        #expect(try ltScalar(home.database, "SELECT count(*) FROM sqlite_schema WHERE name = 'lock_probe'")?.int64 == 0, "migrate did not run")
+        #expect(try home.loadSettings().demo == false, "demo on did not run")
         #expect(BackupManager(home: home).list().count == backups, "no backup was made")
 
         held = nil
@@ -257,15 +261,25 @@ struct SyncSignalTests {
         process.standardInput = FileHandle.nullDevice
         try process.run()
 
-        // Interrupt once the export is writing its temp file.
-        let deadline = Date().addingTimeInterval(120)
-        var sawTemp = false
-        while process.isRunning && Date() < deadline {
-            if hsNames(home.outbox).contains(where: { $0.hasPrefix(".") && $0.hasSuffix(".tmp") }) { sawTemp = true; break }
-            try await Task.sleep(for: .milliseconds(5))
+        // Interrupt once the export is writing its temp file. Watched from a thread of its own: under a loaded test
+        // run the cooperative pool can leave a polling task unscheduled for the whole export.
+        let watch = HSWatch()
+        let pid = process.processIdentifier, outbox = home.outbox
+        let watcher = Thread {
+            let deadline = Date().addingTimeInterval(120)
+            while !watch.exited && Date() < deadline {
+                if hsNames(outbox).contains(where: { $0.hasPrefix(".") && $0.hasSuffix(".tmp") }) {
+                    kill(pid, sig)
+                    watch.signalled = true
+                    return
+                }
+                usleep(1000)
+            }
         }
-        if process.isRunning { kill(process.processIdentifier, sig) }
+        watcher.start()
         await waitForExit(process)
+        watch.exited = true
+        let sawTemp = watch.signalled
         let stdout = String(decoding: try Data(contentsOf: out), as: UTF8.self), stderr = String(decoding: try Data(contentsOf: err), as: UTF8.self)
 
         try #require(sawTemp, "the export never showed its temp file; stdout: \(stdout)")
@@ -286,5 +300,19 @@ struct SyncSignalTests {
                         ? (try ltScalar(inbound.appendingPathComponent(name), "SELECT count(*) FROM things WHERE id LIKE 'big-%'")?.int64 ?? 0) : 0)
         }
         #expect(sent == rows, "every row reached the bucket exactly once")
+    }
+}
+
+/// What the watcher thread of `SyncSignalTests` saw.
+final class HSWatch: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _exited = false, _signalled = false
+    var exited: Bool {
+        get { lock.lock(); defer { lock.unlock() }; return _exited }
+        set { lock.lock(); _exited = newValue; lock.unlock() }
+    }
+    var signalled: Bool {
+        get { lock.lock(); defer { lock.unlock() }; return _signalled }
+        set { lock.lock(); _signalled = newValue; lock.unlock() }
     }
 }
