@@ -130,10 +130,19 @@ public struct Syncer: Sendable {
             return report
         }
 
-        // Leftovers of interrupted runs: temp files, stale apply folders, unlisted backups (this run holds the lock,
-        // so none of them is another run's).
+        // Diffs this database has applied or made (read once; the export below adds its own id).
+        var applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
+
+        // Leftovers of interrupted runs: temp files, stale apply folders, unlisted backups, partial downloads of
+        // diffs applied since (this run holds the lock, so none of them is another run's).
         if !dryRun {
             report.cleanedUp = HomeDebris.clean(home, olderThan: debrisAge)
+            for name in (try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? [] where name.hasSuffix(".partial") || name.hasSuffix(".partial.etag") {
+                let diffName = String(name.prefix(upTo: name.range(of: ".partial")!.lowerBound))
+                guard let id = DiffFile.diffID(fromFileName: diffName), applied.contains(id.string) else { continue }
+                let url = home.inbox.appendingPathComponent(name)
+                if (try? fm.removeItem(at: url)) != nil { report.cleanedUp.append(url.path) }
+            }
             if let tidied = try? BackupManager(home: home, keep: settings.keepBackups).tidy() {
                 report.cleanedUp += tidied.removed + tidied.adopted.map { "adopted backup \($0)" }
             }
@@ -142,9 +151,6 @@ public struct Syncer: Sendable {
                 report.phases.append(SyncPhase(name: "cleanup", ok: true, summary: "removed or adopted \(report.cleanedUp.count) leftover(s) of interrupted runs"))
             }
         }
-
-        // Diffs this database has applied or made (read once; the export below adds its own id).
-        var applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
 
         // 0. A diff in the outbox that the database does not record as its own was left by an export that
         // crashed before committing; its changes are still pending and go into the next export instead.

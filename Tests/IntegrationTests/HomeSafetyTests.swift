@@ -103,6 +103,7 @@ struct InterruptedRunDebrisTests {
     @Test func syncStart_removesDebrisOfDeadRuns_adoptsAnUnlistedBackup_andKeepsLiveOrRecentFiles() async throws {
         let dir = try TemporaryDirectory()
         let a = try await hsDevice(dir) { $0.backupIntervalMinutes = 0 }
+        try a.insertThing("debris-1", title: "so that the first sync exports a diff of its own")
         try #require(try await a.sync().ok)
         let fm = FileManager.default
         let user = try a.home.loadSettings().userID
@@ -117,7 +118,11 @@ struct InterruptedRunDebrisTests {
         let cursorTemp = a.home.support.appendingPathComponent(".cursor.json")
         let downloadTemp = a.home.support.appendingPathComponent(".download-\(KSUID.generate().string).sqlite.partial")
         let backupTemp = a.home.backups.appendingPathComponent("." + KSUID.generate().string + ".sqlite.tmp")
-        for url in [diffTemp, cursorTemp, downloadTemp, backupTemp] { try plant(url) }
+        // A partial download of a diff this device has applied since (its own export here): never needed again.
+        let ownDiff = try #require(try SyncDatabase(path: a.db.path).query("SELECT diff_id FROM rtsync_applied LIMIT 1").first?[0].string)
+        let appliedPartial = a.home.inbox.appendingPathComponent(ownDiff + ".sqlite.partial")
+        let otherPartial = a.home.inbox.appendingPathComponent(KSUID.generate().string + ".sqlite.partial")
+        for url in [diffTemp, cursorTemp, downloadTemp, backupTemp, appliedPartial, otherPartial] { try plant(url) }
         try plant(URL(fileURLWithPath: backupTemp.path + "-journal"))
         let listed = try #require(BackupManager(home: a.home).list().first)
         let unlistedID = KSUID.generate().string
@@ -147,10 +152,10 @@ struct InterruptedRunDebrisTests {
         let report = try await a.sync()
 
         #expect(report.ok, "\(report.phases)")
-        for gone in [diffTemp, cursorTemp, downloadTemp, backupTemp, URL(fileURLWithPath: backupTemp.path + "-journal"), damaged, deadFolder, oldUnnamed, oldBucketTemp] {
+        for gone in [diffTemp, cursorTemp, downloadTemp, backupTemp, appliedPartial, URL(fileURLWithPath: backupTemp.path + "-journal"), damaged, deadFolder, oldUnnamed, oldBucketTemp] {
             #expect(!fm.fileExists(atPath: gone.path), "left behind: \(gone.path)")
         }
-        for kept in [liveFolder, recentUnnamed, recentBucketTemp] {
+        for kept in [liveFolder, recentUnnamed, recentBucketTemp, otherPartial] {
             #expect(fm.fileExists(atPath: kept.path), "removed although it may be in use: \(kept.path)")
         }
         let adopted = BackupManager(home: a.home).list().first { $0.id == unlistedID }
