@@ -15,10 +15,11 @@ import Darwin
 // runs removed, SIGINT/SIGTERM handled, bucket backups rotated, failed cursor publishes redone.
 
 /// One device of a new user on a local-folder bucket, initialized from the bundled demo copy (no sync yet).
-func hsDevice(_ dir: TemporaryDirectory, _ name: String = "A", edit: (inout RTSyncSettings) -> Void = { _ in }) async throws -> LTDevice {
-    let bucket = LTBucket.local(dir)
+func hsDevice(_ dir: TemporaryDirectory, _ name: String = "A", bucket: LTBucket? = nil, edit: (inout RTSyncSettings) -> Void = { _ in }) async throws -> LTDevice {
+    let bucket = bucket ?? LTBucket.local(dir)
     let home = ltHome(dir, name)
-    try ltEditSettings(home) { $0.bucket = bucket.url; edit(&$0) }
+    // A cloud bucket needs the premium tier; a local folder works on free.
+    try ltEditSettings(home) { $0.bucket = bucket.url; $0.tier = bucket.cloud ? .premium : .free; edit(&$0) }
     let device = LTDevice(name: name, home: home, remote: try bucket.open())
     _ = try await InitChain(home: home, remote: device.remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
     return device
@@ -185,9 +186,13 @@ struct InterruptedRunDebrisTests {
 
 @Suite("bucket backups rotate")
 struct BucketBackupRotationTests {
-    @Test func syncsUploadingBackups_keepKeepBackupsInTheBucket_andANewDeviceInitsFromTheNewest() async throws {
+    @Test(arguments: LTMoto.skipRequested ? ["local"] : ["local", "s3"])
+    func syncsThatCompactAndUploadBackups_keepKeepBackupsInTheBucket_andANewDeviceInitsFromTheNewestWithEveryRow(_ kind: String) async throws {
         let dir = try TemporaryDirectory()
-        let a = try await hsDevice(dir) { $0.keepBackups = 2; $0.backupIntervalMinutes = 0 }
+        let bucket = kind == "s3" ? try await LTBucket.s3() : LTBucket.local(dir)
+        defer { Task { await LTSyncScenarios.cleanUp(bucket) } }
+        // Every sync compacts too (its snapshot is one more backup in the bucket, and it prunes the diffs).
+        let a = try await hsDevice(dir, bucket: bucket) { $0.keepBackups = 2; $0.backupIntervalMinutes = 0; $0.compactThreshold = 1 }
         let user = try a.home.loadSettings().userID
         for i in 0..<4 {
             try a.insertThing("rotate-\(i)", title: "round \(i)")
@@ -199,12 +204,15 @@ struct BucketBackupRotationTests {
         #expect(keys.count == 2, "\(keys)")
         let newestLocal = try #require(BackupManager(home: a.home).list().first)
         #expect(keys.last == user + "/backups/" + newestLocal.file)
+        #expect(try await a.remote.list(prefix: Syncer.inboundPrefix(user: user)).isEmpty, "compaction pruned every diff")
         let b = ltHome(dir, "B")
-        try ltEditSettings(b) { $0.bucket = LTBucket.local(dir).url }
+        try ltEditSettings(b) { $0.bucket = bucket.url; $0.tier = bucket.cloud ? .premium : .free }
         let joined = try await InitChain(home: b, remote: a.remote, joinUser: user, bundledAsset: nil, retry: ltShortRetry).run()
         #expect(joined.source == .bucket)
         #expect(joined.attempts.last?.detail == keys.last)
-        #expect(try ltScalar(b.database, "SELECT title FROM things WHERE id = 'rotate-3'")?.string == "round 3")
+        for i in 0..<4 {
+            #expect(try ltScalar(b.database, "SELECT title FROM things WHERE id = 'rotate-\(i)'")?.string == "round \(i)")
+        }
     }
 }
 
