@@ -99,6 +99,44 @@ struct HomeLockCLITests {
     }
 }
 
+@Suite("concurrent runs on one home", .enabled(if: RTSyncBinary.url != nil, "the rtsync binary is not built"))
+struct ConcurrentSyncCLITests {
+    @Test func fourSyncsAtOnceOnOneHome_takeTurns_allExitZero_andEveryRowReachesTheBucketOnce() async throws {
+        let dir = try TemporaryDirectory()
+        let root = dir.file("home")
+        let first = try await ltRTSync(["sync", "--home", root.path])
+        try #require(first.status == 0, "first sync: \(first.stderr)")
+        let home = RTSyncHome(root: root)
+        let user = try home.loadSettings().userID
+        let rounds = 3, runs = 4
+        for round in 0..<rounds {
+            try SyncDatabase(path: home.database.path).execute("""
+                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500)
+                INSERT INTO things(id, account_id, title) SELECT 'c\(round)-' || i, (SELECT account_id FROM owners LIMIT 1), 'round \(round)' FROM n
+                """)
+            let results = try await withThrowingTaskGroup(of: CommandResult.self) { group in
+                for _ in 0..<runs { group.addTask { try await ltRTSync(["sync", "--home", root.path]) } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            for r in results {
+                #expect(r.status == 0, "round \(round): \(r.stdout)\n\(r.stderr)")
+                #expect(!r.stderr.contains("NSCocoaErrorDomain"), "a raw Foundation error: \(r.stderr)")
+            }
+        }
+        #expect(try SyncDatabase(path: home.database.path).pendingChangeCount() == 0)
+        #expect(hsNames(home.outbox).isEmpty, "\(hsNames(home.outbox))")
+        let inbound = root.appendingPathComponent("bucket").appendingPathComponent(user).appendingPathComponent("inbound")
+        var sent = 0
+        for name in hsNames(inbound) where DiffFile.diffID(fromFileName: name) != nil {
+            let file = inbound.appendingPathComponent(name)
+            if try ltScalar(file, "SELECT count(*) FROM sqlite_schema WHERE name = 'things'")?.int64 == 1 {
+                sent += Int(try ltScalar(file, "SELECT count(*) FROM things WHERE id LIKE 'c%-%'")?.int64 ?? 0)
+            }
+        }
+        #expect(sent == rounds * 500, "every row reached the bucket exactly once")
+    }
+}
+
 @Suite("leftovers of interrupted runs")
 struct InterruptedRunDebrisTests {
     @Test func syncStart_removesDebrisOfDeadRuns_adoptsAnUnlistedBackup_andKeepsLiveOrRecentFiles() async throws {
