@@ -319,7 +319,7 @@ public struct Syncer: Sendable {
             }
         }
         if !dryRun, let listedIDs {
-            if listedIDs.count >= settings.compactThreshold {
+            if listedIDs.count >= settings.compactThreshold && !stopRequested() {
                 do {
                     let c = try await Compactor(home: home, remote: remote, retry: retry).run()
                     report.phases.append(SyncPhase(name: "compact", ok: true, summary: "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))

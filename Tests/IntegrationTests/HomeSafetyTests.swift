@@ -282,6 +282,41 @@ struct PendingCursorTests {
     }
 }
 
+@Suite("sync stopped at a safe point (library)")
+struct SyncStopTests {
+    @Test func stopAskedAfterTheFirstOfThreeDiffs_appliesOnlyThatOne_keepsTheRestInTheInbox_andTheNextSyncAppliesThem() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try await hsDevice(dir, "A")
+        let user = try a.home.loadSettings().userID
+        try #require(try await a.sync().ok, "uploads A's first backup, which B starts from")
+        let b = ltHome(dir, "B")
+        try ltEditSettings(b) { $0.bucket = LTBucket.local(dir).url }
+        _ = try await InitChain(home: b, remote: a.remote, joinUser: user, bundledAsset: nil, retry: ltShortRetry).run()
+        for i in 0..<3 {
+            try a.insertThing("stop-\(i)", title: "diff \(i)")
+            try #require(try await a.sync().ok)
+        }
+        let bDevice = LTDevice(name: "B", home: b, remote: a.remote)
+        let aSite = try a.siteID()
+        var syncer = Syncer(home: b, remote: a.remote, retry: ltShortRetry)
+        let bDatabase = b.database
+        syncer.shouldStop = { ((try? ltScalar(bDatabase, "SELECT count(*) FROM rtsync_applied WHERE author_site = ?", [.text(aSite)]))?.int64 ?? 0) >= 1 }
+
+        let stopped = try await syncer.sync()
+
+        #expect(stopped.interrupted, "\(stopped.phases)")
+        #expect(stopped.applied.filter { $0.status == .applied }.count == 1, "\(stopped.applied)")
+        #expect(stopped.phases.last?.summary.contains("2 downloaded diff(s) to apply") == true, "\(stopped.phases)")
+        #expect(hsNames(b.inbox).filter { DiffFile.diffID(fromFileName: $0) != nil }.count == 2)
+
+        let rest = try await bDevice.sync()
+
+        #expect(rest.ok && !rest.interrupted, "\(rest.phases)")
+        for i in 0..<3 { #expect(try bDevice.thingTitle("stop-\(i)") == "diff \(i)") }
+        #expect(hsNames(b.inbox).filter { DiffFile.diffID(fromFileName: $0) != nil }.isEmpty)
+    }
+}
+
 @Suite("sync interrupted by a signal", .enabled(if: RTSyncBinary.url != nil, "the rtsync binary is not built"))
 struct SyncSignalTests {
     @Test(arguments: [SIGINT, SIGTERM])
