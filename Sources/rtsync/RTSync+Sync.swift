@@ -15,7 +15,10 @@ extension RTSync {
             order, syncs recordings/ and images/ when asked (--media, or syncMedia in settings), then makes a \
             backup when one is due. A phase that fails leaves its work queued for the next \
             run and the exit status is 1. With no database yet, runs the init chain first. Refused in demo mode, \
-            and on the free tier for a cloud (s3://) bucket; a local-folder bucket works on every tier.
+            and on the free tier for a cloud (s3://) bucket; a local-folder bucket works on every tier. \
+            One run at a time per home: another waits up to RTSYNC_LOCK_WAIT seconds (default 30), then exits 1. \
+            Leftovers of interrupted runs are removed first. Ctrl-C or SIGTERM stops at the next safe point, \
+            prints what is left and exits 130 or 143.
             """
         )
         @OptionGroup var options: HomeOptions

@@ -61,6 +61,13 @@ struct HomeLockEveryCommandTests {
 
 @Suite("home lock: CLI commands", .enabled(if: RTSyncBinary.url != nil, "the rtsync binary is not built"))
 struct HomeLockCLITests {
+    @Test func syncHelp_namesTheLockWaitVariable_andTheSignalExitStatuses() throws {
+        let r = try RTSyncBinary.run(["sync", "--help"])
+        #expect(r.status == 0)
+        #expect(r.stdout.contains("RTSYNC_LOCK_WAIT"), "\(r.stdout)")
+        #expect(r.stdout.contains("130") && r.stdout.contains("143"), "\(r.stdout)")
+    }
+
     @Test func everyHomeWritingCommand_onALockedHome_exitsOneNamingTheOtherPid_andChangesNothing() async throws {
         let dir = try TemporaryDirectory()
         let root = dir.file("home")
