@@ -14,6 +14,7 @@ import Darwin
 /// An operation that takes the lock with `withLock` may call other locking operations (sync runs a compaction and
 /// a backup): inside its scope the same task reuses the held lock instead of waiting for itself. Other tasks of the
 /// same process wait like other processes do (flock belongs to the open file description, not to the process).
+/// Child tasks and `Task {}` started inside the scope inherit it (a task-local value): do not let them outlive it.
 public final class HomeLock: @unchecked Sendable {
     private let descriptor: Int32
     /// The lock file.

@@ -44,6 +44,26 @@ struct HomeLockEveryCommandTests {
         #expect(report.backup != nil, "the backup ran inside the locked sync: \(report.phases)")
     }
 
+    @Test func lockingOperationInsideAScope_reusesTheLock_whileAnotherTaskOfTheSameProcessWaitsAndGivesUp() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try await hsDevice(dir)
+        var manager = BackupManager(home: a.home)
+        manager.lockWait = 0
+        let probe = manager
+
+        let made = try await HomeLock.withLock(a.home, wait: 0) {
+            // Another task does not inherit the scope: flock is per open file description, so it is refused.
+            let other = await Task.detached { () -> LifecycleError? in
+                do { _ = try probe.create(); return nil } catch let e as LifecycleError { return e } catch { return nil }
+            }.value
+            #expect(other == .homeBusy(path: HomeLock.lockFile(a.home), pid: getpid()))
+            return try manager.create()
+        }
+
+        #expect(made.verified)
+        #expect(manager.list().map(\.id) == [made.id], "only the backup made inside the scope")
+    }
+
     @Test func backupOfAHome_whileAnotherRunHoldsItsLock_isRefusedWithHomeBusy_andWritesNothing() async throws {
         let dir = try TemporaryDirectory()
         let a = try await hsDevice(dir)
