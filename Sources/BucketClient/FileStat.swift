@@ -14,6 +14,12 @@ struct FileStat: Sendable, Hashable {
     var mtimeNanoseconds: Int64
     var isRegularFile: Bool
     var isDirectory: Bool
+    /// Device and inode: the file's identity, whatever name reached it.
+    var device: UInt64 = 0
+    var inode: UInt64 = 0
+
+    /// Whether both were read from the same file (a filesystem that normalizes names opens one file for two names).
+    func isSameFile(as other: FileStat) -> Bool { device == other.device && inode == other.inode }
 
     var modificationDate: Date {
         Date(timeIntervalSince1970: Double(mtimeNanoseconds) / 1_000_000_000)
@@ -31,7 +37,8 @@ struct FileStat: Sendable, Hashable {
         #endif
         let type = st.st_mode & S_IFMT
         return FileStat(size: Int64(st.st_size), mtimeNanoseconds: ns,
-                        isRegularFile: type == S_IFREG, isDirectory: type == S_IFDIR)
+                        isRegularFile: type == S_IFREG, isDirectory: type == S_IFDIR,
+                        device: UInt64(truncatingIfNeeded: st.st_dev), inode: UInt64(truncatingIfNeeded: st.st_ino))
     }
 }
 

@@ -24,13 +24,57 @@ public struct MediaManifest: Codable, Sendable, Equatable {
         }
     }
 
-    /// Format version.
-    public var version: Int = 1
-    /// Entries by path relative to the documents folder (`recordings/2024/a.m4a`).
-    public var files: [String: Entry] = [:]
+    /// Format version: 2 stores entries as a list (`entries`), 1 stored them as an object keyed by path (`files`).
+    public var version: Int = 2
+    /// Entries by path relative to the documents folder (`recordings/2024/a.m4a`), compared byte for byte, so
+    /// names that differ only in Unicode normalization (NFC and NFD) are separate entries.
+    public var files: [ExactPath: Entry] = [:]
 
     /// An empty manifest.
     public init() {}
+
+    /// The entry of `path` (compared byte for byte).
+    public subscript(path: String) -> Entry? {
+        get { files[ExactPath(path)] }
+        set { files[ExactPath(path)] = newValue }
+    }
+
+    private enum CodingKeys: String, CodingKey { case version, entries, files }
+
+    /// One entry of the version 2 list.
+    private struct ListedEntry: Codable {
+        var path: String
+        var size: Int64
+        var mtimeNanoseconds: Int64
+        var sha256: String
+        var etag: String
+    }
+
+    /// Reads version 2 (`entries`, a list: JSON objects keyed by path would merge NFC and NFD names, as Foundation's
+    /// JSON coders keep object keys in Swift dictionaries) and version 1 (`files`).
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        version = try container.decodeIfPresent(Int.self, forKey: .version) ?? 1
+        if let list = try container.decodeIfPresent([ListedEntry].self, forKey: .entries) {
+            for item in list {
+                files[ExactPath(item.path)] = Entry(size: item.size, mtimeNanoseconds: item.mtimeNanoseconds, sha256: item.sha256, etag: item.etag)
+            }
+        } else if let old = try container.decodeIfPresent([String: Entry].self, forKey: .files) {
+            for (path, entry) in old { files[ExactPath(path)] = entry }
+        }
+        version = 2
+    }
+
+    /// Writes version 2, entries in UTF-8 byte order of their paths.
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(2, forKey: .version)
+        let list = files.sorted { $0.key < $1.key }.map {
+            ListedEntry(path: $0.key.string, size: $0.value.size, mtimeNanoseconds: $0.value.mtimeNanoseconds,
+                        sha256: $0.value.sha256, etag: $0.value.etag)
+        }
+        try container.encode(list, forKey: .entries)
+    }
 
     /// Loads a manifest; a missing file gives an empty one.
     /// - Throws: ``BucketError/localIO(path:description:)`` when the file exists but cannot be read or parsed.

@@ -53,12 +53,13 @@ public struct MediaSync: Sendable {
         var report = MediaSyncReport(direction: options.direction, dryRun: options.dryRun)
         var manifest = try MediaManifest.load(from: manifestURL)
         var actions: [Action] = []
-        var remoteByPath: [String: ObjectInfo] = [:]
+        var remoteByPath: [ExactPath: ObjectInfo] = [:]
 
         // Remote side: one listing of every wanted kind folder together (one LIST per 1,000 objects when
         // nothing lies between them; see ObjectStore.listFolders).
         let kinds = MediaKind.allCases.filter { options.kinds.contains($0) }
-        var remoteByKind: [MediaKind: [String: ObjectInfo]] = [:]
+        // Keyed by bytes: names that differ only in Unicode normalization are different objects.
+        var remoteByKind: [MediaKind: [ExactPath: ObjectInfo]] = [:]
         for object in try await store.listFolders(kinds.map(folder(of:))) {
             guard let kind = kinds.first(where: { FolderSet.key(object.key, isIn: folder(of: $0)) }) else { continue }
             // Cut the folder off by bytes (it ends in "/", so the rest is valid UTF-8).
@@ -70,23 +71,43 @@ public struct MediaSync: Sendable {
                 continue
             }
             let path = "\(kind.rawValue)/\(relative)"
-            if options.accepts(path) { remoteByKind[kind, default: [:]][path] = object }
+            if options.accepts(path) { remoteByKind[kind, default: [:]][ExactPath(path)] = object }
         }
 
         for kind in kinds {
             let remote = remoteByKind[kind] ?? [:]
             // Local side: one stat per file, no reading.
-            var local: [String: LocalFile] = [:]
+            var local: [ExactPath: LocalFile] = [:]
             let kindFolder = documents.appendingPathComponent(kind.rawValue, isDirectory: true)
             if FileStat.of(kindFolder.path) != nil {
                 walk(kindFolder, relative: kind.rawValue, issues: &report.errors) { path, file in
-                    if options.accepts(path) { local[path] = file }
+                    if options.accepts(path) { local[ExactPath(path)] = file }
                 }
             }
-            let knownPaths = manifest.files.keys.filter { $0.hasPrefix(kind.rawValue + "/") && options.accepts($0) }
+            let knownPaths = manifest.files.keys.filter { $0.string.hasPrefix(kind.rawValue + "/") && options.accepts($0.string) }
+            // Local names by canonical equivalence (String's own equality). On a filesystem that keeps names as
+            // given (ext4, APFS as Linux and iOS use it) NFC and NFD names are two files and are synced as two.
+            // On one that normalizes (HFS+, APFS on macOS) they are one file: a local name whose bytes differ from
+            // the only remote name it is equivalent to is that object (a name the filesystem rewrote), and a second
+            // remote twin is not downloaded, since it would overwrite the first.
+            var localByText: [String: ExactPath] = [:]
+            for path in local.keys { localByText[path.string] = path }
+            for path in remote.keys.sorted() where local[path] == nil {
+                guard let twin = localByText[path.string], remote[twin] == nil, let file = local[twin],
+                      let opened = FileStat.of(localURL(path.string).path), opened.isSameFile(as: file.stat) else { continue }
+                local[path] = file
+                local[twin] = nil
+                localByText[path.string] = path
+            }
             let paths = Set(remote.keys).union(local.keys).union(knownPaths)
             for path in paths.sorted() {
-                plan(path: path, local: local[path], remote: remote[path], known: manifest.files[path],
+                if local[path] == nil, remote[path] != nil, let twin = localByText[path.string], twin != path,
+                   FileStat.of(localURL(path.string).path) != nil {
+                    // Not listed under these bytes, yet the name opens a file: the filesystem took it for its twin.
+                    report.errors.append(.init(path: path.string, reason: "differs from \(twin.string.debugDescription) only in Unicode normalization, and this filesystem keeps one file for both; not downloaded, so neither is overwritten (rename one of them in the bucket)"))
+                    continue
+                }
+                plan(path: path.string, local: local[path], remote: remote[path], known: manifest.files[path],
                      options: options, actions: &actions, report: &report, manifest: &manifest)
             }
             remoteByPath.merge(remote) { a, _ in a }
@@ -143,7 +164,7 @@ public struct MediaSync: Sendable {
                    let md5 = try? Self.md5Hex(of: l.url), md5 == r.etag {
                     // Same bytes on both sides: adopt without transferring.
                     if let sha = try? LocalFiles.sha256Hex(of: l.url) {
-                        manifest.files[path] = .init(size: l.stat.size, mtimeNanoseconds: l.stat.mtimeNanoseconds, sha256: sha, etag: r.etag)
+                        manifest[path] = .init(size: l.stat.size, mtimeNanoseconds: l.stat.mtimeNanoseconds, sha256: sha, etag: r.etag)
                         report.unchanged += 1
                         return
                     }
@@ -176,7 +197,7 @@ public struct MediaSync: Sendable {
                 actions.append(.download(path: path, remote: r))
             }
         case (nil, nil):
-            manifest.files[path] = nil
+            manifest[path] = nil
         }
     }
 
@@ -201,14 +222,14 @@ public struct MediaSync: Sendable {
         func uploaded(_ path: String, entry: MediaManifest.Entry) {
             report.uploaded.append(path)
             report.bytesUploaded += entry.size
-            manifest.files[path] = entry
+            manifest[path] = entry
             step()
         }
 
         func downloaded(_ path: String, entry: MediaManifest.Entry) {
             report.downloaded.append(path)
             report.bytesDownloaded += entry.size
-            manifest.files[path] = entry
+            manifest[path] = entry
             step()
         }
 
@@ -237,7 +258,7 @@ public struct MediaSync: Sendable {
             case .upload, .download: transfers.append(action)
             case .deleteLocal, .deleteRemote: deletions.append(action)
             case .touch(let path, let stat):
-                manifest.files[path]?.mtimeNanoseconds = stat.mtimeNanoseconds
+                manifest[path]?.mtimeNanoseconds = stat.mtimeNanoseconds
                 report.unchanged += 1
             }
         }
@@ -273,11 +294,11 @@ public struct MediaSync: Sendable {
                         throw BucketError.localIO(path: url.path, description: LocalFiles.errnoText())
                     }
                     report.deletedLocal.append(path)
-                    manifest.files[path] = nil
+                    manifest[path] = nil
                 case .deleteRemote(let path):
                     try await store.delete(key: remoteKey(path))
                     report.deletedRemote.append(path)
-                    manifest.files[path] = nil
+                    manifest[path] = nil
                 default:
                     break
                 }

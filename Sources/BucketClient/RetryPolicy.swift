@@ -36,11 +36,15 @@ public struct RetryPolicy: Sendable, Hashable {
     }
 
     /// Whether a transport error is worth retrying.
+    ///
+    /// Includes `.unknown`: on Linux, URLSession reports libcurl's transfer failures that have no closer code
+    /// that way, among them a body cut short ("transfer closed with N bytes remaining to read"), which must be
+    /// retried like a reset.
     public static func isRetryable(_ error: Error) -> Bool {
         guard let urlError = error as? URLError else { return false }
         switch urlError.code {
         case .timedOut, .networkConnectionLost, .cannotConnectToHost, .notConnectedToInternet,
-             .cannotFindHost, .dnsLookupFailed, .resourceUnavailable, .badServerResponse:
+             .cannotFindHost, .dnsLookupFailed, .resourceUnavailable, .badServerResponse, .unknown:
             return true
         default:
             return false

@@ -29,8 +29,12 @@ public struct S3Configuration: Sendable {
     public var endpoint: URL
     /// Path-style or virtual-hosted requests.
     public var addressingStyle: AddressingStyle
-    /// Credentials; nil sends unsigned (anonymous) requests.
+    /// Credentials; with nil, requests fail with ``BucketError/missingCredentials(variable:)`` before anything is
+    /// sent, unless ``allowsAnonymous`` is set.
     public var credentials: AWSCredentials?
+    /// Sends unsigned (anonymous) requests when ``credentials`` is nil, for public buckets
+    /// (`RTSYNC_S3_ANONYMOUS=1`); off by default so missing credentials are never silently ignored.
+    public var allowsAnonymous = false
     /// Files larger than this are uploaded in parts.
     public var multipartThreshold: Int = 16 << 20
     /// Size of one upload part (S3's minimum is 5 MiB, except the last part).
@@ -59,6 +63,9 @@ public struct S3Configuration: Sendable {
     public var timeout: TimeInterval = 60
     /// Folder for multipart resume state files; nil puts them beside the uploaded file.
     public var stateDirectory: URL?
+    /// Receives warnings that do not stop an operation (a listed key that cannot be used, skipped); nil writes
+    /// them to standard error as `warning: ...` lines.
+    public var warningHandler: (@Sendable (String) -> Void)?
     /// Test hook: stop a multipart upload with an error after this many parts (simulates a crash).
     var stopAfterPartsForTesting: Int?
 
@@ -77,17 +84,23 @@ public struct S3Configuration: Sendable {
         self.credentials = credentials
     }
 
-    /// Builds a configuration from AWS environment variables: `AWS_REGION` (or `AWS_DEFAULT_REGION`),
-    /// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, the `AWS_*` credentials, and
+    /// Builds a configuration from AWS environment variables and shared files: `AWS_REGION` (or
+    /// `AWS_DEFAULT_REGION`, else the profile's `region`), `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (else the
+    /// profile's `endpoint_url`), credentials from ``AWSCredentialChain`` (environment, `~/.aws/credentials` and
+    /// `~/.aws/config` with `AWS_PROFILE`, `credential_process`), `RTSYNC_S3_ANONYMOUS=1` (unsigned requests
+    /// when there are no credentials), and
     /// `RTSYNC_S3_ADDRESSING_STYLE` (`path` or `virtual`), `RTSYNC_S3_TRANSPORT` (`urlsession` sends every
     /// request through URLSession, turning off the direct libcurl path for uploads on Linux) and
     /// `RTSYNC_S3_PART_CHECKSUM` (`crc32`, the default, or `none` for servers that reject S3's additional checksums).
     public static func fromEnvironment(bucket: String, prefix: String = "",
                                        environment: [String: String] = ProcessInfo.processInfo.environment) throws -> S3Configuration {
+        let chain = try AWSCredentialChain(environment: environment).resolve()
         let region = environment["AWS_REGION"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? environment["AWS_DEFAULT_REGION"].flatMap { $0.isEmpty ? nil : $0 } ?? "us-east-1"
+            ?? environment["AWS_DEFAULT_REGION"].flatMap { $0.isEmpty ? nil : $0 } ?? chain.region ?? "us-east-1"
         var endpoint: URL? = nil
-        if let text = environment["AWS_ENDPOINT_URL_S3"] ?? environment["AWS_ENDPOINT_URL"], !text.isEmpty {
+        let endpointText = [environment["AWS_ENDPOINT_URL_S3"], environment["AWS_ENDPOINT_URL"], chain.endpointURL]
+            .compactMap { $0 }.first { !$0.isEmpty }
+        if let text = endpointText {
             guard let url = URL(string: text), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil else {
                 throw BucketError.unsupportedURL(url: text, reason: "AWS_ENDPOINT_URL must be an http(s) URL")
             }
@@ -100,7 +113,8 @@ public struct S3Configuration: Sendable {
         default: break
         }
         var configuration = S3Configuration(bucket: bucket, prefix: prefix, region: region, endpoint: endpoint,
-                                            addressingStyle: style, credentials: AWSCredentials.fromEnvironment(environment))
+                                            addressingStyle: style, credentials: chain.credentials)
+        configuration.allowsAnonymous = ["1", "true", "yes"].contains(environment["RTSYNC_S3_ANONYMOUS"]?.lowercased() ?? "")
         switch environment["RTSYNC_S3_TRANSPORT"]?.lowercased() {
         case nil, "", "auto", "curl": break
         case "urlsession": configuration.directTransportMinimumBody = nil

@@ -298,7 +298,7 @@ extension S3Store {
             let checksumAlgorithm: String? = configuration.partChecksum == .crc32 ? "CRC32" : nil
             if let checksumAlgorithm { request.headers["x-amz-checksum-algorithm"] = checksumAlgorithm }
             let response = try await send(request)
-            let xml = try parseXML(response, expecting: "InitiateMultipartUploadResult", request: request)
+            let xml = try parseXML(response, result: "InitiateMultipartUploadResult", fields: ["UploadId"], request: request)
             guard let uploadId = xml.string("UploadId"), !uploadId.isEmpty else {
                 throw BucketError.invalidResponse(request: describe(request), reason: "no UploadId")
             }
@@ -395,20 +395,34 @@ extension S3Store {
         request.headers["content-type"] = "application/xml"
         request.preferDirect = true  // the server may take seconds to assemble the parts
         let response: Response
+        let completeStarted = Date()
         do {
             response = try await send(request)
         } catch BucketError.notFound {
-            // A retried Complete whose first attempt succeeded finds the upload gone: accept the object if it is there.
+            // A retried Complete whose first attempt succeeded finds the upload gone: accept the object if it is
+            // there and is this upload's (a multipart ETag of as many parts, or written since this Complete began;
+            // some servers, rclone serve s3, give an assembled object a plain MD5 ETag).
             let info = try await head(key: key)
-            guard info.size == st.size, info.etag.hasSuffix("-\(partCount)") else { throw BucketError.notFound(key: key) }
+            let recent = (info.lastModified ?? .distantPast) >= completeStarted.addingTimeInterval(-Self.clockSkewAllowance)
+            guard info.size == st.size, info.etag.hasSuffix("-\(partCount)") || recent else { throw BucketError.notFound(key: key) }
             await stateFile.remove()
             return (info, sha256)
         }
         // S3 may answer 200 with an <Error> body: parseXML turns that into an error.
-        let xml = try parseXML(response, expecting: ["CompleteMultipartUploadResult", "CompleteMultipartUploadResponse"], request: request)
+        let xml = try parseXML(response, result: "CompleteMultipartUploadResult", fields: ["ETag", "Key", "Location"], request: request)
         await stateFile.remove()
-        return (ObjectInfo(key: key, size: st.size, etag: Self.unquote(xml.string("ETag")), lastModified: Date()), sha256)
+        let completedETag = Self.unquote(xml.string("ETag"))
+        // The ETag that HEAD and listings will report can differ from Complete's (rclone serve s3 answers
+        // "<md5 of part md5s>-N", then lists the MD5 of the whole object). Record the one listings show, so the
+        // next sync does not take the object for changed; keep Complete's when HEAD cannot confirm the upload.
+        if let listed = try? await head(key: key), listed.size == st.size, !listed.etag.isEmpty {
+            return (ObjectInfo(key: key, size: st.size, etag: listed.etag, lastModified: listed.lastModified ?? Date()), sha256)
+        }
+        return (ObjectInfo(key: key, size: st.size, etag: completedETag, lastModified: Date()), sha256)
     }
+
+    /// How far a server's clock may be behind ours when judging whether an object was written by this upload.
+    static let clockSkewAllowance: TimeInterval = 300
 
     /// ListParts, all pages: part number -> (ETag, size).
     func listParts(key: String, uploadId: String) async throws -> [Int: (etag: String, size: Int64)] {
@@ -419,7 +433,7 @@ extension S3Store {
             request.query = ["uploadId": uploadId]
             if let marker { request.query["part-number-marker"] = marker }
             let response = try await send(request)
-            let xml = try parseXML(response, expecting: ["ListPartsResult", "ListPartsResponse"], request: request)
+            let xml = try parseXML(response, result: "ListPartsResult", fields: ["Part", "IsTruncated", "UploadId"], request: request)
             for part in xml.all("Part") {
                 guard let number = part.string("PartNumber").flatMap({ Int($0) }),
                       let size = part.string("Size").flatMap({ Int64($0) }) else { continue }

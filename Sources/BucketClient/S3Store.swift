@@ -94,6 +94,10 @@ public struct S3Store: ObjectStore {
             // HTTP clients (libcurl, URLSession) collapse dot segments, so such a key would address another object.
             throw BucketError.unsafeKey(key: key, reason: "'.' or '..' path segment")
         }
+        if configuration.credentials == nil && !configuration.allowsAnonymous {
+            // An unsigned request would fail later with a confusing 403 or 500: say what is missing instead.
+            throw BucketError.missingCredentials(variable: "AWS_ACCESS_KEY_ID")
+        }
         let (scheme, host, path) = location(key: request.key)
         let query = SigV4Signer.canonicalQuery(request.query)
         let urlText = "\(scheme)://\(host)\(path)\(query.isEmpty ? "" : "?" + query)"
@@ -142,6 +146,12 @@ public struct S3Store: ObjectStore {
                     }
                     throw BucketError.truncated(key: request.key ?? describe(request), expected: Int64(length), received: Int64(data.count))
                 }
+                if let wanted = request.headers["if-match"], (200..<300).contains(http.statusCode),
+                   let got = http.value(forHTTPHeaderField: "ETag"), !got.isEmpty, Self.unquote(got) != Self.unquote(wanted) {
+                    // Some servers ignore If-Match (rclone serve s3): check it here, so bytes of a changed object
+                    // are never mixed into a resumed or concurrent download.
+                    throw BucketError.preconditionFailed(key: request.key ?? describe(request))
+                }
                 let result = Response(status: http.statusCode, headers: http, body: data)
                 if (200..<300).contains(http.statusCode) || acceptStatuses.contains(http.statusCode) { return result }
                 throw mapError(result, request: request)
@@ -174,7 +184,7 @@ public struct S3Store: ObjectStore {
         case 403:
             let hint: String
             if configuration.credentials == nil {
-                hint = "no credentials were set: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                hint = "the request was sent unsigned (RTSYNC_S3_ANONYMOUS): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials"
             } else if code == "SignatureDoesNotMatch" {
                 hint = "the secret access key does not match the access key id \(configuration.credentials!.accessKeyId), or the clock or region (\(configuration.region)) is wrong"
             } else if code == "InvalidAccessKeyId" {
@@ -191,13 +201,11 @@ public struct S3Store: ObjectStore {
         }
     }
 
-    func parseXML(_ response: Response, expecting root: String, request: Request) throws -> XMLElementNode {
-        try parseXML(response, expecting: [root], request: request)
-    }
-
-    /// Parses an XML body whose root must be one of `roots` (moto names some roots differently from AWS).
-    func parseXML(_ response: Response, expecting roots: [String], request: Request) throws -> XMLElementNode {
-        let root = roots[0]
+    /// Parses an XML answer and returns the element holding its fields, whatever the root is named.
+    ///
+    /// `result` names the element AWS documents (for messages only); `fields` are the children of which at least
+    /// one must be present. An `<Error>` body (S3 may send one with 200) is thrown as ``BucketError/httpError``.
+    func parseXML(_ response: Response, result: String, fields: [String], request: Request) throws -> XMLElementNode {
         guard let xml = XMLElementNode.parse(response.body) else {
             throw BucketError.invalidResponse(request: describe(request), reason: "body is not well-formed XML")
         }
@@ -205,10 +213,11 @@ public struct S3Store: ObjectStore {
             throw BucketError.httpError(request: describe(request), status: response.status,
                                         code: xml.string("Code"), message: xml.string("Message"))
         }
-        guard roots.contains(xml.name) else {
-            throw BucketError.invalidResponse(request: describe(request), reason: "expected <\(root)>, got <\(xml.name)>")
+        guard let holder = xml.holder(ofAny: fields) else {
+            throw BucketError.invalidResponse(request: describe(request),
+                                              reason: "expected <\(result)> with \(fields.joined(separator: " or ")), got <\(xml.name)> without them")
         }
-        return xml
+        return holder
     }
 
     static func unquote(_ etag: String?) -> String {
@@ -236,19 +245,38 @@ public struct S3Store: ObjectStore {
 
     // MARK: - ObjectStore
 
-    /// ListObjectsV2, one page (at most 1000 keys).
+    /// ListObjectsV2, one page (at most 1000 keys), with `encoding-type=url` so that keys XML cannot carry
+    /// (U+0001, a carriage return, which XML turns into a line feed) come back intact, as the AWS SDKs list.
+    ///
+    /// A key that still cannot be used (its escapes are not UTF-8, or a server that ignores `encoding-type` sent a
+    /// control character raw) is left out of the page and reported through ``S3Configuration/warningHandler``,
+    /// naming it; the rest of the listing goes on.
     public func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
         var request = Request(method: "GET", key: nil, operation: "ListObjectsV2")
-        request.query = ["list-type": "2", "prefix": fullKey(prefix)]
+        request.query = ["list-type": "2", "prefix": fullKey(prefix), "encoding-type": "url"]
         if let maxKeys { request.query["max-keys"] = String(maxKeys) }
         if let startAfter { request.query["start-after"] = fullKey(startAfter) }
         if let continuationToken { request.query["continuation-token"] = continuationToken }
-        let response = try await send(request)
-        let xml = try parseXML(response, expecting: "ListBucketResult", request: request)
+        var response = try await send(request)
+        // XML 1.0 cannot hold most C0 control characters even escaped: a server that ignores encoding-type (or
+        // echoes StartAfter raw, as moto does) sends a body no XML parser takes. Replace those bytes and skip the
+        // keys that held one, so one odd key does not stop the whole listing.
+        let sanitized = Self.replacingXMLForbiddenBytes(response.body)
+        if let sanitized { response.body = sanitized }
+        let xml = try parseXML(response, result: "ListBucketResult", fields: ["IsTruncated", "Contents", "KeyCount"], request: request)
+        let urlEncoded = xml.string("EncodingType")?.lowercased() == "url"
         var objects: [ObjectInfo] = []
         for item in xml.all("Contents") {
-            guard let key = item.string("Key"), let sizeText = item.string("Size"), let size = Int64(sizeText) else {
+            guard let rawKey = item.string("Key"), let sizeText = item.string("Size"), let size = Int64(sizeText) else {
                 throw BucketError.invalidResponse(request: describe(request), reason: "a <Contents> entry lacks Key or Size")
+            }
+            if sanitized != nil, rawKey.unicodeScalars.contains(Self.forbiddenByteStandIn) {
+                warn("skipped object \(rawKey.debugDescription) in \(displayName): the server sent a control character in its key without URL encoding; rename or delete it with a tool that lists with encoding-type=url")
+                continue
+            }
+            guard let key = urlEncoded ? Self.urlDecoded(rawKey) : rawKey else {
+                warn("skipped object \(rawKey.debugDescription) in \(displayName): its URL-encoded key is not valid UTF-8 once decoded; rename or delete it with another S3 tool")
+                continue
             }
             guard key.hasPrefix(configuration.prefix) else { continue }
             objects.append(ObjectInfo(key: String(key.dropFirst(configuration.prefix.count)), size: size,
@@ -261,6 +289,64 @@ public struct S3Store: ObjectStore {
             throw BucketError.invalidResponse(request: describe(request), reason: "truncated listing without NextContinuationToken")
         }
         return ObjectPage(objects: objects, nextContinuationToken: truncated ? token : nil)
+    }
+
+    /// Reports something the user should know that did not stop the operation.
+    func warn(_ message: String) {
+        if let handler = configuration.warningHandler {
+            handler(message)
+        } else {
+            FileHandle.standardError.write(Data("warning: \(message)\n".utf8))
+        }
+    }
+
+    /// What stands in for a byte XML 1.0 forbids (U+FFFD), in a listing body that had one.
+    static let forbiddenByteStandIn: Unicode.Scalar = "\u{FFFD}"
+
+    /// `body` with each C0 control byte XML 1.0 forbids (all but tab, LF and CR) replaced by U+FFFD; nil when it has none.
+    static func replacingXMLForbiddenBytes(_ body: Data) -> Data? {
+        func forbidden(_ b: UInt8) -> Bool { b < 0x20 && b != 0x09 && b != 0x0A && b != 0x0D }
+        guard body.contains(where: forbidden) else { return nil }
+        var out = Data()
+        out.reserveCapacity(body.count + 16)
+        for b in body {
+            if forbidden(b) { out.append(contentsOf: [0xEF, 0xBF, 0xBD]) } else { out.append(b) }
+        }
+        return out
+    }
+
+    /// Decodes a value of an `encoding-type=url` listing (`%XX` escapes, `+` for a space, as botocore's
+    /// `unquote_plus`); nil when an escape is malformed or the bytes are not UTF-8.
+    static func urlDecoded(_ text: String) -> String? {
+        func hex(_ b: UInt8) -> UInt8? {
+            switch b {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): return b - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): return b - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): return b - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+        }
+        let input = Array(text.utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(input.count)
+        var i = 0
+        while i < input.count {
+            switch input[i] {
+            case UInt8(ascii: "%"):
+                guard i + 2 < input.count, let high = hex(input[i + 1]), let low = hex(input[i + 2]) else { return nil }
+                bytes.append(high << 4 | low)
+                i += 3
+            case UInt8(ascii: "+"):
+                bytes.append(UInt8(ascii: " "))
+                i += 1
+            case let b:
+                bytes.append(b)
+                i += 1
+            }
+        }
+        // Not String(validating:as:): it needs macOS 15 / iOS 18. Invalid UTF-8 does not survive the round trip.
+        let text = String(decoding: bytes, as: UTF8.self)
+        return text.utf8.elementsEqual(bytes) ? text : nil
     }
 
     /// GetObject, optionally ranged and conditional on the ETag.

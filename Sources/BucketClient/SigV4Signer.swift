@@ -154,7 +154,10 @@ public struct SigV4Signer: Sendable {
         return Hashing.hex(Hashing.hmac(key: key, stringToSign))
     }
 
-    private static func trimHeaderValue(_ value: String) -> String {
-        value.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
+    /// SigV4's `Trimall`: leading and trailing whitespace removed, each run of spaces, tabs or line breaks made one
+    /// space, as the AWS SDKs do (botocore: `' '.join(value.split())`).
+    static func trimHeaderValue(_ value: String) -> String {
+        value.unicodeScalars.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\u{0B}" || $0 == "\u{0C}" })
+            .map { String(String.UnicodeScalarView($0)) }.joined(separator: " ")
     }
 }

@@ -13,6 +13,18 @@ struct XMLElementNode: Sendable {
     func all(_ name: String) -> [XMLElementNode] { children.filter { $0.name == name } }
     func string(_ name: String) -> String? { child(name)?.text }
 
+    /// This element when one of `names` is among its children, else the first descendant (depth first) that has one.
+    ///
+    /// S3 servers disagree on root names (`InitiateMultipartUpload` for `InitiateMultipartUploadResult`, a
+    /// `...Response` wrapping a `...Result`); like the AWS SDKs, callers look for the fields, not the root.
+    func holder(ofAny names: [String]) -> XMLElementNode? {
+        if children.contains(where: { names.contains($0.name) }) { return self }
+        for child in children {
+            if let found = child.holder(ofAny: names) { return found }
+        }
+        return nil
+    }
+
     /// Parses `data`; nil when it is not well-formed XML.
     static func parse(_ data: Data) -> XMLElementNode? {
         let parser = XMLParser(data: data)

@@ -1,5 +1,6 @@
 import CClone
 import DiffFormat
+import Crypto
 import Foundation
 import RTSQLite
 
@@ -447,11 +448,15 @@ public struct BackupManager: Sendable {
 
     /// Restores a backup (default: last-known-good) over the database, in place through SQLite (one
     /// transaction, so never half-written). The replaced content is kept beside it as `<name>.replaced-<KSUID>`.
+    /// Changes the backup holds that were not exported when it was made are first exported into `outbox` (default:
+    /// the `outbox` folder beside the database) as the device they were made on, with the clocks of when they were
+    /// made, so later edits made elsewhere still win over them; then the database rejoins as a new site and its next
+    /// sync catches up from the bucket (see SyncDatabase+Restore).
     /// - Returns: the backup restored and where the replaced database went.
     /// - Throws: `LifecycleError.backupCorrupt` naming the next good backup when the chosen one is damaged.
     @discardableResult
-    public func restore(id: String? = nil) throws -> (backup: BackupInfo, replacedAt: URL?) {
-        if let home, !HomeLock.isHeld(home) { return try HomeLock.withLock(home, wait: lockWait) { try restore(id: id) } }
+    public func restore(id: String? = nil, outbox: URL? = nil, signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> (backup: BackupInfo, replacedAt: URL?) {
+        if let home, !HomeLock.isHeld(home) { return try HomeLock.withLock(home, wait: lockWait) { try restore(id: id, outbox: outbox, signingKey: signingKey) } }
         let m = loadManifest()
         guard let chosenID = id ?? m.lastKnownGood else { throw LifecycleError.noGoodBackup }
         guard m.backups.contains(where: { $0.id == chosenID }) else { throw LifecycleError.backupNotFound(id: chosenID) }
@@ -460,10 +465,30 @@ public struct BackupManager: Sendable {
             let next = loadManifest().backups.filter { $0.verified && $0.id != chosenID }.max { $0.id < $1.id }
             throw LifecycleError.backupCorrupt(id: chosenID, reason: Self.verificationProblem(folder.appendingPathComponent(checked.file), immutable: true) ?? "failed quick_check", nextGood: next?.id)
         }
-        let replaced = try Self.restoreInPlace(folder.appendingPathComponent(checked.file), into: database)
-        // A restored copy is a copy: it must not reuse the site id (and sequence numbers) it had.
-        let restored = try SyncDatabase(path: database.path)
-        if restored.isTracked { try restored.regenerateSiteID() }
+        // A restored copy is a copy: it must not reuse the site id (and sequence numbers) it had, and it must catch
+        // up on what compaction pruned since. The new site id is given to a private copy of the backup, which is
+        // then restored: the database has either its old content or the restored one with its new identity,
+        // whenever the run is killed.
+        let source = folder.appendingPathComponent(checked.file)
+        let prepared = database.deletingLastPathComponent().appendingPathComponent(".rtsync-restore-\(KSUID.generate().string).sqlite")
+        defer { for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: prepared.path + suffix) } }
+        try Self.copyFile(source, to: prepared)
+        do {
+            let prepDB = try SyncDatabase(path: prepared.path)
+            if prepDB.isTracked, try prepDB.pendingChangeCount() > 0 {
+                // Written before the restore commits: if the run stops before that, the next sync finds a diff the
+                // database does not record as its own and removes it, as for any export that did not commit.
+                _ = try prepDB.exportChanges(to: outbox ?? database.deletingLastPathComponent().appendingPathComponent("outbox"), signingKey: signingKey)
+            }
+        }
+        do {
+            let copy = try Connection(path: prepared.path)
+            if try copy.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_site'") != nil {
+                try copy.transaction { _ = try SyncDatabase.retireSite(copy, afterRestore: true) }
+            }
+            try copy.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        let replaced = try Self.restoreInPlace(prepared, into: database)
         return (checked, replaced)
     }
 

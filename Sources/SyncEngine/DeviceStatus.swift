@@ -37,6 +37,10 @@ public struct DeviceStatus: Sendable, Codable {
     public var unresolvedConflicts: Int
     /// Diffs known to be missing: site id -> missing sequence numbers.
     public var gaps: [String: [Int64]]
+    /// Restored from a backup and not yet caught up from the bucket (the next sync does it): it may be behind.
+    public var catchUpPending: Bool = false
+    /// Site ids this database used before a restore.
+    public var retiredSites: [String] = []
 
     /// Gathers the status of a home folder.
     public static func gather(home: RTSyncHome) throws -> DeviceStatus {
@@ -62,6 +66,9 @@ public struct DeviceStatus: Sendable, Codable {
                 status.lastExport = try db.query("SELECT last_export FROM rtsync_site").first?.first?.string
                 status.unresolvedConflicts = try db.conflicts(includeRestored: false).count
                 status.gaps = try db.sequenceGaps()
+                let retired = try db.retiredSites()
+                status.retiredSites = retired.map(\.site)
+                status.catchUpPending = retired.contains { $0.catchUp }
             }
         }
         return status

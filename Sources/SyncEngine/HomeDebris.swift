@@ -10,7 +10,7 @@ import Darwin
 /// when no live run can own them. Sync calls it when it starts, holding the home's lock.
 ///
 /// - In the home: diff temp files in the outbox (`.<id>.sqlite.tmp`) and rtsync's hidden work files in support/
-///   (`.cursor*.json`, `.download-*.sqlite`, `.demo-*.sqlite`, `.primary.sqlite.incoming`). Every command that
+///   (`.cursor*.json`, `.download-*`, `.demo-*`, `.catch-up-*`, `.rtsync-restore-*` databases, `.primary.sqlite.incoming`). Every command that
 ///   writes them holds the home's lock, so under that lock they are debris.
 /// - In the backup folder: backup temp files, under the folder's own lock (every backup holds it while its temp
 ///   file exists); complete backups renamed into place but never listed are adopted (see `BackupManager.tidy()`).
@@ -59,7 +59,7 @@ public enum HomeDebris {
         if name == ".cursor.json" || name == ".\(database).incoming" { return true }
         // Downloads go through `<name>.partial`, so those count too.
         if name.hasPrefix(".cursor-") && name.contains(".json") { return true }
-        return (name.hasPrefix(".download-") || name.hasPrefix(".demo-")) && name.contains(".sqlite")
+        return [".download-", ".demo-", ".catch-up-", ".rtsync-restore-"].contains { name.hasPrefix($0) } && name.contains(".sqlite")
     }
 
     /// Whether an `rtsync-apply-*` folder may belong to a running apply: its pid (when named) is alive and it is

@@ -22,6 +22,8 @@ extension Merger {
         var action: String
         var columns: [String]
         var parentTable: String
+        /// The key's own ON DELETE when the merge carries out `action` in its place (RESTRICT, NO ACTION).
+        var declared: String? = nil
     }
 
     /// The children (and, through CASCADE, grandchildren) that deleting the row `values` of `parent` will change.
@@ -85,7 +87,8 @@ extension Merger {
         for a in actions {
             let tid = a.info.table.id
             let def = a.info.definition
-            let reason = "ON DELETE \(a.action): the referenced row of '\(a.parentTable)' was deleted on another device"
+            let reason = a.declared.map { "ON DELETE \($0): the referenced row of '\(a.parentTable)' was deleted on another device while this row referenced it here; the delete wins and the reference goes (\(a.action == "SET NULL" ? "set to NULL" : "row deleted, as its reference cannot be NULL"))" }
+                ?? "ON DELETE \(a.action): the referenced row of '\(a.parentTable)' was deleted on another device"
             if a.action == "SET NULL" {
                 let clocks = try a.columns.map { try columnClock(a.info, key: a.key, column: $0) }
                 let concurrent = decidedHere || clocks.contains { isConcurrent($0) }
@@ -134,6 +137,7 @@ extension Merger {
         var p = pending[RowKey(tid, key)] ?? PendingLocal()
         p.lastOp = op
         p.lastHLC = clock
+        if op == 1 { p.sawInsert = true; p.insertHLC = clock; p.columnHLC.removeAll() }
         if op == 2 { for i in SyncDatabase.changedPositions(mask) { p.columnHLC[i] = clock } }
         pending[RowKey(tid, key)] = p
     }

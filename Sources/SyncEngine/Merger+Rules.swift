@@ -251,7 +251,8 @@ extension Merger {
             let policy = info.table.policy
             ownerPosition = policy.policy == .ownerOnly ? remoteLower.firstIndex(of: (policy.ownerColumn ?? "owner_id").lowercased()) : nil
             fastInsert = (policy.policy != .ownerOnly || ownerPosition != nil) && fillers.isEmpty && unplaceable.isEmpty
-            hasDeleteActions = def.foreignKeys.contains { ["SET NULL", "CASCADE"].contains($0.onDelete.uppercased()) }
+            // Every foreign key: a reference to a parent deleted here is settled by the merge (Merger+Restrict).
+            hasDeleteActions = !def.foreignKeys.isEmpty
             let table = quoteIdentifier(def.name)
             whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
             selectSQL = "SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + table + " WHERE " + whereKey
@@ -557,7 +558,13 @@ extension Merger {
         try log(r, local, column: "", localValue: .null, remoteValue: .null, localClock: local.born, winner: "local", reason: reason)
     }
 
-    mutating func deleteRow(_ r: RowContext, _ local: LocalRow, logConcurrent: Bool) throws {
+    mutating func deleteRow(_ r: RowContext, _ local: LocalRow, logConcurrent: Bool, blockable: Bool = true) throws {
+        // A remote delete of a row that children still reference (ON DELETE RESTRICT / NO ACTION) waits for the
+        // end of the diff, which may delete those children too.
+        if logConcurrent && blockable, let values = local.values, try isReferenced(r.info, values: values) {
+            blockedDeletes.append((r, local))
+            return
+        }
         if logConcurrent, let values = local.values {
             for (i, c) in r.def.columnNames.enumerated() where isConcurrent(localClock(local, c)) && !r.def.primaryKeyColumns.contains(c) {
                 try log(r, local, column: c, localValue: values[i], remoteValue: .null, localClock: localClock(local, c), winner: "remote",
@@ -566,10 +573,13 @@ extension Merger {
         }
         // What the schema's ON DELETE actions will do to children here is merged like any change.
         var visited: Set<RowKey> = [RowKey(r.info.table.id, local.key)]
+        // Children that RESTRICT / NO ACTION would keep the row for lose their reference first (Merger+Restrict).
+        let dropped = try local.values.map { try dropReferences(to: r.info, values: $0, seen: &visited) } ?? []
         let actions = try local.values.map { try pendingDeleteActions(parent: r.info, values: $0, seen: &visited) } ?? []
         try cached(r.plan.deleteSQL).run(r.keyValues)
         // A delete this device decided (a UNIQUE collision's loser) was made by nobody else: all its actions are ours.
         try recordDeleteActions(actions, deleted: r.change.clock, decidedHere: !logConcurrent)
+        try recordDeleteActions(dropped, deleted: r.change.clock, decidedHere: true)
         try setRowMeta(r, local.key, born: max(r.change.born, local.born == Merger.unexported ? r.change.born : local.born), deleted: r.change.clock)
         try cached("DELETE FROM rtsync_clocks WHERE tid = ? AND pk = ?").run([.integer(r.info.table.id), .text(local.key)])
         try purgePending(r, local)
@@ -638,19 +648,19 @@ extension Merger {
         try captureDecision(tid: info.table.id, key: key, op: 3, mask: .null, after: decider)
     }
 
-    /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint.
+    /// The key of a local row (other than this one) holding the same values in a UNIQUE constraint or unique index
+    /// (partial and expression indexes, with their collations), and the index's columns or expressions.
     mutating func collidingRow(_ r: RowContext, newRow: [String: SQLValue]) throws -> ([SQLValue], [String])? {
         let keys = r.def.primaryKeyColumns
-        if uniqueColumns[r.table] == nil { uniqueColumns[r.table] = try SyncDatabase.uniqueIndexColumns(db, r.table) }
-        // UNIQUE constraints and unique indexes (CREATE UNIQUE INDEX, partial ones too) alike.
-        for u in uniqueColumns[r.table] ?? [] {
-            let vals = u.map { newRow[$0.lowercased()] ?? .null }
-            if vals.contains(.null) { continue }
-            let sql = "SELECT " + keys.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(r.table)
-                + " WHERE " + u.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
-                + " AND NOT (" + keys.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ") + ") LIMIT 1"
-            let rows = try db.rows(sql, vals + r.keyValues)
-            if let first = rows.first { return (first, u) }
+        if uniqueIndexes[r.table] == nil { uniqueIndexes[r.table] = try UniqueIndex.read(db, table: r.table) }
+        let columns = r.def.columnNames
+        let values = columns.map { newRow[$0.lowercased()] ?? .null }
+        for u in uniqueIndexes[r.table] ?? [] {
+            let s = try cached(u.collisionSQL(table: r.table, columns: columns, keys: keys))
+            try s.bind(values + r.keyValues)
+            let found = try s.step() ? s.row() : nil
+            s.reset()
+            if let found { return (found, u.label) }
         }
         return nil
     }
@@ -666,7 +676,7 @@ extension Merger {
     mutating func applyDeleteActionsForDeletedParents(_ r: RowContext, _ local: LocalRow, written: [String]) throws {
         let writtenSet = Set(written.map { $0.lowercased() })
         for fk in r.def.foreignKeys where !fk.columns.isEmpty {
-            let action = fk.onDelete.uppercased()
+            let action = Self.mergeAction(fk, r.def)
             guard action == "SET NULL" || action == "CASCADE",
                   fk.columns.contains(where: { writtenSet.contains($0.lowercased()) }),
                   let parent = tracked[fk.table] ?? tracked.values.first(where: { $0.table.name.lowercased() == fk.table.lowercased() }) else { continue }

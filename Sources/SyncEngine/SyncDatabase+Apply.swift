@@ -175,8 +175,12 @@ struct Merger {
     let clockLimit = (HLC.wallMilliseconds() + 86_400_000) << 16
     var readOnlyShares = Set<RowKey>()
     var plans: [String: TablePlan] = [:]
-    /// Columns of each table's UNIQUE constraints and unique indexes, read on first use.
-    var uniqueColumns: [String: [[String]]] = [:]
+    /// Each table's UNIQUE constraints and unique indexes, read on first use.
+    var uniqueIndexes: [String: [UniqueIndex]] = [:]
+    /// Foreign keys with ON DELETE RESTRICT or NO ACTION, by referenced table (lower-cased), read on first use.
+    var restrictingKeys: [String: [RestrictingKey]]?
+    /// Remote deletes of rows that children still referenced through such a key, decided once the diff is merged.
+    var blockedDeletes: [(RowContext, LocalRow)] = []
     /// Whether rows new to this device may be written in bulk (`insertNewRowsInBulk`).
     var bulkAllowed = true
     /// Rows written in bulk.
@@ -238,6 +242,7 @@ struct Merger {
         } else {
             try reader.forEachRow { row in try self.merge(row) }
         }
+        try finishBlockedDeletes()
         for info in try SyncDatabaseInternals.loadTracked(db).values {
             try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
         }

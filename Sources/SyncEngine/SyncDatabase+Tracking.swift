@@ -241,13 +241,20 @@ extension SyncDatabase {
         // fires no delete trigger for them on a connection without recursive_triggers (the sqlite3 shell, most
         // apps): record those deletes before the insert. When the insert then fails, ignores the row or turns into
         // an UPSERT's update, the row is still there, and export sends no delete for a row that exists.
-        let uniques = [keys] + (try uniqueIndexColumns(db, def.name))
-        let probes = uniques.map { cols in
+        let indexes = try UniqueIndex.read(db, table: def.name)
+        let uniques = [keys] + indexes.filter(\.isPlain).map(\.label)
+        var probes = uniques.map { cols in
             "(" + cols.map { "o.\(quoteIdentifier($0)) = NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ") + ")"
         }
         // The WHEN clause (one index lookup per key or unique index) keeps the common insert of a new row cheap.
-        let taken = uniques.map { cols in
+        var taken = uniques.map { cols in
             "EXISTS (SELECT 1 FROM \(t) WHERE " + cols.map { "\(quoteIdentifier($0)) = NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ") + ")"
+        }
+        // Partial, expression and collated indexes: the new row's entry is worked out from NEW's values.
+        let newRow = "(SELECT " + def.columnNames.map { "NEW.\(quoteIdentifier($0)) AS \(quoteIdentifier($0))" }.joined(separator: ", ") + ")"
+        for index in indexes where !index.isPlain {
+            probes.append(index.sameEntry(as: newRow))
+            taken.append("EXISTS (SELECT 1 FROM \(t) WHERE \(index.sameEntry(as: newRow)))")
         }
         sql += """
             CREATE TRIGGER rtsync_rep_\(tid) BEFORE INSERT ON \(t) WHEN \(taken.joined(separator: " OR ")) BEGIN
@@ -343,19 +350,6 @@ extension SyncDatabase {
                 try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(table.id), \(keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: rowidAlias)), 1, NULL, \(captureClockSQL) FROM \(quoteIdentifier(name)) AS o")
             }
         }
-    }
-
-    /// The columns of every UNIQUE constraint and unique index of `table` other than its primary key, for those made of
-    /// plain columns (an index on expressions is left out). A partial index is listed as if it covered every row.
-    static func uniqueIndexColumns(_ db: Connection, _ table: String) throws -> [[String]] {
-        var out: [[String]] = []
-        for idx in try db.rows("SELECT name FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk' ORDER BY name", [.text(table)]) {
-            guard let name = idx[0].string else { continue }
-            let cols = try db.rows("SELECT cid, name FROM pragma_index_xinfo(?, 'main') WHERE key = 1 ORDER BY seqno", [.text(name)])
-            guard !cols.isEmpty, cols.allSatisfy({ ($0[0].int64 ?? -2) >= 0 }) else { continue }
-            out.append(cols.compactMap { $0[1].string })
-        }
-        return out
     }
 
     static func dropTriggers(_ db: Connection, tid: Int64) throws {

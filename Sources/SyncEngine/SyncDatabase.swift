@@ -210,18 +210,6 @@ public final class SyncDatabase: @unchecked Sendable {
         try locked { try requireTracked(); try db.execute("UPDATE rtsync_site SET user_id = ?", [.text(user)]) }
     }
 
-    /// Gives this copy of the database a new site id: a database that arrived by copy must not share
-    /// its site id with the original, or each would skip the other's diffs as its own.
-    @discardableResult
-    public func regenerateSiteID() throws -> String {
-        try locked {
-            try requireTracked()
-            let id = KSUID.generate().string
-            try db.execute("UPDATE rtsync_site SET site_id = ?, diff_seq = 0", [.text(id)])
-            return id
-        }
-    }
-
     func requireTracked() throws {
         if try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'rtsync_site'") == nil {
             throw SyncEngineError.notTracked(path: path)

@@ -130,6 +130,9 @@ public struct Syncer: Sendable {
             return report
         }
 
+        // A database restored from a backup first catches up on what compaction may have pruned since.
+        if !dryRun { await catchUpAfterRestore(db: db, user: user, report: &report, progress: progress) }
+
         // Diffs this database has applied or made (read once; the export below adds its own id).
         var applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
 
@@ -306,13 +309,15 @@ public struct Syncer: Sendable {
         // when idle: the marker is written before each publish and removed only once one succeeds.
         if !dryRun {
             let marker = Self.pendingCursorMarker(home)
-            let changed = report.exported != nil || report.applied.contains { $0.status == .applied || $0.status == .skipped }
+            let retiring = (try? db.retiredSites().contains { !$0.cursorRemoved && !$0.catchUp }) == true
+            let changed = report.exported != nil || report.applied.contains { $0.status == .applied || $0.status == .skipped } || retiring
             if changed || fm.fileExists(atPath: marker.path) {
                 do {
                     try Data("cursor of \(user) to publish to \(Compactor.cursorKey(user: user, site: try db.siteID()))\n".utf8).write(to: marker)
                     guard let listedIDs else { throw RemoteStoreError.failed(key: inbound, reason: "inbound could not be listed; the cursor is published by the next sync") }
                     try await Compactor.publishCursor(db: db, user: user, listed: listedIDs + (report.exported.map { [$0.diffID] } ?? []), remote: remote, home: home)
                     try? fm.removeItem(at: marker)
+                    if retiring { await retireOldCursors(db: db, user: user, report: &report) }
                 } catch {
                     report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not publish this device's cursor (the next sync publishes it)", error: "\(error)"))
                 }

@@ -38,7 +38,8 @@ extension RTSync {
             abstract: "List, download, upload, delete and presign objects in a bucket.",
             discussion: """
             The bucket is s3://bucket/prefix (AWS_REGION, AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, \
-            AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN apply) or file:///path (a local folder). \
+            AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN apply, else the AWS_PROFILE profile of ~/.aws/credentials \
+            and ~/.aws/config, or its credential_process) or file:///path (a local folder). \
             Keys are relative to the prefix.
             """,
             subcommands: [List.self, Get.self, Put.self, Remove.self, Presign.self]

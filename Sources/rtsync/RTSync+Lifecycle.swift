@@ -107,7 +107,7 @@ extension RTSync {
                 pending changes: \(s.pendingChanges); outbox: \(s.outbox) diff(s); last export: \(s.lastExport ?? "never")
                 last backup:     \(s.lastBackup ?? "never"); last known good: \(s.lastKnownGood ?? "-")
                 quarantined:     \(s.quarantined); unresolved conflicts: \(s.unresolvedConflicts)
-                missing diffs:   \(s.gaps.isEmpty ? "none" : s.gaps.map { "\($0.key): \($0.value.map(String.init).joined(separator: ","))" }.joined(separator: "; "))
+                missing diffs:   \(s.gaps.isEmpty ? "none" : s.gaps.map { "\($0.key): \($0.value.map(String.init).joined(separator: ","))" }.joined(separator: "; "))\(s.catchUpPending ? "\nrestored:        from a backup; may be behind until the next sync catches up from the bucket" : "")
                 """)
             } catch { throw report(error) }
         }
@@ -224,7 +224,7 @@ extension RTSync {
         struct Restore: ParsableCommand {
             static let configuration = CommandConfiguration(
                 abstract: "Replace the database with a backup (default: last-known-good).",
-                discussion: "The replaced database is kept beside it as primary.sqlite.replaced-<id>. The restored copy gets a new site id. Close apps using the database first."
+                discussion: "The replaced database is kept beside it as primary.sqlite.replaced-<id>. Changes in the backup that were never exported go to the outbox with the clocks of when they were made (later edits elsewhere still win). The restored copy gets a new site id, and its next sync catches up from the user's newest database in the bucket on diffs compaction has pruned since the backup. Close apps using the database first."
             )
             @OptionGroup var options: HomeOptions
             @Argument(help: "Backup id (default: last-known-good).") var id: String?
@@ -232,11 +232,13 @@ extension RTSync {
             func run() throws {
                 do {
                     try options.locked {
-                        let (b, aside) = try BackupCommand.manager(options).restore(id: id)
-                        let db = try SyncDatabase(path: options.resolvedHome.database.path)
-                        if db.isTracked { try db.regenerateSiteID() }
-                        print("restored backup \(b.id) to \(options.resolvedHome.database.path)")
+                        let home = options.resolvedHome
+                        let (b, aside) = try BackupCommand.manager(options).restore(id: id, outbox: home.outbox, signingKey: try? DeviceKeys(home: home).signingKey())
+                        print("restored backup \(b.id) to \(home.database.path)")
                         if let aside { print("previous database kept at \(aside.path)") }
+                        if (try? SyncDatabase(path: home.database.path).needsCatchUp()) == true {
+                            print("the restored database is a new site; its next sync catches up on what the bucket has that the backup lacks")
+                        }
                     }
                 } catch { throw report(error) }
             }

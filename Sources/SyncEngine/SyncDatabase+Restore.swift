@@ -1,0 +1,193 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+// MARK: - What a restore means for the other devices
+
+// A restored database is an older copy of this device. It rejoins as a new site (a copy must not reuse the site id
+// and sequence numbers the device went on using after the backup) and remembers the old site in `rtsync_retired`:
+// - its changes not exported when the backup was made keep the clocks of when they were made, so later edits made
+//   elsewhere win over them as they would have;
+// - diffs it had applied after the backup are applied again from the bucket; those compaction has pruned since are
+//   caught up from the user's newest database in the bucket (`<user>/backups/`), merged as a state diff (each row
+//   with its birth and column clocks, each deleted row as a delete), so a row in a pruned diff comes back and a row
+//   deleted in one is deleted;
+// - the old site's cursor is removed from `<user>/devices/` once the new one is published, so it no longer holds
+//   back compaction.
+
+/// A site this database used before it was restored from a backup.
+public struct RetiredSite: Sendable, Codable, Equatable {
+    /// The old site id.
+    public var site: String
+    /// When it was retired.
+    public var retiredAt: String
+    /// Whether the next sync must catch up from the bucket's newest database (diffs may have been pruned).
+    public var catchUp: Bool
+    /// Whether the old site's cursor has been removed from the bucket.
+    public var cursorRemoved: Bool
+}
+
+extension SyncDatabase {
+    static let retiredTableSQL = "CREATE TABLE IF NOT EXISTS rtsync_retired(site TEXT PRIMARY KEY, retired_at TEXT NOT NULL, catch_up INTEGER NOT NULL DEFAULT 0, cursor_removed INTEGER NOT NULL DEFAULT 0)"
+
+    /// Gives the database a new site id (and sequence numbers from 1), remembering the old one; after a restore
+    /// (`afterRestore`), the next sync also catches up from the bucket. Returns the new id.
+    @discardableResult
+    public func regenerateSiteID(afterRestore: Bool = false) throws -> String {
+        try locked {
+            try requireTracked()
+            return try db.transaction { try Self.retireSite(db, afterRestore: afterRestore) }
+        }
+    }
+
+    /// Inside the caller's transaction: a new site id for the database on `db`, the old one recorded as retired.
+    static func retireSite(_ db: Connection, afterRestore: Bool) throws -> String {
+        try db.execute(retiredTableSQL)
+        let old = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
+        let id = KSUID.generate().string
+        if !old.isEmpty {
+            try db.execute("INSERT OR REPLACE INTO rtsync_retired(site, retired_at, catch_up) VALUES (?, ?, ?)",
+                           [.text(old), .text(ISO8601.format(Date(), fractional: true)), .integer(afterRestore ? 1 : 0)])
+        }
+        try db.execute("UPDATE rtsync_site SET site_id = ?, diff_seq = 0", [.text(id)])
+        return id
+    }
+
+    /// The sites this database used before it was restored, oldest first.
+    public func retiredSites() throws -> [RetiredSite] {
+        try locked {
+            guard try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_retired'") != nil else { return [] }
+            return try db.rows("SELECT site, retired_at, catch_up, cursor_removed FROM rtsync_retired ORDER BY retired_at").map {
+                RetiredSite(site: $0[0].string ?? "", retiredAt: $0[1].string ?? "", catchUp: $0[2].int64 == 1, cursorRemoved: $0[3].int64 == 1)
+            }
+        }
+    }
+
+    /// Whether a restore left this database to catch up from the bucket at the next sync.
+    public func needsCatchUp() throws -> Bool { try retiredSites().contains { $0.catchUp } }
+
+    /// Clears the catch-up mark (nothing in the bucket to catch up from).
+    func clearCatchUp() throws {
+        try locked { try db.execute("UPDATE rtsync_retired SET catch_up = 0") }
+    }
+
+    /// Records that the old site's cursor is gone from the bucket.
+    func markCursorRemoved(site: String) throws {
+        try locked { try db.execute("UPDATE rtsync_retired SET cursor_removed = 1 WHERE site = ?", [.text(site)]) }
+    }
+
+    /// Merges the user's database `snapshot` (a backup from any of the user's devices) as a state diff, records
+    /// the diffs it had applied as applied here, and clears the catch-up mark. Returns the merge's report.
+    func catchUp(from snapshot: URL, scratch: URL) throws -> ApplyReport {
+        let (diff, applied) = try Self.writeStateDiff(of: snapshot, to: scratch)
+        defer { try? FileManager.default.removeItem(at: diff) }
+        let report = apply(diff: diff)
+        guard report.status == .applied || report.status == .skipped else { return report }
+        try locked {
+            try db.transaction {
+                for a in applied {
+                    try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?,?,?,?,?,?,?)",
+                                   a + [.text(ISO8601.format(Date(), fractional: true))])
+                }
+                try db.execute("UPDATE rtsync_retired SET catch_up = 0")
+            }
+        }
+        return report
+    }
+
+    /// Writes the state of a tracked database as one diff: every row of its tracked tables with its birth and
+    /// column clocks (unexported changes with the clocks they were made with), and every deleted row it keeps a
+    /// tombstone for. Also returns the `rtsync_applied` entries of the diffs it had applied (id, kind, user, site,
+    /// first and last sequence number).
+    static func writeStateDiff(of snapshot: URL, to directory: URL) throws -> (URL, [[SQLValue]]) {
+        let s = try Connection(path: DiffReader.immutableURI(for: snapshot.path), mode: .readOnly, uri: true)
+        guard try s.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_site'") != nil else {
+            throw SyncEngineError.notTracked(path: snapshot.path)
+        }
+        let site = try s.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
+        let user = try s.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
+        var seen: [String: Int64] = [:]
+        for r in try s.rows("SELECT site, hlc FROM rtsync_seen") { if let k = r[0].string, let h = r[1].int64 { seen[k] = h } }
+        let tracked = try loadTracked(s)
+        // Unexported changes, coalesced per row as an export would.
+        struct Pending { var sawInsert = false; var insertHLC: Int64 = 0; var lastOp: Int64 = 0; var lastHLC: Int64 = 0; var columnHLC: [Int: Int64] = [:] }
+        var pending: [Int64: [String: Pending]] = [:]
+        for r in try s.rows("SELECT tid, pk, op, cols, hlc FROM rtsync_changes ORDER BY seq") {
+            guard let tid = r[0].int64, let pk = r[1].string, let op = r[2].int64 else { continue }
+            let hlc = r[4].int64 ?? 0
+            var p = pending[tid]?[pk] ?? Pending()
+            p.lastOp = op
+            p.lastHLC = hlc
+            if op == 1 { p.sawInsert = true; p.insertHLC = hlc; p.columnHLC.removeAll() }
+            if op == 2 { for position in changedPositions(r[3]) { p.columnHLC[position] = hlc } }
+            pending[tid, default: [:]][pk] = p
+        }
+        let writer = try DiffWriter(directory: directory, kind: .snapshot, authorUser: user, authorSite: site, seen: seen)
+        do {
+            let born = try s.prepare("SELECT born_hlc, born_site FROM rtsync_rows WHERE tid = ? AND pk = ?")
+            let clocks = try s.prepare("SELECT col, hlc, site FROM rtsync_clocks WHERE tid = ? AND pk = ?")
+            func own(_ hlc: Int64) -> Clock { Clock(hlc: HLC(rawValue: hlc), site: site) }
+            for info in tracked.values.sorted(by: { $0.table.id < $1.table.id }) {
+                let def = info.definition
+                let tid = info.table.id
+                try writer.addTable(def)
+                let keyExpr = keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: try hasRowidAliasKey(s, def))
+                let rows = try s.prepare("SELECT \(keyExpr), " + def.columnNames.map { "o." + quoteIdentifier($0) }.joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " AS o")
+                while try rows.step() {
+                    let all = rows.row()
+                    guard let pk = all[0].string else { continue }
+                    let values = Array(all.dropFirst())
+                    try born.bind([.integer(tid), .text(pk)])
+                    var b = try born.step() ? Clock(hlc: HLC(rawValue: born.column(0).int64 ?? 0), site: born.column(1).string ?? "") : Clock.zero
+                    born.reset()
+                    var perColumn: [String: Clock] = [:]
+                    try clocks.bind([.integer(tid), .text(pk)])
+                    while try clocks.step() {
+                        if let c = clocks.column(0).string, let name = def.columnNames.first(where: { $0.lowercased() == c.lowercased() }) {
+                            perColumn[name] = Clock(hlc: HLC(rawValue: clocks.column(1).int64 ?? 0), site: clocks.column(2).string ?? "")
+                        }
+                    }
+                    clocks.reset()
+                    if let p = pending[tid]?[pk] {
+                        if p.sawInsert { b = own(p.insertHLC); perColumn = [:] }
+                        for (position, hlc) in p.columnHLC where position < info.table.columns.count {
+                            if let name = def.columnNames.first(where: { $0.lowercased() == info.table.columns[position].lowercased() }) { perColumn[name] = own(hlc) }
+                        }
+                    }
+                    var full: [String: Clock] = [:]
+                    for name in def.columnNames { full[name] = perColumn[name] ?? b }
+                    let clock = full.values.max() ?? b
+                    try writer.append(RowChange(table: def.name, operation: .upsert, values: values, changedColumns: nil, clock: clock, born: b,
+                                                columnClocks: full.filter { $0.value != clock }))
+                }
+                // Deleted rows: tombstones, and deletes not exported yet.
+                var deleted: [String: (born: Clock, clock: Clock)] = [:]
+                for r in try s.rows("SELECT pk, born_hlc, born_site, del_hlc, del_site FROM rtsync_rows WHERE tid = ? AND del_hlc IS NOT NULL", [.integer(tid)]) {
+                    guard let pk = r[0].string else { continue }
+                    deleted[pk] = (Clock(hlc: HLC(rawValue: r[1].int64 ?? 0), site: r[2].string ?? ""), Clock(hlc: HLC(rawValue: r[3].int64 ?? 0), site: r[4].string ?? ""))
+                }
+                for (pk, p) in pending[tid] ?? [:] where p.lastOp == 3 {
+                    let exists = try s.scalar("SELECT 1 FROM " + quoteIdentifier(def.name) + " AS o WHERE \(keyExpr) = ?", [.text(pk)]) != nil
+                    if exists { continue }
+                    try born.bind([.integer(tid), .text(pk)])
+                    let b = try born.step() ? Clock(hlc: HLC(rawValue: born.column(0).int64 ?? 0), site: born.column(1).string ?? "") : Clock.zero
+                    born.reset()
+                    if p.sawInsert && b == .zero { continue }  // made and removed there, never sent
+                    deleted[pk] = (b, own(p.lastHLC))
+                }
+                for (pk, d) in deleted.sorted(by: { $0.key < $1.key }) {
+                    guard let keyValues = KeyCodec.decode(pk), keyValues.count == def.primaryKeyColumns.count else { continue }
+                    var values = [SQLValue](repeating: .null, count: def.columns.count)
+                    for (i, idx) in def.primaryKeyIndexes.enumerated() { values[idx] = keyValues[i] }
+                    try writer.append(RowChange(table: def.name, operation: .delete, values: values, clock: d.clock, born: d.born))
+                }
+            }
+        } catch {
+            writer.cancel()
+            throw error
+        }
+        let url = try writer.finish()
+        let applied = try s.rows("SELECT diff_id, kind, author_user, author_site, seq_first, seq_last FROM rtsync_applied")
+        return (url, applied)
+    }
+}

@@ -1,0 +1,46 @@
+import DiffFormat
+import Foundation
+
+// What sync does for a database restored from a backup (see SyncDatabase+Restore).
+
+extension Syncer {
+    /// Catches a restored database up from the user's newest database in the bucket, once, before anything is
+    /// exported: diffs it had applied after the backup may have been pruned by compaction since.
+    func catchUpAfterRestore(db: SyncDatabase, user: String, report: inout SyncReport, progress: @Sendable (String) -> Void) async {
+        guard (try? db.needsCatchUp()) == true else { return }
+        let fm = FileManager.default
+        let temp = home.support.appendingPathComponent(".catch-up-\(KSUID.generate().string).sqlite")
+        defer { try? fm.removeItem(at: temp) }
+        do {
+            progress("restored database: catching up from the newest database under \(user)/backups/")
+            guard let newest = try await remote.downloadNewestDatabase(prefix: user + "/backups/", to: temp, retry: retry) else {
+                // Compaction uploads a database before it prunes anything: with none there, nothing was pruned.
+                try db.clearCatchUp()
+                report.phases.append(SyncPhase(name: "catch-up", ok: true, summary: "restored database: nothing under \(user)/backups/ to catch up from (no diff was pruned)"))
+                return
+            }
+            let r = try db.catchUp(from: temp, scratch: home.support)
+            let ok = r.status == .applied || r.status == .skipped
+            report.phases.append(SyncPhase(name: "catch-up", ok: ok,
+                                           summary: "restored database: merged \(newest.key) (inserted \(r.inserted), updated \(r.updated), deleted \(r.deleted), conflicts \(r.conflicts))",
+                                           error: ok ? nil : "\(newest.key): \(r.reason ?? "\(r.status)"); the next sync tries again"))
+        } catch {
+            report.phases.append(SyncPhase(name: "catch-up", ok: false, summary: "restored database: could not catch up from the bucket",
+                                           error: "\(error); the next sync tries again"))
+        }
+    }
+
+    /// Removes from `<user>/devices/` the cursors of sites this database used before a restore, once its own
+    /// cursor is published: an old site's cursor never advances and would keep compaction from pruning anything.
+    func retireOldCursors(db: SyncDatabase, user: String, report: inout SyncReport) async {
+        guard let retired = try? db.retiredSites().filter({ !$0.cursorRemoved && !$0.catchUp }), !retired.isEmpty else { return }
+        for r in retired {
+            do {
+                try await retry.run { try await remote.delete(key: Compactor.cursorKey(user: user, site: r.site)) }
+                try db.markCursorRemoved(site: r.site)
+            } catch {
+                report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not remove the cursor of retired site \(r.site)", error: "\(error)"))
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import RTSQLite
+
+/// A UNIQUE constraint or unique index of a table, as the merge compares two rows by it: plain columns, expressions
+/// (`CREATE UNIQUE INDEX … ON t(lower(name))`), collations and a partial index's WHERE clause included.
+struct UniqueIndex {
+    /// Each indexed term: SQL text of the column or expression, and the collation the index compares it with.
+    var terms: [(sql: String, collation: String)]
+    /// The WHERE clause of a partial index: only rows it holds for are in the index.
+    var whereSQL: String?
+    /// Column names or expression text, for messages.
+    var label: [String]
+
+    /// The unique indexes of `table` other than its primary key. An index whose definition cannot be read (an
+    /// expression in SQL this reader does not follow) is left out, as before: its collisions reject the diff.
+    static func read(_ db: Connection, table: String) throws -> [UniqueIndex] {
+        var out: [UniqueIndex] = []
+        let list = try db.rows("SELECT name, origin FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk' ORDER BY name", [.text(table)])
+        for idx in list {
+            guard let name = idx[0].string else { continue }
+            let cols = try db.rows("SELECT cid, name, coll FROM pragma_index_xinfo(?, 'main') WHERE key = 1 ORDER BY seqno", [.text(name)])
+            guard !cols.isEmpty else { continue }
+            let sql = try db.scalar("SELECT sql FROM sqlite_schema WHERE type = 'index' AND name = ?", [.text(name)])?.string
+            let parsed = sql.flatMap(parseIndexSQL)
+            var terms: [(String, String)] = []
+            var label: [String] = []
+            for (i, c) in cols.enumerated() {
+                let collation = c[2].string ?? "BINARY"
+                if let column = c[1].string, (c[0].int64 ?? -2) >= 0 {
+                    terms.append((quoteIdentifier(column), collation))
+                    label.append(column)
+                } else if let parsed, i < parsed.terms.count {
+                    terms.append((parsed.terms[i], collation))
+                    label.append(parsed.terms[i])
+                } else {
+                    terms.removeAll()
+                    break
+                }
+            }
+            guard !terms.isEmpty else { continue }
+            out.append(UniqueIndex(terms: terms, whereSQL: parsed?.whereSQL, label: label))
+        }
+        return out
+    }
+
+    /// The indexed terms (ASC / DESC dropped) and the WHERE clause of a `CREATE [UNIQUE] INDEX` statement as
+    /// SQLite stores it, or nil when it does not have that shape. Quotes, brackets and comments are skipped over.
+    static func parseIndexSQL(_ sql: String) -> (terms: [String], whereSQL: String?)? {
+        let chars = Array(sql)
+        var i = 0
+        var depth = 0
+        var start: Int?
+        var termStart = 0
+        var terms: [String] = []
+        var end: Int?
+        func skipQuoted(_ close: Character) { i += 1; while i < chars.count { if chars[i] == close { if close != "]" && i + 1 < chars.count && chars[i + 1] == close { i += 2; continue }; break }; i += 1 } }
+        while i < chars.count, end == nil {
+            let c = chars[i]
+            switch c {
+            case "'", "\"", "`": skipQuoted(c)
+            case "[": skipQuoted("]")
+            case "-" where i + 1 < chars.count && chars[i + 1] == "-":
+                while i < chars.count && chars[i] != "\n" { i += 1 }
+            case "/" where i + 1 < chars.count && chars[i + 1] == "*":
+                i += 2
+                while i + 1 < chars.count && !(chars[i] == "*" && chars[i + 1] == "/") { i += 1 }
+                i += 1
+            case "(":
+                depth += 1
+                if depth == 1 && start == nil { start = i; termStart = i + 1 }
+            case ")":
+                depth -= 1
+                if depth == 0, start != nil {
+                    terms.append(String(chars[termStart..<i]))
+                    end = i
+                }
+            case "," where depth == 1 && start != nil:
+                terms.append(String(chars[termStart..<i]))
+                termStart = i + 1
+            default: break
+            }
+            i += 1
+        }
+        guard let end else { return nil }
+        let cleaned = terms.map { term -> String in
+            var t = term.trimmingCharacters(in: .whitespacesAndNewlines)
+            for suffix in ["ASC", "DESC"] where t.uppercased().hasSuffix(suffix) {
+                let cut = t.index(t.endIndex, offsetBy: -suffix.count)
+                if cut > t.startIndex, t[t.index(before: cut)].isWhitespace { t = String(t[..<cut]).trimmingCharacters(in: .whitespacesAndNewlines) }
+            }
+            return t
+        }
+        guard !cleaned.contains(where: \.isEmpty) else { return nil }
+        let rest = String(chars[(end + 1)...]).trimmingCharacters(in: .whitespacesAndNewlines)
+        if rest.isEmpty { return (cleaned, nil) }
+        guard rest.uppercased().hasPrefix("WHERE"), rest.count > 5 else { return nil }
+        let after = rest.index(rest.startIndex, offsetBy: 5)
+        guard rest[after].isWhitespace || rest[after] == "(" else { return nil }
+        return (cleaned, String(rest[after...]).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// Whether every term is a plain column compared as `=` compares it and the index is not partial.
+    var isPlain: Bool { whereSQL == nil && terms.allSatisfy { $0.sql.hasPrefix("\"") && $0.collation.uppercased() == "BINARY" } }
+
+    /// A condition, over a row of the table (unqualified column names), that holds when the row has the same entry
+    /// in this index as `newRow`, a one-row subquery naming the table's columns. NULLs never match, as in the index.
+    func sameEntry(as newRow: String) -> String {
+        var conditions = terms.map { t in "(\(t.sql)) COLLATE \(quoteIdentifier(t.collation)) = (SELECT \(t.sql) FROM \(newRow))" }
+        if let whereSQL {
+            conditions.append("(\(whereSQL))")
+            conditions.append("(SELECT (\(whereSQL)) FROM \(newRow))")
+        }
+        return "(" + conditions.joined(separator: " AND ") + ")"
+    }
+
+    /// SQL selecting the key of a row other than the new one that holds the same values in this index. Parameters:
+    /// `?1…?n` the new row's values for `columns` (the table's columns in order), then the new row's key values.
+    func collisionSQL(table: String, columns: [String], keys: [String]) -> String {
+        // The new row's values as a one-row table with the table's column names: an expression evaluated over it
+        // (unqualified names resolve to the innermost FROM) gives the new row's index entry.
+        let newRow = "(SELECT " + columns.enumerated().map { "?\($0.offset + 1) AS " + quoteIdentifier($0.element) }.joined(separator: ", ") + ")"
+        var conditions = [sameEntry(as: newRow)]
+        let n = columns.count
+        conditions.append("NOT (" + keys.enumerated().map { quoteIdentifier($0.element) + " IS ?\(n + $0.offset + 1)" }.joined(separator: " AND ") + ")")
+        return "SELECT " + keys.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(table)
+            + " WHERE " + conditions.joined(separator: " AND ") + " LIMIT 1"
+    }
+}
