@@ -30,10 +30,18 @@ public struct ApplyReport: Sendable, Codable, Equatable {
     public var deleted = 0
     /// Conflict log entries written.
     public var conflicts = 0
+    /// New rows held back: they lack a NOT NULL column this schema has without a default or a declared value
+    /// (`SyncDatabase.heldRows()`); merged by `applyHeldRows()` once a value is declared.
+    public var held = 0
     /// Tables created from the diff's definitions.
     public var tablesCreated: [String] = []
     /// Columns added from the diff's definitions (`table.column`).
     public var columnsAdded: [String] = []
+    /// Columns declared with another type affinity in the diff than here (`table.column: TYPE in the diff, TYPE
+    /// here`): values are stored as the local column's affinity makes them, and keys are matched as SQLite
+    /// compares them here (11 and '11' are one key of a TEXT or an INTEGER column); a key that would change is
+    /// refused.
+    public var typeDifferences: [String] = []
     /// Where a rejected file was moved.
     public var quarantinedTo: String?
 

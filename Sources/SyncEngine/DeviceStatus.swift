@@ -41,6 +41,9 @@ public struct DeviceStatus: Sendable, Codable {
     public var catchUpPending: Bool = false
     /// Site ids this database used before a restore.
     public var retiredSites: [String] = []
+    /// New rows from an older app version held back (they lack a NOT NULL column this schema has without a default
+    /// or a declared value), as `table key: why`.
+    public var heldRows: [String] = []
 
     /// Gathers the status of a home folder.
     public static func gather(home: RTSyncHome) throws -> DeviceStatus {
@@ -69,6 +72,7 @@ public struct DeviceStatus: Sendable, Codable {
                 let retired = try db.retiredSites()
                 status.retiredSites = retired.map(\.site)
                 status.catchUpPending = retired.contains { $0.catchUp }
+                status.heldRows = try db.heldRows().map { "\($0.table) \($0.key): \($0.reason)" }
             }
         }
         return status

@@ -423,7 +423,7 @@ extension Merger {
 
     /// Brings back a row deleted here because an update arrived that is later than the delete.
     mutating func resurrect(_ r: RowContext, _ local: LocalRow, deletedAt: Clock) throws {
-        try requirePlaceable(r)
+        guard try placeOrHold(r, local) else { return }
         let changed = Set(r.changedColumns.map { $0.lowercased() })
         let keys = Set(r.def.primaryKeyColumns.map { $0.lowercased() })
         // Keys, the changed columns, and NOT NULL columns (which cannot be erased to NULL) take incoming values.
@@ -488,7 +488,7 @@ extension Merger {
     // MARK: Writes
 
     mutating func insertWhole(_ r: RowContext, _ local: LocalRow) throws {
-        try requirePlaceable(r)
+        guard try placeOrHold(r, local) else { return }
         let cols = r.plan.insertColumns
         let sql = r.plan.insertAllSQL
         let newRow = Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a })
@@ -498,12 +498,6 @@ extension Merger {
         try purgePending(r, local)
         report.inserted += 1
         try applyDeleteActionsForDeletedParents(r, local, written: cols)
-    }
-
-    /// A new row needs a value for every NOT NULL column without a default.
-    func requirePlaceable(_ r: RowContext) throws {
-        guard let column = r.plan.unplaceable.first else { return }
-        throw SyncEngineError.diffRejected(file: reader.url.path, reason: "'\(r.table)'.'\(column)' is NOT NULL without a default here and the diff (from an older app version) does not carry it; declare the value a new row takes in the policy config ({\"tables\": {\"\(r.table)\": {\"defaults\": {\"\(column)\": \"...\"}}}}, rtsync track --config FILE) and apply it again")
     }
 
     mutating func replaceWhole(_ r: RowContext, _ local: LocalRow, reason: String) throws {

@@ -39,12 +39,18 @@ extension SyncDatabase {
 
     /// Applies one diff file (see `apply(diffs:quarantine:limits:)`).
     public func apply(diff url: URL, quarantine: URL? = nil, limits: DiffLimits = .default) -> ApplyReport {
+        apply(diff: url, quarantine: quarantine, limits: limits, replacingHeld: [])
+    }
+
+    /// Applies one diff; `replacingHeld` are held-back rows (`rtsync_held` ids) the diff carries again, removed in
+    /// the same transaction.
+    func apply(diff url: URL, quarantine: URL? = nil, limits: DiffLimits = .default, replacingHeld: [Int64]) -> ApplyReport {
         locked {
             var report = ApplyReport(file: url.path, diffID: nil, status: .rejected)
             func reject(_ reason: String) -> ApplyReport {
                 report.status = .rejected
                 report.reason = reason
-                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0
+                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0; report.held = 0
                 report.tablesCreated = []; report.columnsAdded = []
                 if let quarantine { report.quarantinedTo = Self.moveToQuarantine(url, folder: quarantine, reason: reason) }
                 return report
@@ -52,7 +58,7 @@ extension SyncDatabase {
             func postpone(_ reason: String) -> ApplyReport {
                 report.status = .deferred
                 report.reason = reason
-                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0
+                report.inserted = 0; report.updated = 0; report.deleted = 0; report.conflicts = 0; report.held = 0
                 report.tablesCreated = []; report.columnsAdded = []
                 return report
             }
@@ -92,6 +98,10 @@ extension SyncDatabase {
                 defer { try? db.execute("DETACH DATABASE " + Merger.attachedDiff) }
                 var bulkRows = 0
                 try db.transaction {
+                    for id in replacingHeld {
+                        try db.execute("DELETE FROM rtsync_held_cells WHERE held_id = ?", [.integer(id)])
+                        try db.execute("DELETE FROM rtsync_held WHERE id = ?", [.integer(id)])
+                    }
                     try upgradeBookkeeping()
                     var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
                     merger.bulkAllowed = copy != nil
@@ -280,6 +290,14 @@ struct Merger {
                 let lp = local.primaryKeyColumns.map { $0.lowercased() }, rp = def.primaryKeyColumns.map { $0.lowercased() }
                 guard lp == rp else {
                     throw SyncEngineError.diffRejected(file: file, reason: "incompatible schema for table '\(def.name)': primary key (\(rp.joined(separator: ", "))) in the diff, (\(lp.joined(separator: ", "))) here")
+                }
+                for column in def.columns {
+                    guard let i = local.columnIndex(column.name) else { continue }
+                    let here = local.columns[i]
+                    if KeyAffinity(declaredType: column.type) != KeyAffinity(declaredType: here.type) {
+                        let key = local.primaryKeyColumns.contains { $0.lowercased() == column.name.lowercased() }
+                        report.typeDifferences.append("\(def.name).\(here.name)\(key ? " (key)" : ""): \(column.type.isEmpty ? "no type" : column.type) in the diff, \(here.type.isEmpty ? "no type" : here.type) here")
+                    }
                 }
                 let missing = def.columns.filter { local.columnIndex($0.name) == nil }
                 // Only the owner changes an owner-only table, its schema included: another user's diff may not add columns.

@@ -157,10 +157,15 @@ public struct Syncer: Sendable {
 
         // 0. A diff in the outbox that the database does not record as its own was left by an export that
         // crashed before committing; its changes are still pending and go into the next export instead.
+        // A diff a site this database used before a restore wrote and had not uploaded is that site's real
+        // work: it stays and is uploaded.
         if !dryRun {
+            let retired = Set(((try? db.retiredSites()) ?? []).map(\.site))
             for name in ((try? fm.contentsOfDirectory(atPath: home.outbox.path)) ?? []) {
                 if let id = DiffFile.diffID(fromFileName: name), !applied.contains(id.string) {
-                    try? fm.removeItem(at: home.outbox.appendingPathComponent(name))
+                    let file = home.outbox.appendingPathComponent(name)
+                    if !retired.isEmpty, let author = try? DiffReader(url: file).metadata.authorSite, retired.contains(author) { continue }
+                    try? fm.removeItem(at: file)
                 }
             }
         }
@@ -292,6 +297,10 @@ public struct Syncer: Sendable {
             reports += db.apply(diffs: accepted, quarantine: home.quarantine, shouldStop: shouldStop)
             // A deferred diff stays in the inbox and is applied again by the next sync.
             for r in reports where r.status != .rejected && r.status != .deferred { try? fm.removeItem(atPath: r.file) }
+            // Rows held back for a value the app had not declared are merged again (a value may be declared now).
+            if (try? db.heldRows().isEmpty) == false, let again = try? db.applyHeldRows(scratch: home.support.appendingPathComponent(".held-\(KSUID.generate().string)")) {
+                reports.append(again)
+            }
             report.applied = reports
             let applied = reports.filter { $0.status == .applied }
             let rejected = reports.filter { $0.status == .rejected }
@@ -299,7 +308,9 @@ public struct Syncer: Sendable {
             let rows = applied.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }
             report.phases.append(SyncPhase(name: "apply", ok: rejected.isEmpty,
                                            summary: "applied \(applied.count) diff(s) (\(rows) row(s), \(applied.reduce(0) { $0 + $1.conflicts }) conflict(s)), skipped \(reports.filter { $0.status == .skipped }.count), rejected \(rejected.count)"
-                                               + (deferred == 0 ? "" : ", deferred \(deferred) (waiting for rows other diffs bring)"),
+                                               + (deferred == 0 ? "" : ", deferred \(deferred) (waiting for rows other diffs bring)")
+                                               + { let n = (try? db.heldRows().count) ?? 0; return n == 0 ? "" : "; \(n) new row(s) held back for a NOT NULL column without a value (see rtsync status)" }()
+                                               + { let t = Set(applied.flatMap(\.typeDifferences)).sorted(); return t.isEmpty ? "" : "; declared types differ from the sender's (values stored as declared here): \(t.joined(separator: "; "))" }(),
                                            error: rejected.isEmpty ? nil : rejected.map { "\(URL(fileURLWithPath: $0.file).lastPathComponent): \($0.reason ?? "")" }.joined(separator: "; ")))
         }
 

@@ -74,6 +74,8 @@ extension RTSync.Diff {
                         var line = "applied  \(name): \(r.inserted) inserted, \(r.updated) updated, \(r.deleted) deleted, \(r.conflicts) conflicts"
                         if !r.tablesCreated.isEmpty { line += "; created \(r.tablesCreated.joined(separator: ", "))" }
                         if !r.columnsAdded.isEmpty { line += "; added \(r.columnsAdded.joined(separator: ", "))" }
+                        if r.held > 0 { line += "; \(r.held) new row(s) held back (see rtsync status)" }
+                        if !r.typeDifferences.isEmpty { line += "; declared types differ (values stored as declared here): \(r.typeDifferences.joined(separator: "; "))" }
                         print(line)
                     case .skipped:
                         print("skipped  \(name): \(r.reason ?? "")")

@@ -107,7 +107,7 @@ extension RTSync {
                 pending changes: \(s.pendingChanges); outbox: \(s.outbox) diff(s); last export: \(s.lastExport ?? "never")
                 last backup:     \(s.lastBackup ?? "never"); last known good: \(s.lastKnownGood ?? "-")
                 quarantined:     \(s.quarantined); unresolved conflicts: \(s.unresolvedConflicts)
-                missing diffs:   \(s.gaps.isEmpty ? "none" : s.gaps.map { "\($0.key): \($0.value.map(String.init).joined(separator: ","))" }.joined(separator: "; "))\(s.catchUpPending ? "\nrestored:        from a backup; may be behind until the next sync catches up from the bucket" : "")
+                missing diffs:   \(s.gaps.isEmpty ? "none" : s.gaps.map { "\($0.key): \($0.value.map(String.init).joined(separator: ","))" }.joined(separator: "; "))\(s.catchUpPending ? "\nrestored:        from a backup; may be behind until the next sync catches up from the bucket" : "")\(s.heldRows.isEmpty ? "" : "\nheld back:       \(s.heldRows.count) row(s)\n" + s.heldRows.prefix(20).map { "  " + $0 }.joined(separator: "\n"))
                 """)
             } catch { throw report(error) }
         }

@@ -88,4 +88,21 @@ struct RestoreCatchUpTests {
         let c = try await Compactor(home: a.home, remote: a.remote, retry: ltShortRetry).run()
         #expect(c.kept == 0 && !c.pruned.isEmpty, "diffs applied after the restore are pruned: \(c)")
     }
+
+    /// A diff the device exported after its backup and had not uploaded when it was restored is uploaded, not
+    /// removed as the leftover of a crashed export.
+    @Test func restore_diffExportedButNotUploaded_isStillDelivered() async throws {
+        let dir = try TemporaryDirectory()
+        let devices = try await LTSyncScenarios.makeDevices(dir, LTBucket.local(dir))
+        let (a, b) = (devices[0], devices[1])
+        let id = try backup(b)
+        try b.insertThing("rst-outbox", title: "exported, not uploaded")
+        _ = try SyncDatabase(path: b.db.path).exportChanges(to: b.home.outbox)
+        #expect(b.outbox().count == 1)
+        try restore(b, backup: id)
+        _ = try await LTSyncScenarios.rounds(devices, 2)
+        #expect(try a.thingTitle("rst-outbox") == "exported, not uploaded")
+        #expect(try b.thingTitle("rst-outbox") == "exported, not uploaded", "the restored device gets its own lost row back too")
+        try LTSyncScenarios.expectIdentical(devices)
+    }
 }

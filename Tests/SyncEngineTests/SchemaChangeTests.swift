@@ -112,19 +112,28 @@ struct OlderVersionTests {
         #expect(try new.rows("SELECT status, type FROM requests") == [[.text("done"), .text("image")]])
     }
 
-    @Test func newRowWithoutTheColumn_isRefusedWithAHint_thenTakesTheDeclaredValue() throws {
+    /// Without a declared value, the new row is held back (listed, with what to declare) while the rest of the diff
+    /// applies; once a value is declared, the held row is placed with it.
+    @Test func newRowWithoutTheColumn_isHeldBack_restApplies_thenPlacedWithTheDeclaredValue() throws {
         let box = try Sandbox("older-insert")
         let (old, new) = try Self.devices(box)
         try old.exec("INSERT INTO requests VALUES ('r2', 'https://b', 'new')")
-        let file = try old.exportFile()
-        let copy = box.path("copy.sqlite")
-        try FileManager.default.copyItem(at: file, to: copy)
-        let refused = new.apply(copy)
-        #expect(refused.status == .rejected)
-        #expect(refused.reason?.contains("'requests'.'type' is NOT NULL") == true && refused.reason?.contains("defaults") == true, "\(refused.reason ?? "")")
+        try old.exec("UPDATE requests SET status = 'done' WHERE id = 'r1'")
+        let first = new.apply(try old.exportFile())
+        #expect(first.status == .applied && first.held == 1, "\(first)")
+        #expect(try new.rows("SELECT id, status FROM requests ORDER BY id") == [[.text("r1"), .text("done")]], "the rest of the diff applied")
+        let held = try new.db.heldRows()
+        #expect(held.count == 1 && held[0].key == "'r2'" && held[0].reason.contains("'requests'.'type' is NOT NULL") && held[0].reason.contains("defaults"), "\(held)")
+        // A later edit of the held row from the old device is held too, and placed after it.
+        try old.exec("UPDATE requests SET url = 'https://b2' WHERE id = 'r2'")
+        #expect(new.apply(try old.exportFile()).held == 1)
+        #expect(try new.db.applyHeldRows()?.held == 2, "still no value declared: still held")
+        #expect(try new.db.heldRows().count == 2)
         try new.db.setPolicy(TablePolicy(syncDefaults: ["type": "unknown"]), for: "requests")
-        #expect(new.apply(file).status == .applied)
-        #expect(try new.rows("SELECT id, type FROM requests ORDER BY id") == [[.text("r1"), .text("image")], [.text("r2"), .text("unknown")]])
+        let placed = try #require(try new.db.applyHeldRows())
+        #expect(placed.status == .applied && placed.held == 0, "\(placed)")
+        #expect(try new.db.heldRows().isEmpty)
+        #expect(try new.rows("SELECT id, url, type FROM requests ORDER BY id") == [[.text("r1"), .text("https://a"), .text("image")], [.text("r2"), .text("https://b2"), .text("unknown")]])
         // The value reaches the older device's copy of the row only as the newer device's own later edits do.
         try new.exec("UPDATE requests SET status = 'seen' WHERE id = 'r2'")
         #expect(old.apply(try new.exportFile()).status == .applied)
@@ -136,5 +145,24 @@ struct OlderVersionTests {
         let url = box.path("policy.json")
         try Data(#"{"tables": {"requests": {"defaults": {"type": "unknown"}}}}"#.utf8).write(to: url)
         #expect(try PolicyConfig.load(from: url)["requests"]?.syncDefaults == ["type": "unknown"])
+    }
+
+    /// A key column declared TEXT on one side and INTEGER on the other: keys are matched as SQLite compares them on
+    /// the receiving side, and the report names the difference instead of passing it silently.
+    @Test func keyDeclaredWithAnotherType_isMatchedAsSQLiteCompares_andReported() throws {
+        let box = try Sandbox("older-keytype")
+        let textURL = box.path("text.sqlite"), intURL = box.path("int.sqlite")
+        try Connection(path: textURL.path).execute("CREATE TABLE requests(id TEXT PRIMARY KEY NOT NULL, url TEXT, request_id TEXT)")
+        try Connection(path: intURL.path).execute("CREATE TABLE requests(id INTEGER PRIMARY KEY, url TEXT, request_id INTEGER)")
+        let textSide = try box.replica("text", source: textURL), intSide = try box.replica("int", source: intURL)
+        try intSide.exec("INSERT INTO requests VALUES (11, 'https://new', 5)")
+        let report = textSide.apply(try intSide.exportFile())
+        #expect(report.status == .applied)
+        #expect(report.typeDifferences.contains { $0.contains("requests.id (key): INTEGER in the diff, TEXT here") }, "\(report.typeDifferences)")
+        #expect(report.typeDifferences.contains { $0.hasPrefix("requests.request_id:") })
+        #expect(try textSide.rows("SELECT id, typeof(id), request_id, typeof(request_id) FROM requests") == [[.text("11"), .text("text"), .text("5"), .text("text")]])
+        try textSide.exec("UPDATE requests SET url = 'https://edited' WHERE id = '11'")
+        #expect(intSide.apply(try textSide.exportFile()).status == .applied)
+        #expect(try intSide.rows("SELECT id, url FROM requests") == [[.integer(11), .text("https://edited")]], "the same row, not a second one")
     }
 }
