@@ -182,6 +182,29 @@ public struct LocalFolderStore: ObjectStore {
         return info(key: key, stat: st)
     }
 
+    /// Removes hidden temp files (`.rtsync-tmp-*`) that interrupted writes left in the folders `prefixes` name (not
+    /// below them), once unchanged for `age` seconds: a write in progress keeps its file's time current, and the
+    /// folder may be shared with other devices, whose process ids mean nothing here. Returns the paths removed.
+    @discardableResult
+    public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) -> [String] {
+        var removed: [String] = []
+        for prefix in prefixes {
+            let folderPart = prefix.range(of: "/", options: .backwards).map { String(prefix[..<$0.lowerBound]) } ?? ""
+            var folder = root
+            if !folderPart.isEmpty {
+                guard let segs = try? SafeKey.segments(of: folderPart) else { continue }
+                for s in segs { folder.appendPathComponent(s, isDirectory: true) }
+            }
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [] where name.hasPrefix(Self.temporaryPrefix) {
+                let url = folder.appendingPathComponent(name)
+                guard let st = FileStat.of(url.path, followSymlinks: false), st.isRegularFile,
+                      Date().timeIntervalSince(st.modificationDate) >= age else { continue }
+                if unlink(url.path) == 0 { removed.append(url.path) }
+            }
+        }
+        return removed
+    }
+
     /// Removes an object and any folders it leaves empty; a missing key is not an error.
     public func delete(key: String) async throws {
         requestCounter.record("DeleteObject")

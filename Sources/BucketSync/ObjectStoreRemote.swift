@@ -43,6 +43,10 @@ public struct ObjectStoreRemote: RemoteStore {
         }
     }
 
+    public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String] {
+        (store as? LocalFolderStore)?.removeStaleTemporaryFiles(prefixes: prefixes, olderThan: age) ?? []
+    }
+
     public func delete(key: String) async throws {
         try await mapped(key) { try await store.delete(key: key) }
     }

@@ -12,8 +12,8 @@ public struct BackupInfo: Sendable, Codable, Equatable {
     public var file: String
     /// Size in bytes.
     public var bytes: Int64
-    /// "clone" (copy-on-write), "file-copy" (the file copied inside a read transaction) or "online-backup"
-    /// (SQLite's backup API).
+    /// "clone" (copy-on-write), "file-copy" (the file copied inside a read transaction), "online-backup"
+    /// (SQLite's backup API) or "adopted" (found complete but unlisted after an interrupted run, then checked).
     public var method: String
     /// Whether it passed `quick_check` when last verified.
     public var verified: Bool
@@ -59,12 +59,24 @@ public struct BackupManager: Sendable {
     /// through SQLite's online backup API (false). Both give one consistent state.
     public var fileCopy = true
 
+    /// The home whose lock (`HomeLock`) `create` and `restore` hold; nil for a database outside a home.
+    public var home: RTSyncHome?
+    /// How long `create` and `restore` wait for another run on `home` to finish.
+    public var lockWait: TimeInterval = 30
+
     /// Makes a manager.
     public init(database: URL, folder: URL, keep: Int = 5, preferClone: Bool = true) {
         self.database = database
         self.folder = folder
         self.keep = max(1, keep)
         self.preferClone = preferClone
+    }
+
+    /// Makes a manager for the primary database of `home` and its backup folder, holding the home's lock while it
+    /// creates or restores a backup.
+    public init(home: RTSyncHome, keep: Int = 5, preferClone: Bool = true) {
+        self.init(database: home.database, folder: home.backups, keep: keep, preferClone: preferClone)
+        self.home = home
     }
 
     struct Manifest: Codable {
@@ -101,6 +113,7 @@ public struct BackupManager: Sendable {
     /// - Throws: `LifecycleError.backupFailed` (folder missing or full, database unreadable); existing backups are untouched.
     @discardableResult
     public func create(verification: BackupVerification = .immediate) throws -> BackupInfo {
+        if let home, !HomeLock.isHeld(home) { return try HomeLock.withLock(home, wait: lockWait) { try create(verification: verification) } }
         var isDir: ObjCBool = false
         guard FileManager.default.fileExists(atPath: folder.path, isDirectory: &isDir), isDir.boolValue else {
             throw LifecycleError.backupFailed(path: folder.path, reason: "backup folder does not exist")
@@ -162,16 +175,65 @@ public struct BackupManager: Sendable {
         var m = loadManifest()
         m.backups.append(info)
         if verified { m.lastKnownGood = id }
-        // Rotation: keep the newest `keep` backups, and the last-known-good whatever its age.
+        rotate(&m)
+        do { try saveManifest(m) } catch {
+            throw LifecycleError.backupFailed(path: manifestURL.path, reason: "backup \(id) was written but the list could not be saved: \(error)")
+        }
+        return info
+    }
+
+    /// Rotation: keeps the newest `keep` backups, and the last-known-good whatever its age.
+    func rotate(_ m: inout Manifest) {
         let sorted = m.backups.sorted { $0.id > $1.id }
         for old in sorted.dropFirst(keep) where old.id != m.lastKnownGood {
             try? FileManager.default.removeItem(at: folder.appendingPathComponent(old.file))
         }
         m.backups = sorted.enumerated().filter { $0.offset < keep || $0.element.id == m.lastKnownGood }.map(\.element)
-        do { try saveManifest(m) } catch {
-            throw LifecycleError.backupFailed(path: manifestURL.path, reason: "backup \(id) was written but the list could not be saved: \(error)")
+    }
+
+    // MARK: - Leftovers of interrupted backups
+
+    /// Removes temp files of backups that were cut short, and adopts complete backups renamed into place but
+    /// never listed (a run killed between the rename and the list update): one that passes `quick_check` is
+    /// listed (method "adopted") and rotated like the others, one that does not is removed. Holds the backup
+    /// folder's lock, which every backup holds while its temp file exists, so a running backup is never touched.
+    /// - Returns: the paths removed and the ids adopted.
+    @discardableResult
+    public func tidy() throws -> (removed: [String], adopted: [String]) {
+        let fm = FileManager.default
+        guard let names = try? fm.contentsOfDirectory(atPath: folder.path) else { return ([], []) }
+        let lock = try FolderLock(folder)
+        defer { lock.unlock() }
+        var m = loadManifest()
+        let listed = Set(m.backups.map(\.file))
+        var removed: [String] = [], adopted: [String] = []
+        for name in names.sorted() {
+            let url = folder.appendingPathComponent(name)
+            if name.hasPrefix("."), let range = name.range(of: ".sqlite.tmp"),
+               (try? KSUID(string: String(name[name.index(after: name.startIndex)..<range.lowerBound]))) != nil {
+                if (try? fm.removeItem(at: url)) != nil { removed.append(url.path) }
+                continue
+            }
+            guard name.hasSuffix(".sqlite"), !listed.contains(name), let id = try? KSUID(string: String(name.dropLast(7))) else { continue }
+            var problem: String?
+            do { try Durable.sync(file: url) } catch { problem = "could not be synced: \(error)" }
+            problem = problem ?? Self.verificationProblem(url, immutable: true)
+            guard problem == nil else {
+                if (try? fm.removeItem(at: url)) != nil { removed.append(url.path) }
+                continue
+            }
+            let size = ((try? fm.attributesOfItem(atPath: url.path)[.size]) as? NSNumber)?.int64Value ?? 0
+            m.backups.append(BackupInfo(id: id.string, file: name, bytes: size, method: "adopted", verified: true,
+                                        createdAt: ISO8601.format(id.date, fractional: true)))
+            adopted.append(id.string)
         }
-        return info
+        guard !adopted.isEmpty else { return (removed, adopted) }
+        m.lastKnownGood = m.backups.filter(\.verified).max { $0.id < $1.id }?.id
+        rotate(&m)
+        do { try saveManifest(m) } catch {
+            throw LifecycleError.backupFailed(path: manifestURL.path, reason: "adopted backups \(adopted.joined(separator: ", ")) but the list could not be saved: \(error)")
+        }
+        return (removed, adopted)
     }
 
     /// Clones the database (and its WAL) while holding the write lock, so the copy is one consistent state.
@@ -394,6 +456,7 @@ public struct BackupManager: Sendable {
     /// - Throws: `LifecycleError.backupCorrupt` naming the next good backup when the chosen one is damaged.
     @discardableResult
     public func restore(id: String? = nil, outbox: URL? = nil, signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> (backup: BackupInfo, replacedAt: URL?) {
+        if let home, !HomeLock.isHeld(home) { return try HomeLock.withLock(home, wait: lockWait) { try restore(id: id, outbox: outbox, signingKey: signingKey) } }
         let m = loadManifest()
         guard let chosenID = id ?? m.lastKnownGood else { throw LifecycleError.noGoodBackup }
         guard m.backups.contains(where: { $0.id == chosenID }) else { throw LifecycleError.backupNotFound(id: chosenID) }

@@ -34,6 +34,9 @@ public struct Compactor: Sendable {
     /// Retries of network steps.
     public var retry: RetryPolicy
 
+    /// How long a compaction waits for another run on the same home to finish.
+    public var lockWait: TimeInterval = 30
+
     /// Makes a compactor.
     public init(home: RTSyncHome, remote: any RemoteStore, retry: RetryPolicy = RetryPolicy()) {
         self.home = home
@@ -57,6 +60,11 @@ public struct Compactor: Sendable {
     /// Runs a compaction.
     /// - Throws: `LifecycleError.tierRefused` on the free tier with a cloud bucket, or the store's errors.
     public func run() async throws -> CompactionReport {
+        // Its snapshot and cursor must not interleave with a sync, restore or another compaction of this home.
+        try await HomeLock.withLock(home, wait: lockWait) { try await runLocked() }
+    }
+
+    private func runLocked() async throws -> CompactionReport {
         let settings = try home.loadSettings()
         if settings.demo { throw LifecycleError.demoMode(action: "compact") }
         try settings.tier.require(.uploadBackup(cloud: !remote.isLocal))
@@ -68,10 +76,12 @@ public struct Compactor: Sendable {
 
         // 1. The snapshot: a verified backup of this database, which has applied everything it lists as applied.
         try FileManager.default.createDirectory(at: home.backups, withIntermediateDirectories: true)
-        let backup = try BackupManager(database: home.database, folder: home.backups, keep: settings.keepBackups).create()
+        let backup = try BackupManager(home: home, keep: settings.keepBackups).create()
         let snapshotKey = "\(user)/backups/\(backup.file)"
         try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(backup.file), key: snapshotKey, ifAbsent: false) }
         try await Self.publishCursor(db: db, user: user, listed: listed, remote: remote, home: home)
+        // The snapshot is the newest backup, so rotation keeps it (and what init picks).
+        try await remote.rotateBackups(user: user, keep: settings.keepBackups, retry: retry)
 
         // 2. Every known device's cursor.
         var sets: [String: Set<String>] = [:]

@@ -13,6 +13,9 @@ public struct DemoReset: Sendable {
     /// Retries of the download.
     public var retry: RetryPolicy
 
+    /// How long a reset waits for another run on the same home to finish.
+    public var lockWait: TimeInterval = 30
+
     /// Makes a reset.
     public init(home: RTSyncHome, remote: (any RemoteStore)?, bundledAsset: URL? = DemoAsset.url, retry: RetryPolicy = RetryPolicy()) {
         self.home = home
@@ -26,6 +29,11 @@ public struct DemoReset: Sendable {
     /// Returns where the data came from.
     public func run(scratchTables: [String], protect: Bool) async throws -> String {
         try home.createFolders()
+        // Replacing the database must not race a sync, backup or restore of this home.
+        return try await HomeLock.withLock(home, wait: lockWait) { try await runLocked(scratchTables: scratchTables, protect: protect) }
+    }
+
+    private func runLocked(scratchTables: [String], protect: Bool) async throws -> String {
         var source: String?
         if let remote {
             let temp = home.support.appendingPathComponent(".demo-\(KSUID.generate().string).sqlite")

@@ -6,14 +6,22 @@ import Darwin
 #endif
 
 /// An exclusive lock on a home folder, so that two runs (a cron job and a person, an app's `Syncer` and the CLI)
-/// never interleave export, outbox clean-up, apply and backup on one database.
+/// never interleave export, outbox clean-up, apply, backup, restore, compaction, init or a demo reset on one database.
 ///
 /// It is an `flock` on `support/.rtsync.lock`, which also holds the owner's process id for the message a second run
 /// prints. The lock is released when the value is released, and by the system when the process ends, however it ends.
+///
+/// An operation that takes the lock with `withLock` may call other locking operations (sync runs a compaction and
+/// a backup): inside its scope the same task reuses the held lock instead of waiting for itself. Other tasks of the
+/// same process wait like other processes do (flock belongs to the open file description, not to the process).
+/// Child tasks and `Task {}` started inside the scope inherit it (a task-local value): do not let them outlive it.
 public final class HomeLock: @unchecked Sendable {
     private let descriptor: Int32
     /// The lock file.
     public let path: String
+
+    /// Lock files held by the current task, inside `withLock` scopes.
+    @TaskLocal static var heldByTask: Set<String> = []
 
     private init(descriptor: Int32, path: String) {
         self.descriptor = descriptor
@@ -21,15 +29,25 @@ public final class HomeLock: @unchecked Sendable {
     }
 
     deinit {
+        // A lock reused inside a scope (descriptor -1) belongs to the scope that took it.
+        guard descriptor >= 0 else { return }
         flock(descriptor, LOCK_UN)
         close(descriptor)
     }
 
-    /// Takes the lock of `home`, waiting up to `wait` for another run to finish.
+    /// The lock file of `home`.
+    public static func lockFile(_ home: RTSyncHome) -> String { home.support.appendingPathComponent(".rtsync.lock").path }
+
+    /// Whether the current task already holds the lock of `home` (inside a `withLock` scope).
+    public static func isHeld(_ home: RTSyncHome) -> Bool { heldByTask.contains(lockFile(home)) }
+
+    /// Takes the lock of `home`, waiting up to `wait` for another run to finish. Inside a `withLock` scope of the
+    /// same home, returns at once (the scope's lock covers it).
     /// - Throws: `LifecycleError.homeBusy` naming the other run's process id when it is still held.
     public static func acquire(_ home: RTSyncHome, wait: TimeInterval = 30) throws -> HomeLock {
+        let path = lockFile(home)
+        if heldByTask.contains(path) { return HomeLock(descriptor: -1, path: path) }
         try FileManager.default.createDirectory(at: home.support, withIntermediateDirectories: true)
-        let path = home.support.appendingPathComponent(".rtsync.lock").path
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw LifecycleError.homeBusy(path: path, pid: nil) }
         let deadline = Date().addingTimeInterval(wait)
@@ -47,5 +65,27 @@ public final class HomeLock: @unchecked Sendable {
         _ = ftruncate(fd, 0)
         _ = pwrite(fd, text, text.count, 0)
         return HomeLock(descriptor: fd, path: path)
+    }
+
+    /// Runs `body` holding the lock of `home` (taken, waiting up to `wait`, unless this task holds it already).
+    /// - Throws: `LifecycleError.homeBusy`, or what `body` throws.
+    public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, _ body: () throws -> T) throws -> T {
+        let lock = try acquire(home, wait: wait)
+        defer { withExtendedLifetime(lock) {} }
+        return try $heldByTask.withValue(heldByTask.union([lock.path])) { try body() }
+    }
+
+    /// Runs `body` holding the lock of `home` (taken, waiting up to `wait`, unless this task holds it already).
+    /// - Throws: `LifecycleError.homeBusy`, or what `body` throws.
+    public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, isolation: isolated (any Actor)? = #isolation,
+                                   _ body: () async throws -> T) async throws -> T {
+        let lock = try acquire(home, wait: wait)
+        defer { withExtendedLifetime(lock) {} }
+        return try await $heldByTask.withValue(heldByTask.union([lock.path])) { try await body() }
+    }
+
+    /// The wait the command-line tool uses: `RTSYNC_LOCK_WAIT` seconds when set, else 30.
+    public static var environmentWait: TimeInterval {
+        ProcessInfo.processInfo.environment["RTSYNC_LOCK_WAIT"].flatMap { TimeInterval($0) }.map { max(0, $0) } ?? 30
     }
 }

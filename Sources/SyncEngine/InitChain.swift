@@ -60,6 +60,9 @@ public struct InitChain: Sendable {
     /// Tables a candidate must have (default: none beyond having tables).
     public var expectedTables: [String]
 
+    /// How long init waits for another run on the same home to finish.
+    public var lockWait: TimeInterval = 30
+
     /// Makes an init chain.
     public init(home: RTSyncHome, remote: (any RemoteStore)? = nil, joinUser: String? = nil, bundledAsset: URL? = DemoAsset.url,
                 retry: RetryPolicy = RetryPolicy(), expectedTables: [String] = []) {
@@ -75,6 +78,11 @@ public struct InitChain: Sendable {
     /// - Throws: `LifecycleError.noSourceAvailable` listing every attempt when nothing worked.
     public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> InitResult {
         try home.createFolders()
+        // Installing a database must not race a sync, restore or another init of this home.
+        return try await HomeLock.withLock(home, wait: lockWait) { try await runLocked(progress: progress) }
+    }
+
+    private func runLocked(progress: @Sendable (String) -> Void) async throws -> InitResult {
         var settings = try home.loadSettings()
         if let joinUser, !joinUser.isEmpty { settings.userID = joinUser }
         let db = home.database

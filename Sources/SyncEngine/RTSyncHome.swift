@@ -73,6 +73,13 @@ public struct RTSyncHome: Sendable {
         return RTSyncHome(root: FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".rtsync"))
     }
 
+    /// The home whose primary database `database` is (`<root>/support/primary.sqlite`), or nil for any other file.
+    public static func containing(database: URL) -> RTSyncHome? {
+        let file = database.standardizedFileURL
+        guard file.lastPathComponent == "primary.sqlite", file.deletingLastPathComponent().lastPathComponent == "support" else { return nil }
+        return RTSyncHome(root: file.deletingLastPathComponent().deletingLastPathComponent())
+    }
+
     /// Support folder: the primary database and working folders.
     public var support: URL { root.appendingPathComponent("support") }
     /// Documents folder: recordings, images, backups.

@@ -50,6 +50,14 @@ public protocol RemoteStore: Sendable {
     var isLocal: Bool { get }
     /// Requests issued so far (for reports; idle sync must cost one LIST).
     var requestsMade: Int { get }
+    /// Removes temp files that interrupted writes left in the folders `prefixes` name, once unchanged for `age`
+    /// seconds; returns what it removed. Only a local-folder store has any (an S3 put is all or nothing).
+    func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String]
+}
+
+extension RemoteStore {
+    /// Nothing to remove (stores without temp files of their own).
+    public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String] { [] }
 }
 
 /// Exponential backoff with full jitter and a bound on total time, for network steps.

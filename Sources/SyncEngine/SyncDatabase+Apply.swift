@@ -8,7 +8,7 @@ extension SyncDatabase {
     ///
     /// A rejected diff leaves the database unchanged and is moved to `quarantine` (when given); a diff deferred for
     /// rows another diff of the batch brings is applied after it.
-    public func apply(diffs urls: [URL], quarantine: URL? = nil, limits: DiffLimits = .default) -> [ApplyReport] {
+    public func apply(diffs urls: [URL], quarantine: URL? = nil, limits: DiffLimits = .default, shouldStop: (@Sendable () -> Bool)? = nil) -> [ApplyReport] {
         let ordered = urls.enumerated().sorted { a, b in
             let ka = DiffFile.diffID(fromFileName: a.element.lastPathComponent), kb = DiffFile.diffID(fromFileName: b.element.lastPathComponent)
             switch (ka, kb) {
@@ -18,12 +18,18 @@ extension SyncDatabase {
             default: return a.offset < b.offset
             }
         }.map(\.element)
-        var reports = ordered.map { apply(diff: $0, quarantine: quarantine, limits: limits) }
+        // With `shouldStop`, diffs not started when it says so get no report and stay where they are.
+        var reports: [ApplyReport] = []
+        for url in ordered {
+            if shouldStop?() == true { return reports }
+            reports.append(apply(diff: url, quarantine: quarantine, limits: limits))
+        }
         // A diff deferred for rows another diff of the batch brings is tried again once that one is applied.
         var progress = reports.contains { $0.status == .applied }
         while progress, reports.contains(where: { $0.status == .deferred }) {
             progress = false
             for i in reports.indices where reports[i].status == .deferred {
+                if shouldStop?() == true { return reports }
                 reports[i] = apply(diff: ordered[i], quarantine: quarantine, limits: limits)
                 if reports[i].status == .applied { progress = true }
             }
@@ -138,7 +144,7 @@ extension SyncDatabase {
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
               Int64(info.st_size) >= minimumBytes, Int64(info.st_size) <= limits.maxFileBytes else { return nil }
         let fm = FileManager.default
-        let folder = fm.temporaryDirectory.appendingPathComponent("rtsync-apply-" + UUID().uuidString, isDirectory: true)
+        let folder = fm.temporaryDirectory.appendingPathComponent(HomeDebris.applyFolderPrefix + "\(getpid())-" + UUID().uuidString, isDirectory: true)
         do { try fm.createDirectory(at: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700]) } catch { return nil }
         let copy = folder.appendingPathComponent(url.lastPathComponent)
         if rtsync_clone_open_file(fd, url.path, copy.path) == 0 || rtsync_copy_open_file(fd, copy.path) == 0 { return copy }

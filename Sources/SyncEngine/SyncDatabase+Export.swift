@@ -25,10 +25,11 @@ extension SyncDatabase {
     /// (the newest one per column), never one from the time of export. The export watermark advances
     /// only after the file is synced and renamed into place.
     /// - Returns: nil when there was nothing to export (no file is written).
-    public func exportChanges(to directory: URL, signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> ExportResult? {
+    public func exportChanges(to directory: URL, signingKey: Curve25519.Signing.PrivateKey? = nil,
+                              shouldStop: (@Sendable () -> Bool)? = nil) throws -> ExportResult? {
         try locked {
             try requireTracked()
-            return try db.transaction { try exportLocked(to: directory, signingKey: signingKey) }
+            return try db.transaction { try exportLocked(to: directory, signingKey: signingKey, shouldStop: shouldStop) }
         }
     }
 
@@ -52,7 +53,7 @@ extension SyncDatabase {
         var columnHLC: [Int: Int64] = [:]
     }
 
-    private func exportLocked(to directory: URL, signingKey: Curve25519.Signing.PrivateKey?) throws -> ExportResult? {
+    private func exportLocked(to directory: URL, signingKey: Curve25519.Signing.PrivateKey?, shouldStop: (@Sendable () -> Bool)?) throws -> ExportResult? {
         try upgradeBookkeeping()
         try Self.refreshTracking(db)
         guard let maxSeq = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 else { return nil }
@@ -135,7 +136,9 @@ extension SyncDatabase {
             return w
         }
         do {
-            for key in order {
+            for (n, key) in order.enumerated() {
+                // Stopping here rolls the transaction back and removes the temp file: the changes stay pending.
+                if n % 256 == 0, let shouldStop, shouldStop() { throw SyncEngineError.interrupted(operation: "export", path: directory.path) }
                 let p = pending[key]!
                 guard let info = byID[p.tid], let keyValues = KeyCodec.decode(p.pk), keyValues.count == info.definition.primaryKeyColumns.count else { continue }
                 let def = info.definition

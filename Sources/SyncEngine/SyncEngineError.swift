@@ -9,6 +9,7 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
     case invalidConfig(file: String, reason: String)
     case conflictNotFound(id: Int64)
     case cannotRestore(id: Int64, reason: String)
+    case interrupted(operation: String, path: String)
 
     public var description: String {
         switch self {
@@ -21,6 +22,7 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
         case .invalidConfig(let f, let r): return "invalid config: \(r) (\(f))"
         case .conflictNotFound(let id): return "no conflict with id \(id)"
         case .cannotRestore(let id, let r): return "cannot restore conflict \(id): \(r)"
+        case .interrupted(let o, let p): return "\(o) was interrupted and rolled back (\(p))"
         }
     }
 
@@ -33,6 +35,7 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
         case .diffRejected: return "the diff was moved to quarantine; nothing in the database changed"
         case .unknownPolicy: return "use one of the listed policies"
         case .conflictNotFound: return "list conflicts with `rtsync conflicts list`"
+        case .interrupted: return "nothing was lost: run the command again to finish"
         default: return nil
         }
     }

@@ -31,6 +31,10 @@ public struct SyncReport: Sendable, Codable {
     public var backup: BackupInfo?
     /// Requests made to the bucket.
     public var requests = 0
+    /// Leftovers of interrupted runs removed (or backups adopted) when this run started.
+    public var cleanedUp: [String] = []
+    /// Whether the run stopped early at a safe point because `Syncer.shouldStop` asked it to.
+    public var interrupted = false
     /// Whether every phase completed.
     public var ok: Bool { phases.allSatisfy(\.ok) }
 }
@@ -77,6 +81,15 @@ public struct Syncer: Sendable {
 
     /// How long a sync waits for another run on the same home to finish before giving up.
     public var lockWait: TimeInterval = 30
+    /// Asked at safe points (between phases, diffs and uploads, and every few hundred rows of an export); when it
+    /// returns true the run stops there: an export in progress is rolled back and its temp file removed, a diff
+    /// being applied is finished, and the report lists what is left (`SyncReport.interrupted`).
+    public var shouldStop: (@Sendable () -> Bool)?
+    /// How old leftovers that cannot be tied to a process must be before a run removes them (`HomeDebris`).
+    public var debrisAge: TimeInterval = HomeDebris.defaultAge
+
+    /// The marker of a cursor that still has to be published (`support/.cursor-pending`).
+    public static func pendingCursorMarker(_ home: RTSyncHome) -> URL { home.support.appendingPathComponent(".cursor-pending") }
 
     /// Runs one sync. With `dryRun`, only reports what would be uploaded and downloaded.
     /// - Throws: only for refusals (demo mode, tier); network failures are reported in the phases.
@@ -85,9 +98,14 @@ public struct Syncer: Sendable {
         try checkAllowed(settings)
         try home.createFolders()
         // One run at a time per home: a second run's outbox clean-up would delete the diff this one has just
-        // written and not yet recorded, and its export and apply would interleave with this one's.
-        let lock = try HomeLock.acquire(home, wait: lockWait)
-        defer { withExtendedLifetime(lock) {} }
+        // written and not yet recorded, and its export and apply would interleave with this one's. The
+        // compaction and backup it runs reuse the lock.
+        return try await HomeLock.withLock(home, wait: lockWait) {
+            try await syncLocked(settings: settings, dryRun: dryRun, progress: progress)
+        }
+    }
+
+    private func syncLocked(settings: RTSyncSettings, dryRun: Bool, progress: @Sendable (String) -> Void) async throws -> SyncReport {
         let db = try SyncDatabase(path: home.database.path)
         if !db.isTracked { try db.trackAllTrackable() }
         let user = settings.userID.isEmpty ? try db.userID() : settings.userID
@@ -95,12 +113,47 @@ public struct Syncer: Sendable {
         let fm = FileManager.default
         var report = SyncReport()
         let startRequests = remote.requestsMade
+        let stopRequested = { shouldStop?() ?? false }
+        /// Ends the run at a safe point before `phase`, saying what stays for the next run.
+        func stopped(before phase: String) -> SyncReport {
+            var left: [String] = []
+            let pending = (try? db.pendingChangeCount()) ?? 0
+            if pending > 0 { left.append("\(pending) change(s) to export") }
+            let outbox = ((try? fm.contentsOfDirectory(atPath: home.outbox.path)) ?? []).filter { DiffFile.diffID(fromFileName: $0) != nil }.count
+            if outbox > 0 { left.append("\(outbox) diff(s) to upload") }
+            let inbox = ((try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? []).filter { DiffFile.diffID(fromFileName: $0) != nil }.count
+            if inbox > 0 { left.append("\(inbox) downloaded diff(s) to apply") }
+            left.append("the \(phase) phase and those after it")
+            report.phases.append(SyncPhase(name: "stopped", ok: false, summary: "interrupted before \(phase); left for the next run: " + left.joined(separator: ", ")))
+            report.interrupted = true
+            report.requests = remote.requestsMade - startRequests
+            return report
+        }
 
         // A database restored from a backup first catches up on what compaction may have pruned since.
         if !dryRun { await catchUpAfterRestore(db: db, user: user, report: &report, progress: progress) }
 
         // Diffs this database has applied or made (read once; the export below adds its own id).
         var applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
+
+        // Leftovers of interrupted runs: temp files, stale apply folders, unlisted backups, partial downloads of
+        // diffs applied since (this run holds the lock, so none of them is another run's).
+        if !dryRun {
+            report.cleanedUp = HomeDebris.clean(home, olderThan: debrisAge)
+            for name in (try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? [] where name.hasSuffix(".partial") || name.hasSuffix(".partial.etag") {
+                let diffName = String(name.prefix(upTo: name.range(of: ".partial")!.lowerBound))
+                guard let id = DiffFile.diffID(fromFileName: diffName), applied.contains(id.string) else { continue }
+                let url = home.inbox.appendingPathComponent(name)
+                if (try? fm.removeItem(at: url)) != nil { report.cleanedUp.append(url.path) }
+            }
+            if let tidied = try? BackupManager(home: home, keep: settings.keepBackups).tidy() {
+                report.cleanedUp += tidied.removed + tidied.adopted.map { "adopted backup \($0)" }
+            }
+            report.cleanedUp += await remote.removeStaleTemporaryFiles(prefixes: [inbound, user + "/backups/", user + "/devices/"], olderThan: debrisAge)
+            if !report.cleanedUp.isEmpty {
+                report.phases.append(SyncPhase(name: "cleanup", ok: true, summary: "removed or adopted \(report.cleanedUp.count) leftover(s) of interrupted runs"))
+            }
+        }
 
         // 0. A diff in the outbox that the database does not record as its own was left by an export that
         // crashed before committing; its changes are still pending and go into the next export instead.
@@ -118,17 +171,21 @@ public struct Syncer: Sendable {
         }
 
         // 1. Export local changes into the outbox (kept there until an upload is confirmed).
+        if stopRequested() { return stopped(before: "export") }
         if dryRun {
             report.phases.append(SyncPhase(name: "export", ok: true, summary: "\(try db.pendingChangeCount()) change(s) would be exported"))
         } else {
             do {
-                if let result = try db.exportChanges(to: home.outbox, signingKey: signingKey) {
+                if let result = try db.exportChanges(to: home.outbox, signingKey: signingKey, shouldStop: shouldStop) {
                     report.exported = result
                     applied.insert(result.diffID)
                     report.phases.append(SyncPhase(name: "export", ok: true, summary: "exported \(result.rows) row(s) to \(URL(fileURLWithPath: result.file).lastPathComponent)"))
                 } else {
                     report.phases.append(SyncPhase(name: "export", ok: true, summary: "nothing to export"))
                 }
+            } catch SyncEngineError.interrupted {
+                report.phases.append(SyncPhase(name: "export", ok: true, summary: "export stopped and rolled back (its temp file removed)"))
+                return stopped(before: "export")
             } catch {
                 report.phases.append(SyncPhase(name: "export", ok: false, summary: "export failed", error: "\(error)"))
             }
@@ -141,6 +198,10 @@ public struct Syncer: Sendable {
         } else {
             var failure: String?
             for name in outbox {
+                if stopRequested() {
+                    report.phases.append(SyncPhase(name: "upload", ok: true, summary: "uploaded \(report.uploaded.count) of \(outbox.count) diff(s)"))
+                    return stopped(before: "upload of \(name)")
+                }
                 let file = home.outbox.appendingPathComponent(name)
                 let key = inbound + name
                 do {
@@ -162,6 +223,7 @@ public struct Syncer: Sendable {
         }
 
         // 3. Download what this device has not applied (one LIST when idle), then apply in KSUID order.
+        if stopRequested() { return stopped(before: "download") }
         var toApply: [URL] = []
         var listedIDs: [String]?
         do {
@@ -177,6 +239,7 @@ public struct Syncer: Sendable {
             } else {
                 var failure: String?
                 for obj in wanted {
+                    if stopRequested() { break }
                     let name = String(obj.key.dropFirst(inbound.count))
                     let local = home.inbox.appendingPathComponent(name)
                     if !fm.fileExists(atPath: local.path) {
@@ -197,6 +260,7 @@ public struct Syncer: Sendable {
         } catch {
             report.phases.append(SyncPhase(name: "download", ok: false, summary: "could not list \(inbound)", error: "\(error)"))
         }
+        if !dryRun && stopRequested() { return stopped(before: "apply") }
         if !dryRun {
             // Also pick up diffs downloaded by an earlier run that stopped before applying them.
             for name in ((try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? []) where DiffFile.diffID(fromFileName: name) != nil {
@@ -230,7 +294,7 @@ public struct Syncer: Sendable {
                 }
                 accepted.append(url)
             }
-            reports += db.apply(diffs: accepted, quarantine: home.quarantine)
+            reports += db.apply(diffs: accepted, quarantine: home.quarantine, shouldStop: shouldStop)
             // A deferred diff stays in the inbox and is applied again by the next sync.
             for r in reports where r.status != .rejected && r.status != .deferred { try? fm.removeItem(atPath: r.file) }
             // Rows held back for a value the app had not declared are merged again (a value may be declared now).
@@ -252,18 +316,26 @@ public struct Syncer: Sendable {
 
         // Publish what this device has applied (only when that changed, so an idle sync stays one LIST),
         // and compact automatically once inbound grows past the threshold.
-        if !dryRun, let listedIDs {
+        // A cursor owed by an earlier run (its publish failed, or the run ended first) is published now, even
+        // when idle: the marker is written before each publish and removed only once one succeeds.
+        if !dryRun {
+            let marker = Self.pendingCursorMarker(home)
             let retiring = (try? db.retiredSites().contains { !$0.cursorRemoved && !$0.catchUp }) == true
             let changed = report.exported != nil || report.applied.contains { $0.status == .applied || $0.status == .skipped } || retiring
-            if changed {
+            if changed || fm.fileExists(atPath: marker.path) {
                 do {
+                    try Data("cursor of \(user) to publish to \(Compactor.cursorKey(user: user, site: try db.siteID()))\n".utf8).write(to: marker)
+                    guard let listedIDs else { throw RemoteStoreError.failed(key: inbound, reason: "inbound could not be listed; the cursor is published by the next sync") }
                     try await Compactor.publishCursor(db: db, user: user, listed: listedIDs + (report.exported.map { [$0.diffID] } ?? []), remote: remote, home: home)
+                    try? fm.removeItem(at: marker)
                     if retiring { await retireOldCursors(db: db, user: user, report: &report) }
                 } catch {
-                    report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not publish this device's cursor", error: "\(error)"))
+                    report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not publish this device's cursor (the next sync publishes it)", error: "\(error)"))
                 }
             }
-            if listedIDs.count >= settings.compactThreshold {
+        }
+        if !dryRun, let listedIDs {
+            if listedIDs.count >= settings.compactThreshold && !stopRequested() {
                 do {
                     let c = try await Compactor(home: home, remote: remote, retry: retry).run()
                     report.phases.append(SyncPhase(name: "compact", ok: true, summary: "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))
@@ -274,15 +346,17 @@ public struct Syncer: Sendable {
         }
 
         // 4. Media.
+        if !dryRun && stopRequested() { return stopped(before: "media") }
         if let media, !dryRun {
             do { report.phases.append(SyncPhase(name: "media", ok: true, summary: try await media())) } catch {
                 report.phases.append(SyncPhase(name: "media", ok: false, summary: "media sync failed", error: "\(error)"))
             }
         }
 
-        // 5. A backup when one is due (premium also keeps it in the bucket).
+        // 5. A backup when one is due (premium also keeps it in the bucket, rotated like the local ones).
+        if !dryRun && stopRequested() { return stopped(before: "backup") }
         if !dryRun {
-            let backups = BackupManager(database: home.database, folder: home.backups, keep: settings.keepBackups)
+            let backups = BackupManager(home: home, keep: settings.keepBackups)
             let last = backups.list().first.flatMap { ISO8601.parse($0.createdAt) }
             let due = last.map { Date().timeIntervalSince($0) >= Double(settings.backupIntervalMinutes * 60) } ?? true
             if due {
@@ -293,6 +367,8 @@ public struct Syncer: Sendable {
                     if (try? settings.tier.require(.uploadBackup(cloud: !remote.isLocal))) != nil {
                         try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(b.file), key: user + "/backups/" + b.file, ifAbsent: false) }
                         summary += ", uploaded"
+                        let rotated = try await remote.rotateBackups(user: user, keep: settings.keepBackups, retry: retry)
+                        if !rotated.isEmpty { summary += ", \(rotated.count) old bucket backup(s) rotated away" }
                     }
                     report.phases.append(SyncPhase(name: "backup", ok: true, summary: summary))
                 } catch {

@@ -109,12 +109,14 @@ extension RTSync {
             @Argument(help: "Conflict id.") var id: Int64
 
             func run() throws {
-                let db = try database.open()
-                do {
-                    try db.restoreConflict(id: id)
-                    let c = try db.conflict(id: id)
-                    print("restored conflict #\(id): \(c.table) [\(c.key)] \(c.column.isEmpty ? "row deleted" : "\(c.column) = \(c.losingValue.sqlLiteral)")")
-                } catch { throw report(error) }
+                try database.lockingHome {
+                    let db = try database.open()
+                    do {
+                        try db.restoreConflict(id: id)
+                        let c = try db.conflict(id: id)
+                        print("restored conflict #\(id): \(c.table) [\(c.key)] \(c.column.isEmpty ? "row deleted" : "\(c.column) = \(c.losingValue.sqlLiteral)")")
+                    } catch { throw report(error) }
+                }
             }
         }
     }

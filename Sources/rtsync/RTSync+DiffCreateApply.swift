@@ -15,6 +15,10 @@ extension RTSync.Diff {
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
+            try database.lockingHome { try export() }
+        }
+
+        private func export() throws {
             let db = try database.open()
             do {
                 let result = try db.exportChanges(to: URL(fileURLWithPath: out))
@@ -41,6 +45,10 @@ extension RTSync.Diff {
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
+            try database.lockingHome { try applyAll() }
+        }
+
+        private func applyAll() throws {
             let db = try database.open()
             var files: [URL] = []
             let fm = FileManager.default

@@ -24,6 +24,18 @@ struct HomeOptions: ParsableArguments {
         }
     }
 
+    /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
+    /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
+    func locked<T>(_ body: () async throws -> T) async throws -> T {
+        do { return try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
+    }
+
+    /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
+    /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
+    func locked<T>(_ body: () throws -> T) throws -> T {
+        do { return try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
+    }
+
     func loadSettings() throws -> RTSyncSettings {
         do { return try resolvedHome.loadSettings() } catch { throw report(error) }
     }
@@ -51,6 +63,10 @@ extension RTSync {
         }
 
         func run() async throws {
+            do { try await options.locked { try await initialize() } } catch { throw report(error) }
+        }
+
+        private func initialize() async throws {
             let home = options.resolvedHome
             var settings = try options.loadSettings()
             if let bucket = options.bucket { settings.bucket = bucket }
@@ -108,7 +124,9 @@ extension RTSync {
         static func manager(_ options: HomeOptions) throws -> BackupManager {
             let home = options.resolvedHome
             let settings = try options.loadSettings()
-            return BackupManager(database: home.database, folder: home.backups, keep: settings.keepBackups)
+            var manager = BackupManager(home: home, keep: settings.keepBackups)
+            manager.lockWait = HomeLock.environmentWait
+            return manager
         }
 
         struct Create: AsyncParsableCommand {
@@ -124,10 +142,15 @@ extension RTSync {
             @Flag(help: "Print JSON.") var json = false
 
             func run() async throws {
+                do { try await options.locked { try await createBackup() } } catch { throw report(error) }
+            }
+
+            private func createBackup() async throws {
                 do {
                     let manager = try BackupCommand.manager(options)
                     var info = try manager.create(verification: verifyLater ? .deferred : .immediate)
                     var uploaded: String?
+                    var rotated: [String] = []
                     if upload {
                         // Only a checked copy leaves the device.
                         if !info.verified { info = try manager.verify(id: info.id) }
@@ -140,6 +163,8 @@ extension RTSync {
                         let key = settings.userID + "/backups/" + info.file
                         try await remote.upload(file: options.resolvedHome.backups.appendingPathComponent(info.file), key: key, ifAbsent: false)
                         uploaded = key
+                        // Bucket backups rotate with the local rule (keepBackups), keeping the newest.
+                        rotated = try await remote.rotateBackups(user: settings.userID, keep: settings.keepBackups)
                     }
                     if json { printJSON(info); return }
                     let copied = String(format: "%.0f ms", info.copyMilliseconds ?? 0)
@@ -148,7 +173,7 @@ extension RTSync {
                     } else {
                         print("backup \(info.id): \(info.bytes) bytes by \(info.method) in \(copied), not verified yet (run `rtsync backup verify --pending`)")
                     }
-                    if let uploaded { print("uploaded to \(uploaded)") }
+                    if let uploaded { print("uploaded to \(uploaded)\(rotated.isEmpty ? "" : "; \(rotated.count) older bucket backup(s) rotated away")") }
                 } catch { throw report(error) }
             }
         }
@@ -206,12 +231,14 @@ extension RTSync {
 
             func run() throws {
                 do {
-                    let home = options.resolvedHome
-                    let (b, aside) = try BackupCommand.manager(options).restore(id: id, outbox: home.outbox, signingKey: try? DeviceKeys(home: home).signingKey())
-                    print("restored backup \(b.id) to \(home.database.path)")
-                    if let aside { print("previous database kept at \(aside.path)") }
-                    if (try? SyncDatabase(path: home.database.path).needsCatchUp()) == true {
-                        print("the restored database is a new site; its next sync catches up on what the bucket has that the backup lacks")
+                    try options.locked {
+                        let home = options.resolvedHome
+                        let (b, aside) = try BackupCommand.manager(options).restore(id: id, outbox: home.outbox, signingKey: try? DeviceKeys(home: home).signingKey())
+                        print("restored backup \(b.id) to \(home.database.path)")
+                        if let aside { print("previous database kept at \(aside.path)") }
+                        if (try? SyncDatabase(path: home.database.path).needsCatchUp()) == true {
+                            print("the restored database is a new site; its next sync catches up on what the bucket has that the backup lacks")
+                        }
                     }
                 } catch { throw report(error) }
             }
@@ -231,15 +258,17 @@ extension RTSync {
             @Option(help: "Tables that stay writable (repeatable; saved in settings).") var scratch: [String] = []
 
             func run() throws {
-                do {
-                    let home = options.resolvedHome
-                    var settings = try options.loadSettings()
-                    if !scratch.isEmpty { settings.scratchTables = scratch }
-                    settings.demo = true
-                    try SyncDatabase(path: home.database.path).setDemoProtection(true, scratchTables: settings.scratchTables)
-                    try home.saveSettings(settings)
-                    print("demo mode on: app tables are read-only\(settings.scratchTables.isEmpty ? "" : " except \(settings.scratchTables.joined(separator: ", "))"); sync is disabled")
-                } catch { throw report(error) }
+                try options.locked {
+                    do {
+                        let home = options.resolvedHome
+                        var settings = try options.loadSettings()
+                        if !scratch.isEmpty { settings.scratchTables = scratch }
+                        settings.demo = true
+                        try SyncDatabase(path: home.database.path).setDemoProtection(true, scratchTables: settings.scratchTables)
+                        try home.saveSettings(settings)
+                        print("demo mode on: app tables are read-only\(settings.scratchTables.isEmpty ? "" : " except \(settings.scratchTables.joined(separator: ", "))"); sync is disabled")
+                    } catch { throw report(error) }
+                }
             }
         }
 
@@ -248,14 +277,16 @@ extension RTSync {
             @OptionGroup var options: HomeOptions
 
             func run() throws {
-                do {
-                    let home = options.resolvedHome
-                    var settings = try options.loadSettings()
-                    settings.demo = false
-                    try SyncDatabase(path: home.database.path).setDemoProtection(false)
-                    try home.saveSettings(settings)
-                    print("demo mode off")
-                } catch { throw report(error) }
+                try options.locked {
+                    do {
+                        let home = options.resolvedHome
+                        var settings = try options.loadSettings()
+                        settings.demo = false
+                        try SyncDatabase(path: home.database.path).setDemoProtection(false)
+                        try home.saveSettings(settings)
+                        print("demo mode off")
+                    } catch { throw report(error) }
+                }
             }
         }
 
@@ -270,7 +301,9 @@ extension RTSync {
                     let home = options.resolvedHome
                     let settings = try options.loadSettings()
                     let remote = try? options.openRemote(settings)
-                    let source = try await DemoReset(home: home, remote: remote).run(scratchTables: settings.scratchTables, protect: settings.demo)
+                    var reset = DemoReset(home: home, remote: remote)
+                    reset.lockWait = HomeLock.environmentWait
+                    let source = try await reset.run(scratchTables: settings.scratchTables, protect: settings.demo)
                     print("demo data reset from \(source)")
                 } catch { throw report(error) }
             }

@@ -15,7 +15,10 @@ extension RTSync {
             order, syncs recordings/ and images/ when asked (--media, or syncMedia in settings), then makes a \
             backup when one is due. A phase that fails leaves its work queued for the next \
             run and the exit status is 1. With no database yet, runs the init chain first. Refused in demo mode, \
-            and on the free tier for a cloud (s3://) bucket; a local-folder bucket works on every tier.
+            and on the free tier for a cloud (s3://) bucket; a local-folder bucket works on every tier. \
+            One run at a time per home: another waits up to RTSYNC_LOCK_WAIT seconds (default 30), then exits 1. \
+            Leftovers of interrupted runs are removed first. Ctrl-C or SIGTERM stops at the next safe point, \
+            prints what is left and exits 130 or 143.
             """
         )
         @OptionGroup var options: HomeOptions
@@ -34,7 +37,7 @@ extension RTSync {
             var settings = try options.loadSettings()
             let remote = try options.openRemote(settings)
             var initialized: InitResult?
-            do {
+            do { try await options.locked {
                 if !FileManager.default.fileExists(atPath: home.database.path) {
                     initialized = try await InitChain(home: home, remote: remote).run(progress: { progress("init: \($0)") })
                     settings = try options.loadSettings()
@@ -47,6 +50,8 @@ extension RTSync {
                 }
                 let keys = DeviceKeys(home: home)
                 var syncer = Syncer(home: home, remote: remote, signingKey: try keys.signingKey(), trustedKeys: try keys.trustedKeys())
+                let signals = StopSignals()
+                syncer.shouldStop = { signals.stopRequested }
                 syncer.keyUsers = try keys.trustedIdentities(ownUser: settings.userID)
                 if media || settings.syncMedia {
                     syncer.media = RTSync.mediaPhase(home: home, remote: remote, settings: settings)
@@ -61,11 +66,16 @@ extension RTSync {
                     }
                     print("\(report.ok ? "done" : "incomplete"): \(report.requests) bucket request(s)")
                 }
+                if let sig = signals.receivedSignal {
+                    // Stopped at a safe point: what was done is above, what is left is in the "stopped" phase.
+                    throw fail("sync interrupted by \(StopSignals.name(sig)) at a safe point (\(home.database.path))",
+                               hint: "nothing was lost; run rtsync sync again to finish what is left", code: StopSignals.exitStatus(sig))
+                }
                 if !report.ok {
                     let failed = report.phases.filter { !$0.ok }.map(\.name).joined(separator: ", ")
                     throw fail("sync incomplete: \(failed) failed (\(options.bucketURL(settings)))", hint: "unfinished work stays queued; run rtsync sync again")
                 }
-            } catch { throw report(error) }
+            } } catch { throw report(error) }
         }
     }
 }
@@ -83,7 +93,9 @@ extension RTSync {
         func run() async throws {
             do {
                 let settings = try options.loadSettings()
-                let r = try await Compactor(home: options.resolvedHome, remote: try options.openRemote(settings)).run()
+                var compactor = Compactor(home: options.resolvedHome, remote: try options.openRemote(settings))
+                compactor.lockWait = HomeLock.environmentWait
+                let r = try await compactor.run()
                 if json { printJSON(r); return }
                 print("snapshot \(r.snapshotKey); \(r.devices.count) known device(s); pruned \(r.pruned.count) diff(s), kept \(r.kept)")
             } catch { throw report(error) }

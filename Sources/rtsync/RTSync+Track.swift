@@ -13,6 +13,13 @@ struct DatabaseOptions: ParsableArguments {
             throw fail(e.description, hint: e.hint)
         } catch { throw fail("cannot open database: \(error) (\(db))") }
     }
+
+    /// Runs `body` holding the lock of the home whose primary database `--db` is (waiting up to
+    /// `RTSYNC_LOCK_WAIT` seconds), or without a lock for a database outside a home.
+    func lockingHome<T>(_ body: () throws -> T) throws -> T {
+        guard let home = RTSyncHome.containing(database: URL(fileURLWithPath: db)) else { return try body() }
+        do { return try HomeLock.withLock(home, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
+    }
 }
 
 /// Turns a library error into the CLI's `error:` / `hint:` output.
@@ -51,21 +58,23 @@ extension RTSync {
         }
 
         func run() throws {
-            let db = try database.open()
-            do {
-                let p = policy.flatMap(MergePolicy.init(rawValue:)).map { TablePolicy($0, ownerColumn: ownerColumn) }
-                let tracked = try db.track(tables: all ? nil : tables, policy: p)
-                if let config { try db.applyPolicies(try PolicyConfig.load(from: URL(fileURLWithPath: config))) }
-                let site = try db.siteID()
-                let final = try db.trackedTables().filter { t in tracked.contains { $0.name == t.name } }
-                if json {
-                    struct Out: Encodable { let site: String; let tables: [TrackedTable] }
-                    printJSON(Out(site: site, tables: final))
-                } else {
-                    print("site \(site): tracking \(final.count) table(s)")
-                    for t in final { print("  \(t.name) (\(t.columns.count) columns, \(t.policy.policy.rawValue))") }
-                }
-            } catch { throw report(error) }
+            try database.lockingHome {
+                let db = try database.open()
+                do {
+                    let p = policy.flatMap(MergePolicy.init(rawValue:)).map { TablePolicy($0, ownerColumn: ownerColumn) }
+                    let tracked = try db.track(tables: all ? nil : tables, policy: p)
+                    if let config { try db.applyPolicies(try PolicyConfig.load(from: URL(fileURLWithPath: config))) }
+                    let site = try db.siteID()
+                    let final = try db.trackedTables().filter { t in tracked.contains { $0.name == t.name } }
+                    if json {
+                        struct Out: Encodable { let site: String; let tables: [TrackedTable] }
+                        printJSON(Out(site: site, tables: final))
+                    } else {
+                        print("site \(site): tracking \(final.count) table(s)")
+                        for t in final { print("  \(t.name) (\(t.columns.count) columns, \(t.policy.policy.rawValue))") }
+                    }
+                } catch { throw report(error) }
+            }
         }
     }
 
@@ -84,12 +93,14 @@ extension RTSync {
         @Argument(help: "The SQL to run, or '-' to read it from standard input.") var sql: String
 
         func run() throws {
-            let text = sql == "-" ? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self) : sql
-            let db = try database.open()
-            do { try db.migrate(sql: text) } catch {
-                throw fail("migration failed, nothing was changed: \(error) (\(database.db))", hint: "fix the SQL and run the command again")
+            try database.lockingHome {
+                let text = sql == "-" ? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self) : sql
+                let db = try database.open()
+                do { try db.migrate(sql: text) } catch {
+                    throw fail("migration failed, nothing was changed: \(error) (\(database.db))", hint: "fix the SQL and run the command again")
+                }
+                print("migrated \(database.db); tracking \(((try? db.trackedTables()) ?? []).count) table(s)")
             }
-            print("migrated \(database.db); tracking \(((try? db.trackedTables()) ?? []).count) table(s)")
         }
     }
 
@@ -101,9 +112,11 @@ extension RTSync {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            let db = try database.open()
-            do { try db.untrack() } catch { throw report(error) }
-            print("removed rtsync tracking from \(database.db)")
+            try database.lockingHome {
+                let db = try database.open()
+                do { try db.untrack() } catch { throw report(error) }
+                print("removed rtsync tracking from \(database.db)")
+            }
         }
     }
 }
