@@ -66,11 +66,14 @@ public struct RTSyncHome: Sendable {
     /// Uses `root` as the home folder.
     public init(root: URL) { self.root = root }
 
-    /// The home from an explicit path, else `RTSYNC_HOME`, else `~/.rtsync`.
+    /// The home from an explicit path, else `RTSYNC_HOME`, else `$HOME/.rtsync`.
     public static func resolve(_ explicit: String? = nil) -> RTSyncHome {
         if let explicit, !explicit.isEmpty { return RTSyncHome(root: URL(fileURLWithPath: explicit)) }
         if let env = ProcessInfo.processInfo.environment["RTSYNC_HOME"], !env.isEmpty { return RTSyncHome(root: URL(fileURLWithPath: env)) }
-        return RTSyncHome(root: FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".rtsync"))
+        // $HOME first, as every Unix tool does (Foundation's home directory on Linux reads the password file).
+        let home = ProcessInfo.processInfo.environment["HOME"].flatMap { $0.isEmpty ? nil : URL(fileURLWithPath: $0) }
+            ?? FileManager.default.homeDirectoryForCurrentUser
+        return RTSyncHome(root: home.appendingPathComponent(".rtsync"))
     }
 
     /// The home whose primary database `database` is (`<root>/support/primary.sqlite`), or nil for any other file.

@@ -37,11 +37,11 @@ extension RTSync.Diff {
     struct Apply: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Apply diff files (or folders of them) in KSUID order.",
-            discussion: "Each diff is one transaction and is applied at most once (re-applying reports 'skipped'). A rejected diff changes nothing and is moved to the quarantine folder. Exit status 1 when any diff was rejected."
+            discussion: "Each diff is one transaction and is applied at most once (re-applying reports 'skipped'). A rejected diff changes nothing; the file stays where it is and a copy goes to the quarantine folder. An untracked database is refused before any diff is read. Exit status 1 when any diff was rejected."
         )
         @OptionGroup var database: DatabaseOptions
         @Argument(help: "Diff files or folders containing <KSUID>.sqlite files.") var paths: [String]
-        @Option(help: "Where rejected diffs are moved (default: 'quarantine' beside the database).") var quarantine: String?
+        @Option(help: "Where copies of rejected diffs go (default: 'quarantine' beside the database).") var quarantine: String?
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
@@ -50,6 +50,10 @@ extension RTSync.Diff {
 
         private func applyAll() throws {
             let db = try database.open()
+            // Refused before any diff is touched: an untracked database would reject every diff.
+            guard db.isTracked else {
+                throw fail("database is not tracked (\(database.db))", hint: "rtsync track --db \(database.db) --all")
+            }
             var files: [URL] = []
             let fm = FileManager.default
             for p in paths {
@@ -63,7 +67,11 @@ extension RTSync.Diff {
                 }
             }
             let q = URL(fileURLWithPath: quarantine ?? URL(fileURLWithPath: database.db).deletingLastPathComponent().appendingPathComponent("quarantine").path)
-            let reports = db.apply(diffs: files, quarantine: q)
+            // The files are the user's: a rejected one is copied into quarantine, never moved.
+            var reports = db.apply(diffs: files, quarantine: nil)
+            for i in reports.indices where reports[i].status == .rejected {
+                reports[i].quarantinedTo = Self.copyToQuarantine(URL(fileURLWithPath: reports[i].file), folder: q, reason: reports[i].reason ?? "")
+            }
             if json {
                 printJSON(reports)
             } else {
@@ -85,7 +93,7 @@ extension RTSync.Diff {
                         _ = fail("diff not applied yet: \(r.reason ?? "") (\(r.file))", hint: "apply the diffs it depends on first, or run the same command again with them; the file was left in place")
                     case .rejected:
                         print("rejected \(name): \(r.reason ?? "")")
-                        _ = fail("diff rejected: \(r.reason ?? "") (\(r.file))", hint: "nothing was changed; the file was moved to \(r.quarantinedTo ?? "(could not move it)")")
+                        _ = fail("diff rejected: \(r.reason ?? "") (\(r.file))", hint: "nothing was changed; the file stays where it is, a copy is in \(r.quarantinedTo ?? "(could not copy it)")")
                     }
                 }
                 let c = Dictionary(grouping: reports, by: \.status).mapValues(\.count)
@@ -93,5 +101,20 @@ extension RTSync.Diff {
             }
             if reports.contains(where: { $0.status == .rejected || $0.status == .deferred }) { throw ExitCode(1) }
         }
+    }
+}
+
+extension RTSync.Diff.Apply {
+    /// Copies a rejected diff into `folder` with a `.reason.txt` beside it; returns the copy's path, or nil.
+    static func copyToQuarantine(_ url: URL, folder: URL, reason: String) -> String? {
+        let fm = FileManager.default
+        do {
+            try fm.createDirectory(at: folder, withIntermediateDirectories: true)
+            var target = folder.appendingPathComponent(url.lastPathComponent)
+            if fm.fileExists(atPath: target.path) { target = folder.appendingPathComponent(KSUID.generate().string + "-" + url.lastPathComponent) }
+            try fm.copyItem(at: url, to: target)
+            try? Data((reason + "\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
+            return target.path
+        } catch { return nil }
     }
 }

@@ -13,7 +13,7 @@ struct HomeOptions: ParsableArguments {
 
     /// The bucket URL to use: --bucket, else settings, else the embedded local-folder default.
     func bucketURL(_ settings: RTSyncSettings) -> String {
-        bucket ?? settings.bucket ?? resolvedHome.root.appendingPathComponent("bucket").path
+        bucket.map(RTSync.Init.absoluteBucket) ?? settings.bucket ?? resolvedHome.root.appendingPathComponent("bucket").path
     }
 
     /// Opens the bucket as SyncEngine's remote store.
@@ -69,7 +69,8 @@ extension RTSync {
         private func initialize() async throws {
             let home = options.resolvedHome
             var settings = try options.loadSettings()
-            if let bucket = options.bucket { settings.bucket = bucket }
+            // A local bucket path is stored absolute: a relative one would mean another folder from elsewhere.
+            if let bucket = options.bucket { settings.bucket = Self.absoluteBucket(bucket) }
             if let tier { settings.tier = Tier(rawValue: tier)! }
             if options.bucket != nil || tier != nil {
                 do { try home.saveSettings(settings) } catch { throw report(error) }
@@ -308,5 +309,17 @@ extension RTSync {
                 } catch { throw report(error) }
             }
         }
+    }
+}
+
+extension RTSync.Init {
+    /// A bucket as given, with a local path (plain or `file://`) made absolute against the current folder.
+    static func absoluteBucket(_ bucket: String) -> String {
+        if bucket.hasPrefix("s3://") || bucket.hasPrefix("http://") || bucket.hasPrefix("https://") { return bucket }
+        if bucket.hasPrefix("file://") {
+            let path = String(bucket.dropFirst("file://".count))
+            return path.hasPrefix("/") ? bucket : "file://" + URL(fileURLWithPath: path).standardizedFileURL.path
+        }
+        return URL(fileURLWithPath: bucket).standardizedFileURL.path
     }
 }

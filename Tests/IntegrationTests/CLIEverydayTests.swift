@@ -1,0 +1,66 @@
+import Foundation
+import RTSQLite
+import SyncEngine
+import Testing
+import RTSyncTestSupport
+
+// Issue 17: the command line behaves as Unix tools do — $HOME names the default home, `diff apply` never moves
+// the user's files, an untracked target is refused before any diff is touched, and a relative local bucket given
+// to `init` is stored absolute.
+
+@Suite("CLI: homes, user files, bucket paths")
+struct CLIEverydayTests {
+    func rtsync(_ args: [String], env: [String: String?] = [:]) throws -> CommandOutput {
+        let binary = try #require(RTSyncBinary.url, "rtsync binary not found")
+        return try runCommand(binary, args, environment: env)
+    }
+
+    @Test func defaultHome_followsHOME() throws {
+        let dir = try TemporaryDirectory()
+        let r = try rtsync(["status", "--json"], env: ["HOME": dir.url.path, "RTSYNC_HOME": nil])
+        let status = try jsonObject(r.stdout)
+        #expect((status["database"] as? String)?.hasPrefix(dir.url.appendingPathComponent(".rtsync").path) == true, "\(r.stdout) \(r.stderr)")
+    }
+
+    @Test func diffApply_keepsTheUsersFile_copiesARejectedOne_andRefusesAnUntrackedDatabase() throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.file("a.sqlite"), b = dir.file("b.sqlite"), plain = dir.file("plain.sqlite")
+        for url in [a, b, plain] { try Connection(path: url.path).execute("CREATE TABLE notes(id TEXT PRIMARY KEY NOT NULL, body TEXT)") }
+        try Connection(path: b.path).execute("CREATE TABLE other(id TEXT PRIMARY KEY NOT NULL)")
+        #expect(try rtsync(["track", "--db", a.path, "--all"]).status == 0)
+        #expect(try rtsync(["track", "--db", b.path, "other"]).status == 0)  // notes stays local on b
+        try SyncDatabase(path: a.path).execute("INSERT INTO notes VALUES ('n1', 'one')")
+        let out = dir.file("out")
+        let created = try rtsync(["diff", "create", "--db", a.path, "--out", out.path])
+        let file = URL(fileURLWithPath: created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        // b has notes untracked: the diff is rejected, the file stays, a copy goes to quarantine.
+        let rejected = try rtsync(["diff", "apply", "--db", b.path, file.path])
+        #expect(rejected.status == 1)
+        #expect(FileManager.default.fileExists(atPath: file.path), "the user's file was moved")
+        let quarantined = (try? FileManager.default.contentsOfDirectory(atPath: dir.file("quarantine").path)) ?? []
+        #expect(quarantined.contains(file.lastPathComponent), "\(quarantined)")
+        #expect(rejected.stderr.contains("a copy is in"), "\(rejected.stderr)")
+        // An untracked database is refused before any diff is read.
+        let untracked = try rtsync(["diff", "apply", "--db", plain.path, file.path])
+        #expect(untracked.status == 1)
+        #expect(untracked.stderr.contains("database is not tracked (\(plain.path))") && untracked.stderr.contains("rtsync track --db"), "\(untracked.stderr)")
+        #expect(FileManager.default.fileExists(atPath: file.path))
+    }
+
+    @Test func init_storesARelativeLocalBucketAbsolute() throws {
+        let dir = try TemporaryDirectory()
+        let home = dir.file("home")
+        let binary = try #require(RTSyncBinary.url)
+        let p = Process()
+        p.executableURL = binary
+        p.arguments = ["init", "--home", home.path, "--bucket", "relative-bucket"]
+        p.currentDirectoryURL = dir.url
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        let settings = try RTSyncHome(root: home).loadSettings()
+        #expect(settings.bucket == dir.url.appendingPathComponent("relative-bucket").standardizedFileURL.path, "\(settings.bucket ?? "-")")
+    }
+}
