@@ -11,7 +11,8 @@ public struct DeviceKeys: Sendable {
     /// Uses `home.keys`.
     public init(home: RTSyncHome) { folder = home.keys }
 
-    var privateKeyFile: URL { folder.appendingPathComponent("device.ed25519") }
+    /// The device's private key file (`<home>/keys/device.ed25519`, mode 0600).
+    public var privateKeyFile: URL { folder.appendingPathComponent("device.ed25519") }
     var trustedFolder: URL { folder.appendingPathComponent("trusted") }
 
     /// The device key, created on first use.

@@ -1,5 +1,6 @@
 import DiffFormat
 import Foundation
+import RTSQLite
 
 /// Everything `rtsync status` reports (JSON keys are documented in the README).
 public struct DeviceStatus: Sendable, Codable {
@@ -37,6 +38,8 @@ public struct DeviceStatus: Sendable, Codable {
     public var unresolvedConflicts: Int
     /// Diffs known to be missing: site id -> missing sequence numbers.
     public var gaps: [String: [Int64]]
+    /// Why the database cannot be read as a sound SQLite database (nil when it can): restore a backup.
+    public var damaged: String?
     /// Restored from a backup and not yet caught up from the bucket (the next sync does it): it may be behind.
     public var catchUpPending: Bool = false
     /// Site ids this database used before a restore.
@@ -60,6 +63,10 @@ public struct DeviceStatus: Sendable, Codable {
             trackedTables: [], pendingChanges: 0, outbox: count(home.outbox), lastExport: nil,
             lastBackup: backups.list().first?.createdAt, lastKnownGood: backups.lastKnownGood()?.id,
             quarantined: count(home.quarantine), unresolvedConflicts: 0, gaps: [:])
+        if exists, let problem = damage(dbPath) {
+            status.damaged = problem
+            return status
+        }
         if exists {
             let db = try SyncDatabase(path: dbPath)
             if db.isTracked {
@@ -76,6 +83,25 @@ public struct DeviceStatus: Sendable, Codable {
             }
         }
         return status
+    }
+
+    /// What is wrong with the database file, or nil: its schema must read, and below 64 MB `quick_check` passes
+    /// too (larger files get the schema check only, so `status` stays quick; `backup verify` checks fully).
+    static func damage(_ path: String) -> String? {
+        do {
+            let c = try Connection(path: path, mode: .readOnly)
+            _ = try c.rows("SELECT count(*) FROM sqlite_schema")
+            let size = ((try? FileManager.default.attributesOfItem(atPath: path)[.size]) as? NSNumber)?.int64Value ?? 0
+            if size < 64 << 20 {
+                let result = try c.rows("PRAGMA quick_check(1)").first?.first?.string ?? "ok"
+                if result != "ok" { return result }
+            }
+            return nil
+        } catch let e as SQLiteError {
+            return e.message
+        } catch {
+            return "\(error)"
+        }
     }
 }
 

@@ -129,6 +129,10 @@ extension SyncDatabase {
             throw SyncEngineError.untrackableTable(table: name, reason: "virtual tables cannot carry triggers", hint: "track the table that holds the data instead")
         }
         guard let def = try TableDefinition.read(table: name, from: db) else { throw SyncEngineError.noSuchTable(table: name) }
+        if let policy, policy.policy == .ownerOnly, def.columnIndex(policy.ownerColumn ?? "owner_id") == nil {
+            throw SyncEngineError.untrackableTable(table: name, reason: "owner-only needs an owner column '\(policy.ownerColumn ?? "owner_id")', which the table does not have",
+                                                   hint: "name an existing column (--owner-column, ownerColumn in the config file)")
+        }
         if def.primaryKeyColumns.isEmpty {
             throw SyncEngineError.untrackableTable(
                 table: name, reason: "it has no PRIMARY KEY, and rowids differ from device to device, so its rows cannot be matched",

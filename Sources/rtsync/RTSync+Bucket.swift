@@ -15,8 +15,15 @@ struct BucketOptions: ParsableArguments {
         throw ValidationError("no bucket given: pass --bucket s3://bucket/prefix or file:///path, or set RTSYNC_BUCKET")
     }
 
-    func makeStore() throws -> any ObjectStore {
-        try makeObjectStore(urlString: try bucketURL())
+    /// The store; a command that only reads (`creating: false`) finds a missing local folder an error, as rclone's
+    /// "directory not found", instead of creating it.
+    func makeStore(creating: Bool = true) throws -> any ObjectStore {
+        let text = try bucketURL()
+        if !creating {
+            let path: String? = text.hasPrefix("/") ? text : (URL(string: text).flatMap { $0.scheme?.lowercased() == "file" ? $0.path : nil })
+            if let path, !path.isEmpty { return try LocalFolderStore(root: URL(fileURLWithPath: path, isDirectory: true), create: false) }
+        }
+        return try makeObjectStore(urlString: text)
     }
 }
 
@@ -58,7 +65,7 @@ extension RTSync.Bucket {
 
         func run() async throws {
             try await reportingBucketErrors {
-                let objects = try await options.makeStore().listAll(prefix: prefix)
+                let objects = try await options.makeStore(creating: false).listAll(prefix: prefix)
                 if json { return try printJSON(objects) }
                 let formatter = ISO8601DateFormatter()
                 for object in objects {
@@ -82,7 +89,7 @@ extension RTSync.Bucket {
 
         func run() async throws {
             try await reportingBucketErrors {
-                let store = try options.makeStore()
+                let store = try options.makeStore(creating: false)
                 if destination == "-" {
                     FileHandle.standardOutput.write(try await store.get(key: key))
                     return
@@ -144,7 +151,7 @@ extension RTSync.Bucket {
 
         func run() async throws {
             try await reportingBucketErrors {
-                let store = try options.makeStore()
+                let store = try options.makeStore(creating: false)
                 for key in keys { try await store.delete(key: key) }
             }
         }

@@ -15,7 +15,14 @@ extension RTSync {
             static let configuration = CommandConfiguration(abstract: "Print this device's public key (give it to the devices and users that should trust it).")
             @OptionGroup var options: HomeOptions
             func run() throws {
-                do { print(try DeviceKeys(home: options.resolvedHome).publicKeyHex()) } catch { throw report(error) }
+                do {
+                    // Showing reads: a home without a key yet gets none made here.
+                    let keys = DeviceKeys(home: options.resolvedHome)
+                    guard FileManager.default.fileExists(atPath: keys.privateKeyFile.path) else {
+                        throw fail("this device has no key yet (\(keys.privateKeyFile.path))", hint: "its first `rtsync sync` makes one; check --home if you expected one")
+                    }
+                    print(try keys.publicKeyHex())
+                } catch { throw report(error) }
             }
         }
 

@@ -97,7 +97,14 @@ extension RTSync {
             do {
                 var s = try DeviceStatus.gather(home: options.resolvedHome)
                 if s.bucket == nil { s.bucket = options.bucketURL(try options.loadSettings()) }
-                if json { printJSON(s); return }
+                if json {
+                    printJSON(s)
+                    if s.damaged != nil { throw ExitCode(1) }
+                    return
+                }
+                if let damaged = s.damaged {
+                    throw fail("the database is damaged: \(damaged) (\(s.database))", hint: "restore the last-known-good backup: rtsync backup restore\(options.home.map { " --home \($0)" } ?? "") (rtsync backup list shows them)")
+                }
                 print("""
                 database:        \(s.database) (\(s.exists ? "\(s.bytes) bytes" : "missing: run rtsync init"))
                 user:            \(s.userId.isEmpty ? "-" : s.userId)

@@ -63,4 +63,44 @@ struct CLIEverydayTests {
         let settings = try RTSyncHome(root: home).loadSettings()
         #expect(settings.bucket == dir.url.appendingPathComponent("relative-bucket").standardizedFileURL.path, "\(settings.bucket ?? "-")")
     }
+
+    /// Commands that only read change nothing: a missing local bucket is an error (not created), `keys show` on a
+    /// home without a key makes none.
+    @Test func readOnlyCommands_createNothing() throws {
+        let dir = try TemporaryDirectory()
+        let missing = dir.file("no-bucket")
+        let ls = try rtsync(["bucket", "ls", "--bucket", "file://" + missing.path])
+        #expect(ls.status == 1 && ls.stderr.contains("bucket not found"), "\(ls.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: missing.path))
+        let home = dir.file("new-home")
+        let show = try rtsync(["keys", "show", "--home", home.path])
+        #expect(show.status == 1 && show.stderr.contains("no key yet"), "\(show.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: home.path))
+    }
+
+    /// `status` on a damaged database says so, with the restore hint, and exits 1 (it said nothing was wrong).
+    @Test func status_onADamagedDatabase_saysSo() throws {
+        let dir = try TemporaryDirectory()
+        let support = dir.file("home/support")
+        try FileManager.default.createDirectory(at: support, withIntermediateDirectories: true)
+        let db = support.appendingPathComponent("primary.sqlite")
+        try Connection(path: db.path).execute("CREATE TABLE a(id TEXT PRIMARY KEY, v TEXT); PRAGMA journal_mode = DELETE")
+        var bytes = try Data(contentsOf: db)
+        for i in 100..<min(bytes.count, 3000) { bytes[i] = UInt8(truncatingIfNeeded: i &* 31) }
+        try bytes.write(to: db)
+        let r = try rtsync(["status", "--home", dir.file("home").path])
+        #expect(r.status == 1)
+        #expect(r.stderr.contains("the database is damaged") && r.stderr.contains("rtsync backup restore"), "\(r.stderr)")
+        let json = try rtsync(["status", "--home", dir.file("home").path, "--json"])
+        #expect(json.status == 1)
+        #expect((try jsonObject(json.stdout))["damaged"] is String)
+    }
+
+    @Test func track_ownerOnlyWithAMissingOwnerColumn_isRefused() throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("t.sqlite")
+        try Connection(path: db.path).execute("CREATE TABLE a(id TEXT PRIMARY KEY, v TEXT)")
+        let r = try rtsync(["track", "--db", db.path, "--all", "--policy", "owner-only", "--owner-column", "nope"])
+        #expect(r.status == 1 && r.stderr.contains("owner column 'nope'"), "\(r.stderr)")
+    }
 }
