@@ -30,8 +30,9 @@ public struct RetiredSite: Sendable, Codable, Equatable {
 extension SyncDatabase {
     static let retiredTableSQL = "CREATE TABLE IF NOT EXISTS rtsync_retired(site TEXT PRIMARY KEY, retired_at TEXT NOT NULL, catch_up INTEGER NOT NULL DEFAULT 0, cursor_removed INTEGER NOT NULL DEFAULT 0)"
 
-    /// Gives the database a new site id (and sequence numbers from 1), remembering the old one; after a restore
-    /// (`afterRestore`), the next sync also catches up from the bucket. Returns the new id.
+    /// Gives the database a new site id (and sequence numbers from 1). After a restore (`afterRestore`) the old
+    /// id is remembered as retired (its cursor is removed once the new one is published) and the next sync catches
+    /// up from the bucket. Returns the new id.
     @discardableResult
     public func regenerateSiteID(afterRestore: Bool = false) throws -> String {
         try locked {
@@ -45,9 +46,11 @@ extension SyncDatabase {
         try db.execute(retiredTableSQL)
         let old = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
         let id = KSUID.generate().string
-        if !old.isEmpty {
-            try db.execute("INSERT OR REPLACE INTO rtsync_retired(site, retired_at, catch_up) VALUES (?, ?, ?)",
-                           [.text(old), .text(ISO8601.format(Date(), fractional: true)), .integer(afterRestore ? 1 : 0)])
+        // Only a restore retires the old site: it was this device's. A copy made for a new device (init from the
+        // bucket) or a demo reset leaves it alone: there it is another live device's, whose cursor must stay.
+        if afterRestore, !old.isEmpty {
+            try db.execute("INSERT OR REPLACE INTO rtsync_retired(site, retired_at, catch_up) VALUES (?, ?, 1)",
+                           [.text(old), .text(ISO8601.format(Date(), fractional: true))])
         }
         try db.execute("UPDATE rtsync_site SET site_id = ?, diff_seq = 0", [.text(id)])
         return id

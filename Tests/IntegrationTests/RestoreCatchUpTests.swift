@@ -105,4 +105,20 @@ struct RestoreCatchUpTests {
         #expect(try b.thingTitle("rst-outbox") == "exported, not uploaded", "the restored device gets its own lost row back too")
         try LTSyncScenarios.expectIdentical(devices)
     }
+
+    /// Devices that joined from another device's database in the bucket (a copy, not a restore) leave that device's
+    /// cursor alone: removing it would let compaction prune diffs the live device has not applied.
+    @Test func devicesJoinedFromTheBucket_keepTheOtherDevicesCursors() async throws {
+        let dir = try TemporaryDirectory()
+        let devices = try await LTSyncScenarios.makeDevices(dir, LTBucket.local(dir))
+        let a = devices[0]
+        try a.insertThing("cur-a", title: "so every device publishes")
+        _ = try await LTSyncScenarios.rounds(devices, 2)
+        let user = try a.home.loadSettings().userID
+        let cursors = Set(try await a.remote.list(prefix: "\(user)/devices/").map(\.key))
+        for d in devices {
+            #expect(cursors.contains(Compactor.cursorKey(user: user, site: try d.siteID())), "\(d.name)'s cursor: \(cursors)")
+        }
+        for d in devices { #expect(try SyncDatabase(path: d.db.path).retiredSites().isEmpty, "\(d.name)") }
+    }
 }

@@ -288,8 +288,9 @@ func exchangeUntilQuiet(_ replicas: [Replica], diffs: inout [URL], rng: inout Se
 }
 
 /// Writes `file` again as a device of another implementation might, with each INTEGER value in a key or reference
-/// column sent randomly as TEXT ('3') or REAL (3.0) instead: SQLite's affinity gives the same stored value, so every
-/// replica must end as if the integers had been sent. Returns the new file (same id, author and `seen`).
+/// column sent randomly as TEXT ('3') or REAL (3.0), and digits in a TEXT key column as an INTEGER: SQLite's
+/// affinity gives the same stored value, so every replica must end as if the values had been sent as they are.
+/// Returns the new file (same id, author and `seen`).
 func reencodingKeys(_ file: URL, into directory: URL, rng: inout SeededGenerator) throws -> URL {
     let reader = try DiffReader(url: file)
     let m = reader.metadata
@@ -303,10 +304,18 @@ func reencodingKeys(_ file: URL, into directory: URL, rng: inout SeededGenerator
         if let def = byName[change.table] {
             let keyish = Set(def.primaryKeyIndexes + def.foreignKeys.flatMap { fk in fk.columns.compactMap { def.columnIndex($0) } })
             for i in keyish where i < change.values.count {
-                guard case .integer(let n) = change.values[i] else { continue }
-                switch Int.random(in: 0..<3, using: &rng) {
-                case 0: change.values[i] = .text(String(n))
-                case 1: change.values[i] = .real(Double(n))
+                switch change.values[i] {
+                case .integer(let n):
+                    switch Int.random(in: 0..<3, using: &rng) {
+                    case 0: change.values[i] = .text(String(n))
+                    case 1: change.values[i] = .real(Double(n))
+                    default: break
+                    }
+                case .text(let t):
+                    // Digits in a TEXT column may travel as an INTEGER: the column's affinity makes them the same text.
+                    if let n = Int64(t), String(n) == t, def.columns[i].type.uppercased().contains("TEXT"), Bool.random(using: &rng) {
+                        change.values[i] = .integer(n)
+                    }
                 default: break
                 }
             }
