@@ -11,7 +11,8 @@ import Darwin
 ///
 /// A manifest records size, mtime, SHA-256 and ETag of each synced file, so a run over an unchanged
 /// tree costs one listing for all its kind folders (per 1,000 objects) and neither uploads nor hashing. Deletions
-/// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run. A file changed on
+/// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run; a deleted object
+/// is moved to ``MediaTrash``, not destroyed. A file changed on
 /// both sides keeps the losing version as a conflict copy (``MediaConflict``); nothing a user made is overwritten.
 /// Bucket keys that could escape the documents folder are refused and reported, never written.
 public struct MediaSync: Sendable {
@@ -132,6 +133,16 @@ public struct MediaSync: Sendable {
             }
         } else {
             try await execute(actions, options: options, report: &report, manifest: &manifest)
+            if options.delete && options.trashDays > 0 && report.errors.isEmpty,
+               manifest.trashPrunedAt.map({ Date().timeIntervalSince($0) >= 86_400 }) ?? true {
+                // At most once a day, so an idle run stays one listing.
+                do {
+                    report.trashPruned = try await trash.prune(olderThan: options.trashDays)
+                    manifest.trashPrunedAt = Date()
+                } catch {
+                    report.errors.append(.init(path: trash.prefix, reason: "cannot prune the trash: \(Self.reason(error))"))
+                }
+            }
             try manifest.save(to: manifestURL)
         }
         report.uploaded.sort()
@@ -192,6 +203,8 @@ public struct MediaSync: Sendable {
                 if options.delete && canPull && unchanged {
                     actions.append(.deleteLocal(path: path))
                 } else if canPush {
+                    // Deleted elsewhere but edited here since: the edit wins over the delete.
+                    if options.delete && canPull { report.keptOverDelete.append(path) }
                     actions.append(.upload(path: path))
                 }
             } else if canPush {
@@ -351,7 +364,8 @@ public struct MediaSync: Sendable {
                     report.deletedLocal.append(path)
                     manifest[path] = nil
                 case .deleteRemote(let path):
-                    try await store.delete(key: remoteKey(path))
+                    // Moved, not destroyed: a mistaken delete stays recoverable (`rtsync media restore`).
+                    try await trash.move(path: path)
                     report.deletedRemote.append(path)
                     manifest[path] = nil
                 default:
@@ -526,6 +540,9 @@ public struct MediaSync: Sendable {
     // MARK: - Helpers
 
     func remoteKey(_ path: String) -> String { "\(user)/\(path)" }
+
+    /// Where deleted objects go: `<user>/trash/` (temporary copies beside the manifest).
+    var trash: MediaTrash { MediaTrash(store: store, user: user, scratch: manifestURL.deletingLastPathComponent()) }
 
     /// The bucket folder of a kind: `<user>/<kind>/`.
     func folder(of kind: MediaKind) -> String { "\(user)/\(kind.rawValue)/" }
