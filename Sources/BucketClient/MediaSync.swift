@@ -46,6 +46,9 @@ public struct MediaSync: Sendable {
         case deleteRemote(path: String)
         case touch(path: String, stat: FileStat)  // content unchanged, only mtime moved: refresh the manifest
         case resolve(path: String, remote: ObjectInfo, known: MediaManifest.Entry?)  // changed on both sides
+        // Gone from the bucket, unchanged here, deletions off: deleted here too if the trash says it was deleted
+        // since this copy was written, else uploaded (decided in ``resolveTrashed``, before anything runs).
+        case uploadUnlessTrashed(path: String, stat: FileStat)
     }
 
     /// Runs one sync and returns its report; per-file failures are in the report, not thrown.
@@ -116,6 +119,7 @@ public struct MediaSync: Sendable {
             remoteByPath.merge(remote) { a, _ in a }
         }
 
+        actions = await resolveTrashed(actions, options: options, report: &report)
         if options.dryRun {
             for action in actions {
                 switch action {
@@ -128,7 +132,7 @@ public struct MediaSync: Sendable {
                 case .deleteLocal(let path): report.deletedLocal.append(path)
                 case .deleteRemote(let path): report.deletedRemote.append(path)
                 case .touch: report.unchanged += 1
-                case .resolve: break
+                case .resolve, .uploadUnlessTrashed: break
                 }
             }
         } else {
@@ -202,9 +206,11 @@ public struct MediaSync: Sendable {
                 let unchanged = known.size == l.stat.size && known.mtimeNanoseconds == l.stat.mtimeNanoseconds
                 if options.delete && canPull && unchanged {
                     actions.append(.deleteLocal(path: path))
+                } else if canPull && unchanged {
+                    actions.append(.uploadUnlessTrashed(path: path, stat: l.stat))
                 } else if canPush {
                     // Deleted elsewhere but edited here since: the edit wins over the delete.
-                    if options.delete && canPull { report.keptOverDelete.append(path) }
+                    if canPull { report.keptOverDelete.append(path) }
                     actions.append(.upload(path: path))
                 }
             } else if canPush {
@@ -218,6 +224,32 @@ public struct MediaSync: Sendable {
             }
         case (nil, nil):
             manifest[path] = nil
+        }
+    }
+
+    /// Decides the ``Action/uploadUnlessTrashed(path:stat:)`` actions with one listing of the trash (only when
+    /// there are any): a deletion another device made through the trash after this copy was last written reaches
+    /// this device even with deletions off here; a file removed from the bucket otherwise (or longer ago) is
+    /// uploaded again, as before. When the trash cannot be listed, those files are left alone and reported.
+    func resolveTrashed(_ actions: [Action], options: MediaSyncOptions, report: inout MediaSyncReport) async -> [Action] {
+        guard actions.contains(where: { if case .uploadUnlessTrashed = $0 { return true } else { return false } }) else { return actions }
+        var deletedAt: [ExactPath: Date] = [:]
+        do {
+            for item in try await trash.list() {
+                deletedAt[ExactPath(item.path)] = max(deletedAt[ExactPath(item.path)] ?? .distantPast, item.deletedAt)
+            }
+        } catch {
+            report.errors.append(.init(path: trash.prefix, reason: "cannot list the trash to tell files deleted on another device from files to upload again: \(Self.reason(error)); those files were left alone"))
+            return actions.filter { if case .uploadUnlessTrashed = $0 { return false } else { return true } }
+        }
+        return actions.compactMap { action in
+            guard case .uploadUnlessTrashed(let path, let stat) = action else { return action }
+            // The trash stamp is in whole seconds, rounded down: a copy written within that second may be newer
+            // than the delete, and is kept (keeping loses nothing; deleting might).
+            if let deleted = deletedAt[ExactPath(path)], deleted > stat.modificationDate {
+                return .deleteLocal(path: path)
+            }
+            return options.direction != .pull ? .upload(path: path) : nil
         }
     }
 
@@ -324,6 +356,7 @@ public struct MediaSync: Sendable {
             switch action {
             case .upload, .download, .resolve: transfers.append(action)
             case .deleteLocal, .deleteRemote: deletions.append(action)
+            case .uploadUnlessTrashed: break  // decided before execution
             case .touch(let path, let stat):
                 manifest[path]?.mtimeNanoseconds = stat.mtimeNanoseconds
                 report.unchanged += 1
@@ -577,7 +610,8 @@ public struct MediaSync: Sendable {
 
     static func path(of action: Action) -> String {
         switch action {
-        case .upload(let p), .download(let p, _), .deleteLocal(let p), .deleteRemote(let p), .touch(let p, _), .resolve(let p, _, _): return p
+        case .upload(let p), .download(let p, _), .deleteLocal(let p), .deleteRemote(let p), .touch(let p, _), .resolve(let p, _, _),
+             .uploadUnlessTrashed(let p, _): return p
         }
     }
 

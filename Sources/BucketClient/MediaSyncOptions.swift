@@ -20,7 +20,8 @@ public struct MediaSyncOptions: Sendable {
     public var dryRun = false
     /// Propagate deletions both ways (never after an I/O error in the same run): a file deleted here is moved to
     /// ``MediaTrash`` in the bucket, and a file deleted in the bucket is deleted here when unchanged here since the
-    /// last sync (an edit wins over a delete: the edited file is uploaded again).
+    /// last sync (an edit wins over a delete: the edited file is uploaded again). Off, a deletion another device
+    /// made through ``MediaTrash`` still reaches this device; other removals from the bucket are uploaded again.
     public var delete = false
     /// Days a deleted object stays in ``MediaTrash`` before a run with ``delete`` prunes it (0: never pruned).
     public var trashDays = 30

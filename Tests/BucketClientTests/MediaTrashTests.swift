@@ -64,6 +64,34 @@ import Testing
         #expect(a.read("recordings/take.m4a") == "v2 edited on b")
     }
 
+    @Test func deletionThroughTheTrash_reachesADeviceWithDeletionsOff_butAnObjectRemovedOtherwiseIsUploadedAgain() async throws {
+        let a = try base.makeFixture()
+        let b = base.otherDevice(of: a)
+        try a.write("images/trashed.jpg", "t")
+        try a.write("images/removed.jpg", "r")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        try await Task.sleep(nanoseconds: 1_100_000_000)  // the trash stamp has whole seconds
+        try remove(a, "images/trashed.jpg")
+        _ = try await a.sync { $0.delete = true }
+        try await a.store.delete(key: "alice/images/removed.jpg")  // not through the trash (`bucket rm`, another tool)
+
+        let report = try await b.sync()  // deletions off on this device
+        #expect(report.deletedLocal == ["images/trashed.jpg"])
+        #expect(report.uploaded == ["images/removed.jpg"])
+        #expect(b.read("images/trashed.jpg") == nil)
+        #expect(try await b.store.exists(key: "alice/images/trashed.jpg") == false)
+
+        // A trash entry older than this device's copy (deleted once, then made again) does not delete it.
+        try b.write("images/trashed.jpg", "made again")
+        _ = try await b.sync()
+        try await b.store.delete(key: "alice/images/trashed.jpg")
+        let again = try await b.sync()
+        #expect(again.deletedLocal.isEmpty)
+        #expect(again.uploaded == ["images/trashed.jpg"])
+        #expect(b.read("images/trashed.jpg") == "made again")
+    }
+
     @Test func restore_ofAPathTheTrashDoesNotHold_orThatExists_failsNamingTheKey() async throws {
         let f = try base.makeFixture()
         let trash = MediaTrash(store: f.store, user: "alice", scratch: f.root)
