@@ -115,7 +115,12 @@ extension RTSync {
             try MediaManifest.absorb(home.support.appendingPathComponent("media-manifest.json"), into: manifest)
             let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID, manifestURL: manifest)
             let report = try await sync.run(options)
-            guard report.succeeded else { throw BucketError.localIO(path: home.documents.path, description: report.summary) }
+            guard report.succeeded else {
+                // Name the files that failed, so the sync line says what to look at.
+                let failed = report.errors.prefix(3).map { "\($0.reason) (\($0.path))" }
+                let more = report.errors.count > 3 ? "; and \(report.errors.count - 3) more (rtsync media sync --home \(home.root.path) --json lists them)" : ""
+                throw BucketError.localIO(path: home.documents.path, description: report.summary + ": " + failed.joined(separator: "; ") + more)
+            }
             var notes: [String] = []
             if !canUpload { notes.append("downloads only: uploads to a cloud bucket need premium") }
             if options.selective && options.select.isEmpty { notes.append("selective mode with nothing selected: set mediaSelection in settings.json") }

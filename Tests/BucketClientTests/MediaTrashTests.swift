@@ -92,6 +92,24 @@ import Testing
         #expect(b.read("images/trashed.jpg") == "made again")
     }
 
+    @Test func localDelete_ofAFileEditedInTheBucketSince_downloadsTheEdit_andTrashesNothing() async throws {
+        let a = try base.makeFixture()
+        let b = base.otherDevice(of: a)
+        try a.write("images/x.jpg", "v1")
+        _ = try await a.sync()
+        _ = try await b.sync()
+        try await Task.sleep(nanoseconds: 10_000_000)
+        try b.write("images/x.jpg", "v2 from b")
+        _ = try await b.sync()
+        try remove(a, "images/x.jpg")
+
+        let report = try await a.sync { $0.delete = true }
+        #expect(report.deletedRemote.isEmpty)
+        #expect(report.downloaded == ["images/x.jpg"])
+        #expect(a.read("images/x.jpg") == "v2 from b")
+        #expect(try await MediaTrash(store: a.store, user: "alice", scratch: a.root).list().isEmpty)
+    }
+
     @Test func restore_ofAPathTheTrashDoesNotHold_orThatExists_failsNamingTheKey() async throws {
         let f = try base.makeFixture()
         let trash = MediaTrash(store: f.store, user: "alice", scratch: f.root)

@@ -169,4 +169,18 @@ struct MediaSelectionCLITests {
         #expect(missing.stderr.hasPrefix("error: nothing deleted under this path in the trash"), "\(missing.stderr)")
         #expect(missing.stderr.contains("hint:"), "\(missing.stderr)")
     }
+
+    @Test func syncWithMedia_aFileThatFails_isNamedInTheMediaPhaseError() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.file("A"), bucket = dir.file("bucket").path
+        let user = try await initHome(a, bucket: bucket)
+        // A bucket object whose local path is a folder: its download must fail.
+        try write(URL(fileURLWithPath: bucket), "\(user)/images/blocker", "b")
+        try write(a.appendingPathComponent("documents"), "images/blocker/inner.jpg", "i")
+
+        let r = try await ltRTSync(["sync", "--home", a.path, "--media"])
+        #expect(r.status != 0)
+        #expect(r.stdout.contains("FAIL media"), "\(r.stdout)")
+        #expect(r.stdout.contains("(images/blocker)"), "\(r.stdout)")
+    }
 }
