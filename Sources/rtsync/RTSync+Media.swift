@@ -43,7 +43,7 @@ extension RTSync.Media {
         @Option(help: ArgumentHelp("User id: the first segment of the bucket keys (default with --home: its user).", valueName: "id")) var user: String?
         @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json, shared with rtsync sync --media).", valueName: "file"))
         var manifest: String?
-        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete, includeLitter); flags override it.",
+        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete, trashDays, includeLitter); flags override it.",
                                    valueName: "file"))
         var config: String?
         @Flag(help: "Sync recordings/.") var recordings = false
@@ -110,6 +110,12 @@ extension RTSync.Media {
             options.showProgress = !json
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)
             let manifestURL = manifest.map { URL(fileURLWithPath: $0) } ?? MediaManifest.defaultURL(documents: documentsURL)
+            if let rtHome, manifest == nil, self.documents == nil {
+                // As `rtsync sync --media` does: a manifest an older version kept in support/ is merged first.
+                try await reportingBucketErrors {
+                    try MediaManifest.absorb(rtHome.support.appendingPathComponent("media-manifest.json"), into: manifestURL)
+                }
+            }
             let report = try await reportingBucketErrors {
                 let sync = try MediaSync(store: try mediaStore(bucketOptions, settings: settings, home: rtHome), documents: documentsURL, user: user,
                                          manifestURL: manifestURL)

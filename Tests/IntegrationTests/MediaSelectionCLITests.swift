@@ -183,4 +183,22 @@ struct MediaSelectionCLITests {
         #expect(r.stdout.contains("FAIL media"), "\(r.stdout)")
         #expect(r.stdout.contains("(images/blocker)"), "\(r.stdout)")
     }
+
+    @Test func mediaSyncWithHome_mergesAnOlderManifestFromSupport_andIsIdle() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.file("A"), bucket = dir.file("bucket").path
+        _ = try await initHome(a, bucket: bucket)
+        try write(a.appendingPathComponent("documents"), "images/a.jpg", "a")
+        #expect(try await ltRTSync(["sync", "--home", a.path, "--media"]).status == 0)
+        let shared = a.appendingPathComponent("documents/.rtsync-media-manifest.json")
+        let legacy = a.appendingPathComponent("support/media-manifest.json")
+        try FileManager.default.moveItem(at: shared, to: legacy)
+
+        let r = try await ltRTSync(["media", "sync", "--home", a.path, "--json"])
+        #expect(r.status == 0, "\(r.stderr)")
+        let report = try jsonObject(r.stdout)
+        #expect(report["unchanged"] as? Int == 1)
+        #expect((report["conflicts"] as? [String])?.isEmpty == true)
+        #expect(!FileManager.default.fileExists(atPath: legacy.path))
+    }
 }
