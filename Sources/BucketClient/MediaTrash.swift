@@ -98,9 +98,10 @@ public struct MediaTrash: Sendable {
         return pruned
     }
 
-    /// Copies an object by downloading it to `scratch` and putting it (every backend can; the download checks
-    /// the bytes it got).
+    /// Copies an object inside the bucket (``ObjectStore/serverSideCopy(from:to:)``), else by downloading it to
+    /// `scratch` and putting it (every backend can; the download checks the bytes it got).
     func copy(from source: String, to target: String) async throws {
+        if try await store.serverSideCopy(from: source, to: target) != nil { return }
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         let tmp = LocalFiles.temporaryURL(beside: scratch.appendingPathComponent("trash"))
         defer { for suffix in ["", ".partial", ".partial.etag"] { unlink(tmp.path + suffix) } }
