@@ -32,6 +32,9 @@ public struct MediaManifest: Codable, Sendable, Equatable {
     /// Files whose losing version was kept as a conflict copy, oldest first (listed by `rtsync conflicts media`).
     public var conflicts: [MediaConflict] = []
 
+    /// When this device last pruned ``MediaTrash`` (it does so at most once a day).
+    public var trashPrunedAt: Date?
+
     /// An empty manifest.
     public init() {}
 
@@ -41,7 +44,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
         set { files[ExactPath(path)] = newValue }
     }
 
-    private enum CodingKeys: String, CodingKey { case version, entries, files, conflicts }
+    private enum CodingKeys: String, CodingKey { case version, entries, files, conflicts, trashPrunedAt }
 
     /// One entry of the version 2 list.
     private struct ListedEntry: Codable {
@@ -65,6 +68,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
             for (path, entry) in old { files[ExactPath(path)] = entry }
         }
         conflicts = try container.decodeIfPresent([MediaConflict].self, forKey: .conflicts) ?? []
+        trashPrunedAt = try container.decodeIfPresent(Date.self, forKey: .trashPrunedAt)
         version = 2
     }
 
@@ -78,6 +82,7 @@ public struct MediaManifest: Codable, Sendable, Equatable {
         }
         try container.encode(list, forKey: .entries)
         if !conflicts.isEmpty { try container.encode(conflicts, forKey: .conflicts) }
+        try container.encodeIfPresent(trashPrunedAt, forKey: .trashPrunedAt)
     }
 
     /// The manifest of a documents folder, `<documents>/.rtsync-media-manifest.json`: one per folder (and so one

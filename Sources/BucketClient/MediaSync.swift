@@ -11,7 +11,8 @@ import Darwin
 ///
 /// A manifest records size, mtime, SHA-256 and ETag of each synced file, so a run over an unchanged
 /// tree costs one listing for all its kind folders (per 1,000 objects) and neither uploads nor hashing. Deletions
-/// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run. A file changed on
+/// propagate only with ``MediaSyncOptions/delete`` and never after an I/O error in the same run; a deleted object
+/// is moved to ``MediaTrash``, not destroyed. A file changed on
 /// both sides keeps the losing version as a conflict copy (``MediaConflict``); nothing a user made is overwritten.
 /// Bucket keys that could escape the documents folder are refused and reported, never written.
 public struct MediaSync: Sendable {
@@ -45,6 +46,9 @@ public struct MediaSync: Sendable {
         case deleteRemote(path: String)
         case touch(path: String, stat: FileStat)  // content unchanged, only mtime moved: refresh the manifest
         case resolve(path: String, remote: ObjectInfo, known: MediaManifest.Entry?)  // changed on both sides
+        // Gone from the bucket, unchanged here, deletions off: deleted here too if the trash says it was deleted
+        // since this copy was written, else uploaded (decided in ``resolveTrashed``, before anything runs).
+        case uploadUnlessTrashed(path: String, stat: FileStat)
     }
 
     /// Runs one sync and returns its report; per-file failures are in the report, not thrown.
@@ -115,6 +119,7 @@ public struct MediaSync: Sendable {
             remoteByPath.merge(remote) { a, _ in a }
         }
 
+        actions = await resolveTrashed(actions, options: options, report: &report)
         if options.dryRun {
             for action in actions {
                 switch action {
@@ -127,11 +132,21 @@ public struct MediaSync: Sendable {
                 case .deleteLocal(let path): report.deletedLocal.append(path)
                 case .deleteRemote(let path): report.deletedRemote.append(path)
                 case .touch: report.unchanged += 1
-                case .resolve: break
+                case .resolve, .uploadUnlessTrashed: break
                 }
             }
         } else {
             try await execute(actions, options: options, report: &report, manifest: &manifest)
+            if options.delete && options.trashDays > 0 && report.errors.isEmpty,
+               manifest.trashPrunedAt.map({ Date().timeIntervalSince($0) >= 86_400 }) ?? true {
+                // At most once a day, so an idle run stays one listing.
+                do {
+                    report.trashPruned = try await trash.prune(olderThan: options.trashDays)
+                    manifest.trashPrunedAt = Date()
+                } catch {
+                    report.errors.append(.init(path: trash.prefix, reason: "cannot prune the trash: \(Self.reason(error))"))
+                }
+            }
             try manifest.save(to: manifestURL)
         }
         report.uploaded.sort()
@@ -191,7 +206,11 @@ public struct MediaSync: Sendable {
                 let unchanged = known.size == l.stat.size && known.mtimeNanoseconds == l.stat.mtimeNanoseconds
                 if options.delete && canPull && unchanged {
                     actions.append(.deleteLocal(path: path))
+                } else if canPull && unchanged {
+                    actions.append(.uploadUnlessTrashed(path: path, stat: l.stat))
                 } else if canPush {
+                    // Deleted elsewhere but edited here since: the edit wins over the delete.
+                    if canPull { report.keptOverDelete.append(path) }
                     actions.append(.upload(path: path))
                 }
             } else if canPush {
@@ -205,6 +224,32 @@ public struct MediaSync: Sendable {
             }
         case (nil, nil):
             manifest[path] = nil
+        }
+    }
+
+    /// Decides the ``Action/uploadUnlessTrashed(path:stat:)`` actions with one listing of the trash (only when
+    /// there are any): a deletion another device made through the trash after this copy was last written reaches
+    /// this device even with deletions off here; a file removed from the bucket otherwise (or longer ago) is
+    /// uploaded again, as before. When the trash cannot be listed, those files are left alone and reported.
+    func resolveTrashed(_ actions: [Action], options: MediaSyncOptions, report: inout MediaSyncReport) async -> [Action] {
+        guard actions.contains(where: { if case .uploadUnlessTrashed = $0 { return true } else { return false } }) else { return actions }
+        var deletedAt: [ExactPath: Date] = [:]
+        do {
+            for item in try await trash.list() {
+                deletedAt[ExactPath(item.path)] = max(deletedAt[ExactPath(item.path)] ?? .distantPast, item.deletedAt)
+            }
+        } catch {
+            report.errors.append(.init(path: trash.prefix, reason: "cannot list the trash to tell files deleted on another device from files to upload again: \(Self.reason(error)); those files were left alone"))
+            return actions.filter { if case .uploadUnlessTrashed = $0 { return false } else { return true } }
+        }
+        return actions.compactMap { action in
+            guard case .uploadUnlessTrashed(let path, let stat) = action else { return action }
+            // The trash stamp is in whole seconds, rounded down: a copy written within that second may be newer
+            // than the delete, and is kept (keeping loses nothing; deleting might).
+            if let deleted = deletedAt[ExactPath(path)], deleted > stat.modificationDate {
+                return .deleteLocal(path: path)
+            }
+            return options.direction != .pull ? .upload(path: path) : nil
         }
     }
 
@@ -311,6 +356,7 @@ public struct MediaSync: Sendable {
             switch action {
             case .upload, .download, .resolve: transfers.append(action)
             case .deleteLocal, .deleteRemote: deletions.append(action)
+            case .uploadUnlessTrashed: break  // decided before execution
             case .touch(let path, let stat):
                 manifest[path]?.mtimeNanoseconds = stat.mtimeNanoseconds
                 report.unchanged += 1
@@ -351,7 +397,8 @@ public struct MediaSync: Sendable {
                     report.deletedLocal.append(path)
                     manifest[path] = nil
                 case .deleteRemote(let path):
-                    try await store.delete(key: remoteKey(path))
+                    // Moved, not destroyed: a mistaken delete stays recoverable (`rtsync media restore`).
+                    try await trash.move(path: path)
                     report.deletedRemote.append(path)
                     manifest[path] = nil
                 default:
@@ -527,6 +574,9 @@ public struct MediaSync: Sendable {
 
     func remoteKey(_ path: String) -> String { "\(user)/\(path)" }
 
+    /// Where deleted objects go: `<user>/trash/` (temporary copies beside the manifest).
+    var trash: MediaTrash { MediaTrash(store: store, user: user, scratch: manifestURL.deletingLastPathComponent()) }
+
     /// The bucket folder of a kind: `<user>/<kind>/`.
     func folder(of kind: MediaKind) -> String { "\(user)/\(kind.rawValue)/" }
 
@@ -560,7 +610,8 @@ public struct MediaSync: Sendable {
 
     static func path(of action: Action) -> String {
         switch action {
-        case .upload(let p), .download(let p, _), .deleteLocal(let p), .deleteRemote(let p), .touch(let p, _), .resolve(let p, _, _): return p
+        case .upload(let p), .download(let p, _), .deleteLocal(let p), .deleteRemote(let p), .touch(let p, _), .resolve(let p, _, _),
+             .uploadUnlessTrashed(let p, _): return p
         }
     }
 

@@ -18,8 +18,13 @@ public struct MediaSyncOptions: Sendable {
     public var selective = false
     /// Plan and report only; change nothing.
     public var dryRun = false
-    /// Propagate deletions (never done after an I/O error in the same run).
+    /// Propagate deletions both ways (never after an I/O error in the same run): a file deleted here is moved to
+    /// ``MediaTrash`` in the bucket, and a file deleted in the bucket is deleted here when unchanged here since the
+    /// last sync (an edit wins over a delete: the edited file is uploaded again). Off, a deletion another device
+    /// made through ``MediaTrash`` still reaches this device; other removals from the bucket are uploaded again.
     public var delete = false
+    /// Days a deleted object stays in ``MediaTrash`` before a run with ``delete`` prunes it (0: never pruned).
+    public var trashDays = 30
     /// Show a progress line on standard error when it is a terminal.
     public var showProgress = false
     /// Transfers running at the same time.

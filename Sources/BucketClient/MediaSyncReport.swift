@@ -20,8 +20,12 @@ public struct MediaSyncReport: Codable, Sendable {
     public var downloaded: [String] = []
     /// Local files removed because they were deleted in the bucket (`--delete`).
     public var deletedLocal: [String] = []
-    /// Objects removed because the local file was deleted (`--delete`).
+    /// Objects removed because the local file was deleted (`--delete`); each was moved to ``MediaTrash`` first.
     public var deletedRemote: [String] = []
+    /// Files deleted in the bucket but edited here since the last sync: kept and uploaded again (the edit wins).
+    public var keptOverDelete: [String] = []
+    /// Trash entries pruned by this run (older than ``MediaSyncOptions/trashDays``).
+    public var trashPruned: [String] = []
     /// Files that changed on both sides since the last sync (resolved by direction, newest wins for `both`).
     public var conflicts: [String] = []
     /// Where each conflict's losing version was kept (not filled by a dry run).
@@ -53,6 +57,8 @@ public struct MediaSyncReport: Codable, Sendable {
                      "\(downloaded.count) \(verb)downloaded (\(Self.bytes(bytesDownloaded)))",
                      "\(deletedLocal.count + deletedRemote.count) \(verb)deleted",
                      "\(unchanged) unchanged"]
+        if !deletedRemote.isEmpty { parts.append("\(deletedRemote.count) \(verb)moved to the bucket's trash") }
+        if !keptOverDelete.isEmpty { parts.append("\(keptOverDelete.count) deleted elsewhere but edited here, \(verb)kept") }
         if !conflicts.isEmpty { parts.append("\(conflicts.count) conflict\(conflicts.count == 1 ? "" : "s") (\(dryRun ? "losing versions would be kept" : "losing versions kept") as conflict copies)") }
         if !refused.isEmpty { parts.append("\(refused.count) refused") }
         if !errors.isEmpty { parts.append("\(errors.count) failed") }

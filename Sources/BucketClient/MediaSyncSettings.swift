@@ -4,7 +4,7 @@ import Foundation
 ///
 /// ```json
 /// {"mode": "selective", "select": ["recordings/2024"], "kinds": ["recordings"], "direction": "both",
-///  "include": ["*.m4a"], "exclude": ["**/tmp/**"], "delete": false, "includeLitter": false}
+///  "include": ["*.m4a"], "exclude": ["**/tmp/**"], "delete": false, "trashDays": 30, "includeLitter": false}
 /// ```
 /// Every field is optional; command-line flags override the file.
 public struct MediaSyncSettings: Codable, Sendable, Equatable {
@@ -28,8 +28,10 @@ public struct MediaSyncSettings: Codable, Sendable, Equatable {
     public var exclude: [String]?
     /// Selected documents-relative paths (used in `selective` mode).
     public var select: [String]?
-    /// Propagate deletions.
+    /// Propagate deletions (deleted objects are moved to `<user>/trash/`).
     public var delete: Bool?
+    /// Days deleted objects stay in the trash (default 30; 0: never pruned).
+    public var trashDays: Int?
     /// Also sync OS litter (`.DS_Store`, `._*`, `Thumbs.db`, `desktop.ini`, `.*.swp`), left out by default.
     public var includeLitter: Bool?
 
@@ -56,6 +58,7 @@ public struct MediaSyncSettings: Codable, Sendable, Equatable {
         options.selective = mode == .selective
         options.select = options.selective ? (select ?? []) : []
         options.delete = delete ?? false
+        if let trashDays { options.trashDays = trashDays }
         options.excludeLitter = !(includeLitter ?? false)
         return options
     }

@@ -45,12 +45,20 @@ public protocol ObjectStore: Sendable {
     /// Deletes an object; deleting a missing key succeeds (as on S3).
     func delete(key: String) async throws
 
+    /// Copies `source` to `target` inside the bucket without moving the bytes through this machine, when the
+    /// backend can; nil when it cannot (callers then download and put).
+    /// - Throws: ``BucketError/notFound(key:)`` when `source` does not exist; other ``BucketError``s on failure.
+    func serverSideCopy(from source: String, to target: String) async throws -> ObjectInfo?
+
     /// The object an upload of `fileURL` to `key` completed before the process stopped, when the upload's resume
     /// file is still there and the object holds exactly that file (the resume file is then removed); else nil.
     func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo?
 }
 
 extension ObjectStore {
+    /// Nil: the store cannot copy inside the bucket.
+    public func serverSideCopy(from source: String, to target: String) async throws -> ObjectInfo? { nil }
+
     /// Nil: stores whose uploads leave no resume file have nothing to finish.
     public func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo? { nil }
 

@@ -406,6 +406,24 @@ public struct S3Store: ObjectStore {
                           lastModified: Self.parseHTTPDate(response.header("Last-Modified")) ?? Date())
     }
 
+    /// CopyObject (objects up to 5 GiB): the server copies `source` to `target`; nil for a larger object or a
+    /// server that does not implement it (501), so the caller downloads and puts instead.
+    /// See https://docs.aws.amazon.com/AmazonS3/latest/API/API_CopyObject.html
+    public func serverSideCopy(from source: String, to target: String) async throws -> ObjectInfo? {
+        let info = try await head(key: source)
+        guard info.size <= 5 << 30 else { return nil }
+        var request = Request(method: "PUT", key: target, operation: "CopyObject")
+        request.headers["x-amz-copy-source"] = SigV4Signer.encode(configuration.bucket) + "/" + SigV4Signer.encodePath(fullKey(source))
+        // Copy only the version just looked at: a source replaced meanwhile fails instead of copying other bytes.
+        if !info.etag.isEmpty { request.headers["x-amz-copy-source-if-match"] = "\"\(info.etag)\"" }
+        let response: Response
+        do { response = try await send(request) } catch BucketError.httpError(_, 501, _, _) { return nil }
+        // S3 may answer 200 and put an <Error> in the body; parseXML throws it.
+        let result = try parseXML(response, result: "CopyObjectResult", fields: ["ETag", "LastModified"], request: request)
+        return ObjectInfo(key: target, size: info.size, etag: Self.unquote(result.string("ETag")),
+                          lastModified: result.string("LastModified").flatMap(Self.parseISODate) ?? Date())
+    }
+
     /// DeleteObject; a missing key is not an error.
     public func delete(key: String) async throws {
         let request = Request(method: "DELETE", key: key, operation: "DeleteObject")

@@ -24,8 +24,14 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     public var scratchTables: [String] = []
     /// Whether diffs must carry a valid signature from a trusted key.
     public var requireSignatures: Bool = false
-    /// Media sync: "all" (automatic) or "selective".
+    /// Media sync: "all" (automatic) or "selective" (only ``mediaSelection``).
     public var mediaMode: String = "all"
+    /// What syncs in selective media mode (nil: nothing).
+    public var mediaSelection: MediaSelection?
+    /// Whether media sync propagates deletions both ways; deleted objects go to `<user>/trash/` first.
+    public var mediaDeletes: Bool = false
+    /// Days a deleted media object stays in `<user>/trash/` before sync prunes it (0: never pruned).
+    public var mediaTrashDays: Int = 30
     /// Whether `rtsync sync` also syncs recordings/ and images/ (one more LIST per sync when nothing changed).
     public var syncMedia: Bool = false
     /// Whether media sync also syncs OS litter (`.DS_Store`, `._*`, `Thumbs.db`, `desktop.ini`, `.*.swp`).
@@ -50,6 +56,9 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
         scratchTables = try c.decodeIfPresent([String].self, forKey: .scratchTables) ?? d.scratchTables
         requireSignatures = try c.decodeIfPresent(Bool.self, forKey: .requireSignatures) ?? d.requireSignatures
         mediaMode = try c.decodeIfPresent(String.self, forKey: .mediaMode) ?? d.mediaMode
+        mediaSelection = try c.decodeIfPresent(MediaSelection.self, forKey: .mediaSelection)
+        mediaDeletes = try c.decodeIfPresent(Bool.self, forKey: .mediaDeletes) ?? d.mediaDeletes
+        mediaTrashDays = try c.decodeIfPresent(Int.self, forKey: .mediaTrashDays) ?? d.mediaTrashDays
         syncMedia = try c.decodeIfPresent(Bool.self, forKey: .syncMedia) ?? d.syncMedia
         mediaIncludeLitter = try c.decodeIfPresent(Bool.self, forKey: .mediaIncludeLitter) ?? d.mediaIncludeLitter
         backupIntervalMinutes = try c.decodeIfPresent(Int.self, forKey: .backupIntervalMinutes) ?? d.backupIntervalMinutes

@@ -1,6 +1,8 @@
 import ArgumentParser
 import BucketClient
+import BucketSync
 import Foundation
+import SyncEngine
 
 extension RTSync {
     /// `rtsync media`: selective media sync and the download cache.
@@ -8,7 +10,7 @@ extension RTSync {
         static let configuration = CommandConfiguration(
             commandName: "media",
             abstract: "Sync recordings and images with the bucket, or fetch media URLs into a cache.",
-            subcommands: [Sync.self, Fetch.self]
+            subcommands: [Sync.self, Restore.self, Fetch.self]
         )
     }
 }
@@ -21,7 +23,12 @@ extension RTSync.Media {
             abstract: "Sync <documents>/recordings and <documents>/images with <user>/recordings and <user>/images.",
             discussion: """
             Without --recordings or --images both folders sync. Deletions are propagated only with \
-            --delete, and never after an I/O error in the same run. A file changed here and in the bucket \
+            --delete (or "delete" in --config, mediaDeletes in the settings of --home), and never after an I/O \
+            error in the same run: a file deleted here is moved to <user>/trash/<UTC date>/<path> in the bucket \
+            (`rtsync media restore` puts it back; pruned after 30 days), and a file deleted in the bucket is \
+            deleted here unless it was edited here since the last sync (the edit wins and is uploaded again). \
+            With --home, documents, user, bucket and the selection (mediaMode, mediaSelection) come from that \
+            home's settings.json unless given. A file changed here and in the bucket \
             since the last sync keeps the newer version under its name and the other beside it as \
             'name (conflict <device> <UTC date>).ext', here and in the bucket; `rtsync conflicts media` lists them. An unchanged tree costs one \
             LIST per 1,000 objects for both folders together (one more for each other folder between \
@@ -30,11 +37,13 @@ extension RTSync.Media {
         )
 
         @OptionGroup var bucketOptions: BucketOptions
-        @Option(help: ArgumentHelp("Local documents folder.", valueName: "dir")) var documents: String
-        @Option(help: ArgumentHelp("User id: the first segment of the bucket keys.", valueName: "id")) var user: String
+        @Option(help: ArgumentHelp("An rtsync home: its settings.json gives documents, user, bucket, mediaMode, mediaSelection, mediaDeletes, mediaTrashDays and mediaIncludeLitter.", valueName: "dir"))
+        var home: String?
+        @Option(help: ArgumentHelp("Local documents folder (default with --home: <home>/documents).", valueName: "dir")) var documents: String?
+        @Option(help: ArgumentHelp("User id: the first segment of the bucket keys (default with --home: its user).", valueName: "id")) var user: String?
         @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json, shared with rtsync sync --media).", valueName: "file"))
         var manifest: String?
-        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete, includeLitter); flags override it.",
+        @Option(help: ArgumentHelp("JSON media sync settings (mode all|selective, kinds, direction, include, exclude, select, delete, trashDays, includeLitter); flags override it.",
                                    valueName: "file"))
         var config: String?
         @Flag(help: "Sync recordings/.") var recordings = false
@@ -58,16 +67,35 @@ extension RTSync.Media {
             if [push, pull, both].filter({ $0 }).count > 1 {
                 throw ValidationError("give at most one of --push, --pull, --both")
             }
-            var isDirectory: ObjCBool = false
-            if !FileManager.default.fileExists(atPath: documents, isDirectory: &isDirectory) || !isDirectory.boolValue {
-                throw ValidationError("the documents folder does not exist (\(documents))")
+            if home == nil && (documents == nil || user == nil) {
+                throw ValidationError("give --documents and --user, or --home")
+            }
+            if let documents {
+                var isDirectory: ObjCBool = false
+                if !FileManager.default.fileExists(atPath: documents, isDirectory: &isDirectory) || !isDirectory.boolValue {
+                    throw ValidationError("the documents folder does not exist (\(documents))")
+                }
             }
         }
 
         func run() async throws {
-            var options = try await reportingBucketErrors {
-                try config.map { try MediaSyncSettings.load(from: URL(fileURLWithPath: $0)).options() } ?? MediaSyncOptions()
+            let rtHome = home.map { RTSyncHome(root: URL(fileURLWithPath: $0)) }
+            let settings: RTSyncSettings?
+            do { settings = try rtHome?.loadSettings() } catch { throw report(error) }
+            var options: MediaSyncOptions
+            if let config {
+                options = try await reportingBucketErrors { try MediaSyncSettings.load(from: URL(fileURLWithPath: config)).options() }
+            } else if let settings, let rtHome {
+                do { options = try settings.mediaSyncOptions(file: rtHome.settingsFile.path) } catch { throw report(error) }
+            } else {
+                options = MediaSyncOptions()
             }
+            let documents = self.documents ?? rtHome!.documents.path
+            let user = self.user ?? settings?.userID ?? ""
+            if let rtHome, settings?.userID.isEmpty != false, self.user == nil {
+                throw fail("no user id in the settings of \(rtHome.root.path)", hint: "run rtsync init --home \(rtHome.root.path), or pass --user")
+            }
+            try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: true)
             if recordings || images {
                 options.kinds = Set((recordings ? [MediaKind.recordings] : []) + (images ? [MediaKind.images] : []))
             }
@@ -82,8 +110,14 @@ extension RTSync.Media {
             options.showProgress = !json
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)
             let manifestURL = manifest.map { URL(fileURLWithPath: $0) } ?? MediaManifest.defaultURL(documents: documentsURL)
+            if let rtHome, manifest == nil, self.documents == nil {
+                // As `rtsync sync --media` does: a manifest an older version kept in support/ is merged first.
+                try await reportingBucketErrors {
+                    try MediaManifest.absorb(rtHome.support.appendingPathComponent("media-manifest.json"), into: manifestURL)
+                }
+            }
             let report = try await reportingBucketErrors {
-                let sync = try MediaSync(store: try bucketOptions.makeStore(), documents: documentsURL, user: user,
+                let sync = try MediaSync(store: try mediaStore(bucketOptions, settings: settings, home: rtHome), documents: documentsURL, user: user,
                                          manifestURL: manifestURL)
                 return try await sync.run(options)
             }
@@ -100,6 +134,9 @@ extension RTSync.Media {
             for c in report.conflictCopies {
                 FileHandle.standardError.write(Data("conflict: \(c.path) changed on both sides; the \(c.loser == .local ? "local" : "bucket's") version is kept as \(c.copy.debugDescription)\n".utf8))
             }
+            for path in report.keptOverDelete {
+                FileHandle.standardError.write(Data("kept: \(path) was deleted in the bucket but edited here since the last sync; the edit wins and is uploaded again\n".utf8))
+            }
             if json {
                 FileHandle.standardOutput.write(try report.jsonData())
                 FileHandle.standardOutput.write(Data("\n".utf8))
@@ -107,6 +144,69 @@ extension RTSync.Media {
                 print(report.summary)
             }
             if !report.succeeded { throw ExitCode.failure }
+        }
+    }
+
+    /// `rtsync media restore PATH...`: deleted media back from the bucket's trash.
+    struct Restore: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "restore",
+            abstract: "Put deleted recordings or images back from <user>/trash/ in the bucket, or list the trash.",
+            discussion: """
+            Media sync with deletions on moves each deleted object to <user>/trash/<UTC date>/<path> instead of \
+            destroying it, and prunes it after mediaTrashDays (default 30). This puts the newest deleted version of \
+            each documents-relative PATH (such as images/receipt.jpg) back at <user>/<path>, so the next media sync \
+            of every device downloads it again. A path that exists in the bucket is not overwritten.
+            """
+        )
+
+        @OptionGroup var bucketOptions: BucketOptions
+        @Option(help: ArgumentHelp("An rtsync home: user and bucket come from its settings.json unless given.", valueName: "dir"))
+        var home: String?
+        @Option(help: ArgumentHelp("User id: the first segment of the bucket keys.", valueName: "id")) var user: String?
+        @Flag(help: "List what the trash holds, newest first, instead of restoring.") var list = false
+        @Flag(help: "Print JSON.") var json = false
+        @Argument(help: ArgumentHelp("Documents-relative paths to restore (images/a.jpg).", valueName: "path")) var paths: [String] = []
+
+        func validate() throws {
+            if home == nil && user == nil { throw ValidationError("give --user, or --home") }
+            if !list && paths.isEmpty { throw ValidationError("give a path to restore, or --list") }
+        }
+
+        func run() async throws {
+            let rtHome = home.map { RTSyncHome(root: URL(fileURLWithPath: $0)) }
+            let settings: RTSyncSettings?
+            do { settings = try rtHome?.loadSettings() } catch { throw report(error) }
+            guard let user = user ?? settings?.userID, !user.isEmpty else {
+                throw fail("no user id in the settings of \(rtHome?.root.path ?? "")", hint: "pass --user")
+            }
+            try await reportingBucketErrors {
+                let trash = MediaTrash(store: try mediaStore(bucketOptions, settings: settings, home: rtHome), user: user,
+                                       scratch: rtHome?.support ?? FileManager.default.temporaryDirectory)
+                if list {
+                    let items = try await trash.list()
+                    if json { printJSON(items); return }
+                    for item in items {
+                        print("\(ISO8601DateFormatter().string(from: item.deletedAt))\t\(item.size)\t\(item.path)")
+                    }
+                    print("\(items.count) deleted file(s) in \(trash.prefix)")
+                    return
+                }
+                var restored: [MediaTrash.Item] = []
+                for path in paths {
+                    do {
+                        restored.append(try await trash.restore(path: path))
+                    } catch BucketError.notFound {
+                        throw fail("nothing deleted under this path in the trash (\(trash.prefix)<date>/\(path))",
+                                   hint: "rtsync media restore --list shows what the trash holds; entries older than mediaTrashDays are pruned")
+                    } catch BucketError.preconditionFailed(let key) {
+                        throw fail("the file exists in the bucket; not overwritten (\(key))",
+                                   hint: "rename or delete it first, or sync to get it")
+                    }
+                    if !json { print("restored \(path) (deleted \(ISO8601DateFormatter().string(from: restored.last!.deletedAt))); the next media sync downloads it") }
+                }
+                if json { printJSON(restored) }
+            }
         }
     }
 
@@ -146,4 +246,12 @@ extension RTSync.Media {
             }
         }
     }
+}
+
+/// The bucket of a media command: --bucket or RTSYNC_BUCKET, else (with --home) the home's bucket or `<home>/bucket`.
+func mediaStore(_ options: BucketOptions, settings: RTSyncSettings?, home: RTSyncHome?) throws -> any ObjectStore {
+    guard let home, options.bucket == nil, ProcessInfo.processInfo.environment["RTSYNC_BUCKET"]?.isEmpty ?? true else {
+        return try options.makeStore()
+    }
+    return try ObjectStoreRemote.open(settings?.bucket ?? home.root.appendingPathComponent("bucket").path).store
 }

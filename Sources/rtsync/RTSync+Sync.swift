@@ -24,6 +24,8 @@ extension RTSync {
         @OptionGroup var options: HomeOptions
         @Flag(help: "Only report what would be uploaded and downloaded.") var dryRun = false
         @Flag(help: "Also sync recordings/ and images/ this time (settings: syncMedia).") var media = false
+        @Flag(help: "Propagate media deletions this time, both ways (implies --media; settings: mediaDeletes). Deleted objects go to <user>/trash/ (rtsync media restore).")
+        var delete = false
         @Flag(help: "Print JSON.") var json = false
 
         struct Output: Encodable {
@@ -53,8 +55,10 @@ extension RTSync {
                 let signals = StopSignals()
                 syncer.shouldStop = { signals.stopRequested }
                 syncer.keyUsers = try keys.trustedIdentities(ownUser: settings.userID)
-                if media || settings.syncMedia {
-                    syncer.media = RTSync.mediaPhase(home: home, remote: remote, settings: settings)
+                if media || delete || settings.syncMedia {
+                    var mediaSettings = settings
+                    if delete { mediaSettings.mediaDeletes = true }
+                    syncer.media = try RTSync.mediaPhase(home: home, remote: remote, settings: mediaSettings)
                 }
                 let report = try await syncer.sync(dryRun: dryRun, progress: { progress($0) })
                 if json {
@@ -106,11 +110,11 @@ extension RTSync {
 extension RTSync {
     /// The media phase of `rtsync sync`: recordings/ and images/ between the documents folder and the bucket.
     /// On the free tier with a cloud bucket it only downloads (uploads to a personal cloud prefix are premium).
-    static func mediaPhase(home: RTSyncHome, remote: ObjectStoreRemote, settings: RTSyncSettings) -> @Sendable () async throws -> String {
-        {
-            var options = MediaSyncOptions()
-            options.selective = settings.mediaMode == "selective"
-            options.excludeLitter = !settings.mediaIncludeLitter
+    /// - Throws: `LifecycleError.invalidSettings` when the media settings are invalid (before anything syncs).
+    static func mediaPhase(home: RTSyncHome, remote: ObjectStoreRemote, settings: RTSyncSettings) throws -> @Sendable () async throws -> String {
+        let options = try settings.mediaSyncOptions(file: home.settingsFile.path)
+        return {
+            var options = options
             let canUpload = (try? settings.tier.require(.uploadMedia(cloud: !remote.isLocal, community: false, privateRecording: false))) != nil
             options.direction = canUpload ? .both : .pull
             // Conflict copies name this device by the random end of its site id (a KSUID starts with the time).
@@ -123,8 +127,17 @@ extension RTSync {
             try MediaManifest.absorb(home.support.appendingPathComponent("media-manifest.json"), into: manifest)
             let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID, manifestURL: manifest)
             let report = try await sync.run(options)
-            guard report.succeeded else { throw BucketError.localIO(path: home.documents.path, description: report.summary) }
-            return report.summary + (canUpload ? "" : " (downloads only: uploads to a cloud bucket need premium)")
+            guard report.succeeded else {
+                // Name the files that failed, so the sync line says what to look at.
+                let failed = report.errors.prefix(3).map { "\($0.reason) (\($0.path))" }
+                let more = report.errors.count > 3 ? "; and \(report.errors.count - 3) more (rtsync media sync --home \(home.root.path) --json lists them)" : ""
+                throw BucketError.localIO(path: home.documents.path, description: report.summary + ": " + failed.joined(separator: "; ") + more)
+            }
+            var notes: [String] = []
+            if !canUpload { notes.append("downloads only: uploads to a cloud bucket need premium") }
+            if options.selective && options.select.isEmpty { notes.append("selective mode with nothing selected: set mediaSelection in settings.json") }
+            if !report.keptOverDelete.isEmpty { notes.append("deleted elsewhere, kept because edited here: " + report.keptOverDelete.joined(separator: ", ")) }
+            return report.summary + notes.map { " (\($0))" }.joined()
         }
     }
 }
