@@ -79,6 +79,9 @@ public struct Compactor: Sendable {
         let backup = try BackupManager(home: home, keep: settings.keepBackups).create()
         let snapshotKey = "\(user)/backups/\(backup.file)"
         try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(backup.file), key: snapshotKey, ifAbsent: false) }
+        // Recorded before anything is pruned: a device that joins or restores later catches up from this one, not
+        // from whichever backup's name sorts last (another device's older backup may, by its clock).
+        try await remote.recordSnapshot(user: user, key: snapshotKey, retry: retry)
         try await Self.publishCursor(db: db, user: user, listed: listed, remote: remote, home: home)
         // The snapshot is the newest backup, so rotation keeps it (and what init picks).
         try await remote.rotateBackups(user: user, keep: settings.keepBackups, retry: retry)

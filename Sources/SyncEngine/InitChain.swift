@@ -138,7 +138,12 @@ public struct InitChain: Sendable {
                 }
                 _ = try BackupManager.install(temp, as: db)
                 attempts.append(InitAttempt(source: source, outcome: "used", detail: newest.key))
-                return try finish(source, settings: &settings, attempts: attempts)
+                // A database other than the last compaction's snapshot may lack diffs compaction pruned: the first
+                // sync merges the snapshot too (see SyncDatabase+Restore).
+                let snapshot = source == .bucket ? try? await remote.latestSnapshotKey(user: settings.userID, retry: retry) : nil
+                let result = try finish(source, settings: &settings, attempts: attempts)
+                if let snapshot, snapshot != newest.key { try SyncDatabase(path: db.path).markCatchUpPending() }
+                return result
             } catch {
                 attempts.append(InitAttempt(source: source, outcome: "failed", detail: "\(prefix): \(error)"))
                 progress("\(source.rawValue) failed: \(error)")

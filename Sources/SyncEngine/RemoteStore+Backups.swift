@@ -13,6 +13,8 @@ extension RemoteStore {
     @discardableResult
     public func rotateBackups(user: String, keep: Int, retry: RetryPolicy = RetryPolicy()) async throws -> [String] {
         let prefix = Self.backupsPrefix(user: user)
+        // The last compaction's snapshot stays whatever its name sorts as: it holds the diffs compaction pruned.
+        let snapshot = try await latestSnapshotKey(user: user, retry: retry)
         let backups = try await retry.run { try await list(prefix: prefix) }
             .map(\.key)
             .filter { key in
@@ -21,10 +23,34 @@ extension RemoteStore {
             }
             .sorted(by: >)
         var deleted: [String] = []
-        for key in backups.dropFirst(max(1, keep)) {
+        for key in backups.dropFirst(max(1, keep)) where key != snapshot {
             try await retry.run { try await delete(key: key) }
             deleted.append(key)
         }
         return deleted
+    }
+
+    /// Where compaction records the key of its snapshot (`<user>/snapshot.json`).
+    public static func snapshotPointerKey(user: String) -> String { user + "/snapshot.json" }
+
+    /// The key of the last compaction's snapshot, which holds every diff compaction has pruned; nil when no
+    /// compaction has recorded one (or the record cannot be read).
+    public func latestSnapshotKey(user: String, retry: RetryPolicy = RetryPolicy()) async throws -> String? {
+        let key = Self.snapshotPointerKey(user: user)
+        guard try await retry.run({ try await list(prefix: key) }).contains(where: { $0.key == key }) else { return nil }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-snapshot-\(KSUID.generate().string).json")
+        defer { try? FileManager.default.removeItem(at: file) }
+        try await retry.run { try await download(key: key, to: file) }
+        guard let data = try? Data(contentsOf: file), let pointer = try? JSONDecoder().decode([String: String].self, from: data),
+              let target = pointer["key"], target.hasPrefix(Self.backupsPrefix(user: user)), !target.contains("..") else { return nil }
+        return target
+    }
+
+    /// Records `key` as the last compaction's snapshot.
+    public func recordSnapshot(user: String, key: String, retry: RetryPolicy = RetryPolicy()) async throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-snapshot-\(KSUID.generate().string).json")
+        defer { try? FileManager.default.removeItem(at: file) }
+        try JSONEncoder().encode(["key": key, "at": ISO8601.format(Date(), fractional: true)]).write(to: file, options: .atomic)
+        try await retry.run { try await upload(file: file, key: Self.snapshotPointerKey(user: user), ifAbsent: false) }
     }
 }

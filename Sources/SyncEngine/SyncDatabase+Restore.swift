@@ -66,12 +66,28 @@ extension SyncDatabase {
         }
     }
 
-    /// Whether a restore left this database to catch up from the bucket at the next sync.
-    public func needsCatchUp() throws -> Bool { try retiredSites().contains { $0.catchUp } }
+    /// Whether a restore, or a start from a database in the bucket other than the last compaction's snapshot,
+    /// left this database to catch up from the bucket at the next sync.
+    public func needsCatchUp() throws -> Bool {
+        if try retiredSites().contains(where: { $0.catchUp }) { return true }
+        return try locked { try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_catch_up'") != nil && db.scalar("SELECT 1 FROM rtsync_catch_up") != nil }
+    }
+
+    /// Marks the database to catch up from the last compaction's snapshot at the next sync (it started from
+    /// another database of the user's in the bucket, which may lack diffs compaction pruned).
+    public func markCatchUpPending() throws {
+        try locked {
+            try db.execute("CREATE TABLE IF NOT EXISTS rtsync_catch_up(id INTEGER PRIMARY KEY CHECK (id = 1))")
+            try db.execute("INSERT OR IGNORE INTO rtsync_catch_up(id) VALUES (1)")
+        }
+    }
 
     /// Clears the catch-up mark (nothing in the bucket to catch up from).
     func clearCatchUp() throws {
-        try locked { try db.execute("UPDATE rtsync_retired SET catch_up = 0") }
+        try locked {
+            if try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_retired'") != nil { try db.execute("UPDATE rtsync_retired SET catch_up = 0") }
+            try db.execute("DROP TABLE IF EXISTS rtsync_catch_up")
+        }
     }
 
     /// Records that the old site's cursor is gone from the bucket.
@@ -92,7 +108,8 @@ extension SyncDatabase {
                     try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?,?,?,?,?,?,?)",
                                    a + [.text(ISO8601.format(Date(), fractional: true))])
                 }
-                try db.execute("UPDATE rtsync_retired SET catch_up = 0")
+                if try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_retired'") != nil { try db.execute("UPDATE rtsync_retired SET catch_up = 0") }
+                try db.execute("DROP TABLE IF EXISTS rtsync_catch_up")
             }
         }
         return report

@@ -12,20 +12,29 @@ extension Syncer {
         let temp = home.support.appendingPathComponent(".catch-up-\(KSUID.generate().string).sqlite")
         defer { try? fm.removeItem(at: temp) }
         do {
-            progress("restored database: catching up from the newest database under \(user)/backups/")
-            guard let newest = try await remote.downloadNewestDatabase(prefix: user + "/backups/", to: temp, retry: retry) else {
+            progress("catching up from the last compaction's snapshot under \(user)/backups/")
+            // The last compaction's snapshot holds every diff it pruned; without one, the newest database there.
+            var chosen: RemoteObject?
+            if let key = try await remote.latestSnapshotKey(user: user, retry: retry),
+               let object = try await retry.run({ try await remote.list(prefix: key) }).first(where: { $0.key == key }) {
+                try await retry.run { try await remote.download(key: key, to: temp) }
+                chosen = object
+            } else {
+                chosen = try await remote.downloadNewestDatabase(prefix: user + "/backups/", to: temp, retry: retry)
+            }
+            guard let newest = chosen else {
                 // Compaction uploads a database before it prunes anything: with none there, nothing was pruned.
                 try db.clearCatchUp()
-                report.phases.append(SyncPhase(name: "catch-up", ok: true, summary: "restored database: nothing under \(user)/backups/ to catch up from (no diff was pruned)"))
+                report.phases.append(SyncPhase(name: "catch-up", ok: true, summary: "catch-up: nothing under \(user)/backups/ to catch up from (no diff was pruned)"))
                 return
             }
             let r = try db.catchUp(from: temp, scratch: home.support)
             let ok = r.status == .applied || r.status == .skipped
             report.phases.append(SyncPhase(name: "catch-up", ok: ok,
-                                           summary: "restored database: merged \(newest.key) (inserted \(r.inserted), updated \(r.updated), deleted \(r.deleted), conflicts \(r.conflicts))",
+                                           summary: "caught up: merged \(newest.key) (inserted \(r.inserted), updated \(r.updated), deleted \(r.deleted), conflicts \(r.conflicts))",
                                            error: ok ? nil : "\(newest.key): \(r.reason ?? "\(r.status)"); the next sync tries again"))
         } catch {
-            report.phases.append(SyncPhase(name: "catch-up", ok: false, summary: "restored database: could not catch up from the bucket",
+            report.phases.append(SyncPhase(name: "catch-up", ok: false, summary: "could not catch up from the bucket",
                                            error: "\(error); the next sync tries again"))
         }
     }
