@@ -114,7 +114,7 @@ struct ConvergencePropertyTests {
 
     /// TEXT keys made of digits arrive as INTEGERs half the time (as another implementation may send them), with
     /// a UNIQUE column and skewed clocks.
-    @Test(arguments: seeds(from: 5000, ci: 15))
+    @Test(arguments: seeds(from: 8000, ci: 15))
     func randomEditsWithKeysInAnotherStorageClass_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
         try run(seed: seed, uniqueA: seed % 2 == 0, skewed: seed % 3 == 0, reencode: true)
     }

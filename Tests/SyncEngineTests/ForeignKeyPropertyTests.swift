@@ -89,7 +89,7 @@ struct ForeignKeyPropertyTests {
         return parts.joined(separator: " | ")
     }
 
-    @Test(arguments: ConvergencePropertyTests.seeds(from: 5000, ci: 25))
+    @Test(arguments: ConvergencePropertyTests.seeds(from: 5000, ci: 50))
     func parentsDeletedWhileChildrenEditedElsewhere_randomDelivery_endIdentical(seed: Int) throws {
         var rng = SeededGenerator(seed: UInt64(seed))
         let box = try Sandbox("fkprop\(seed)")
