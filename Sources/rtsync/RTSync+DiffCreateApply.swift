@@ -76,7 +76,7 @@ extension RTSync.Diff {
                 printJSON(reports)
             } else {
                 for r in reports {
-                    let name = URL(fileURLWithPath: r.file).lastPathComponent
+                    let name = terminalSafe(URL(fileURLWithPath: r.file).lastPathComponent)
                     switch r.status {
                     case .applied:
                         var line = "applied  \(name): \(r.inserted) inserted, \(r.updated) updated, \(r.deleted) deleted, \(r.conflicts) conflicts"
@@ -85,14 +85,14 @@ extension RTSync.Diff {
                         if !r.columnsKeptAside.isEmpty { line += "; kept aside (columns of a newer app version) \(r.columnsKeptAside.joined(separator: ", "))" }
                         if r.held > 0 { line += "; \(r.held) new row(s) held back (see rtsync status)" }
                         if !r.typeDifferences.isEmpty { line += "; declared types differ (values stored as declared here): \(r.typeDifferences.joined(separator: "; "))" }
-                        print(line)
+                        print(terminalSafe(line, limit: 4_000))
                     case .skipped:
-                        print("skipped  \(name): \(r.reason ?? "")")
+                        print("skipped  \(name): \(terminalSafe(r.reason ?? ""))")
                     case .deferred:
-                        print("deferred \(name): \(r.reason ?? "")")
+                        print("deferred \(name): \(terminalSafe(r.reason ?? ""))")
                         _ = fail("diff not applied yet: \(r.reason ?? "") (\(r.file))", hint: "apply the diffs it depends on first, or run the same command again with them; the file was left in place")
                     case .rejected:
-                        print("rejected \(name): \(r.reason ?? "")")
+                        print("rejected \(name): \(terminalSafe(r.reason ?? ""))")
                         _ = fail("diff rejected: \(r.reason ?? "") (\(r.file))", hint: "nothing was changed; the file stays where it is, a copy is in \(r.quarantinedTo ?? "(could not copy it)")")
                     }
                 }

@@ -66,7 +66,7 @@ extension RTSync {
                 } else {
                     print("sync \(home.database.path) <-> \(options.bucketURL(settings)) as user \(settings.userID)")
                     for p in report.phases {
-                        print("  \(p.ok ? "ok  " : "FAIL") \(p.name): \(p.summary)\(p.error.map { " — \($0)" } ?? "")")
+                        print("  \(p.ok ? "ok  " : "FAIL") \(p.name): \(terminalSafe(p.summary, limit: 2_000))\(p.error.map { " — \(terminalSafe($0, limit: 2_000))" } ?? "")")
                     }
                     print("\(report.ok ? "done" : "incomplete"): \(report.requests) bucket request(s)")
                 }

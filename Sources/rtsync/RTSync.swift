@@ -20,11 +20,34 @@ struct RTSync: AsyncParsableCommand {
 
 // MARK: - Output helpers shared by commands
 
-/// Prints `error: <what>` and an optional `hint:` line to standard error.
+/// Prints `error: <what>` and an optional `hint:` line to standard error, each one line, terminal-safe.
 func printError(_ what: String, hint: String?) {
-    var text = "error: \(what)\n"
-    if let hint { text += "hint: \(hint)\n" }
+    var text = "error: \(terminalSafe(what, limit: 2_000))\n"
+    if let hint { text += "hint: \(terminalSafe(hint, limit: 2_000))\n" }
     FileHandle.standardError.write(Data(text.utf8))
+}
+
+/// Text from a file or the network made safe to print: control characters (escape sequences, carriage returns,
+/// line feeds) shown as `\u{1B}`-style escapes, so a hostile name cannot move the cursor, clear the screen or fake
+/// a line, and anything past `limit` characters cut with a count of what was left out.
+func terminalSafe(_ text: String, limit: Int = 300) -> String {
+    var out = ""
+    var count = 0
+    for scalar in text.unicodeScalars {
+        if count >= limit {
+            let rest = text.unicodeScalars.count - count
+            out += "…(\(rest) more characters)"
+            break
+        }
+        let v = scalar.value
+        if v < 0x20 || v == 0x7F || (0x80...0x9F).contains(v) || v == 0x2028 || v == 0x2029 || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v) {
+            out += "\\u{" + String(v, radix: 16, uppercase: true) + "}"
+        } else {
+            out.unicodeScalars.append(scalar)
+        }
+        count += 1
+    }
+    return out
 }
 
 /// Prints `error: <what> (<file or key>)` and a `hint:` line to standard error; returns the exit code to throw.

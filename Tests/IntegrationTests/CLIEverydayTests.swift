@@ -104,3 +104,25 @@ struct CLIEverydayTests {
         #expect(r.status == 1 && r.stderr.contains("owner column 'nope'"), "\(r.stderr)")
     }
 }
+
+/// Text from files or the network is printed terminal-safe: a diff whose name or content carries escape sequences
+/// cannot clear the screen or fake an "applied" line.
+@Suite("CLI: hostile text stays inert")
+struct CLITerminalSafetyTests {
+    @Test func hostileDiffFileName_isPrintedWithControlCharactersEscaped() throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("t.sqlite")
+        try Connection(path: db.path).execute("CREATE TABLE a(id TEXT PRIMARY KEY, v TEXT)")
+        let binary = try #require(RTSyncBinary.url)
+        #expect(try runCommand(binary, ["track", "--db", db.path, "--all"]).status == 0)
+        let hostile = dir.file("evil\u{1B}[2J\rapplied  fake.sqlite")
+        try Data("not a diff".utf8).write(to: hostile)
+        let r = try runCommand(binary, ["diff", "apply", "--db", db.path, hostile.path])
+        #expect(r.status == 1)
+        let all = r.stdout + r.stderr
+        #expect(!all.contains("\u{1B}") && !all.contains("\r"), "\(all.debugDescription)")
+        #expect(all.contains("\\u{1B}"), "\(all)")
+        // Every error is one line (plus its hint).
+        #expect(r.stderr.split(separator: "\n").allSatisfy { $0.hasPrefix("error: ") || $0.hasPrefix("hint: ") }, "\(r.stderr)")
+    }
+}
