@@ -56,9 +56,10 @@ enum LocalFiles {
         }
     }
 
-    /// A temporary file name beside `url`, hidden from listings.
+    /// A temporary file name beside `url`, hidden from listings: `.rtsync-tmp-<host>~<pid>-<UUID>`, so a later run
+    /// on the same machine can tell that the process writing it is gone (`TemporaryOwner`).
     static func temporaryURL(beside url: URL) -> URL {
-        url.deletingLastPathComponent().appendingPathComponent(".rtsync-tmp-\(UUID().uuidString)")
+        url.deletingLastPathComponent().appendingPathComponent(".rtsync-tmp-\(TemporaryOwner.tag)-\(UUID().uuidString)")
     }
 
     /// Writes `data` to a temporary file beside `url`, flushes it, and returns the temporary URL.
@@ -117,5 +118,31 @@ enum LocalFiles {
             hasher.update(chunk)
         }
         return hasher.finalizeHex()
+    }
+}
+
+/// Who wrote a temporary file: this machine's name and the writing process's id, as its name records them.
+enum TemporaryOwner {
+    /// This machine's name (letters, digits and dashes, at most 32) and this process's id.
+    static let tag: String = {
+        var buffer = [CChar](repeating: 0, count: 256)
+        let host = gethostname(&buffer, buffer.count) == 0 ? String(cString: buffer) : "host"
+        let safe = String(host.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) || $0 == "-" }.prefix(32).map(Character.init))
+        return "\(safe.isEmpty ? "host" : safe)~\(getpid())"
+    }()
+
+    /// Whether a temporary file's name says this machine wrote it from a process that no longer runs (then it
+    /// is the leftover of an interrupted write and may go at once). Names of other machines, of live processes,
+    /// and in any other form say nothing: those wait for the age rule.
+    static func isOrphan(_ name: String, prefix: String) -> Bool {
+        guard name.hasPrefix(prefix) else { return false }
+        let rest = name.dropFirst(prefix.count)
+        guard let tilde = rest.firstIndex(of: "~") else { return false }
+        let host = rest[..<tilde]
+        let afterHost = rest[rest.index(after: tilde)...]
+        guard let dash = afterHost.firstIndex(of: "-"), let pid = Int32(afterHost[..<dash]), pid > 0 else { return false }
+        guard host == tag.split(separator: "~").first ?? "" else { return false }
+        if pid == getpid() { return false }
+        return kill(pid, 0) == -1 && errno == ESRCH
     }
 }

@@ -183,8 +183,9 @@ public struct LocalFolderStore: ObjectStore {
     }
 
     /// Removes hidden temp files (`.rtsync-tmp-*`) that interrupted writes left in the folders `prefixes` name (not
-    /// below them), once unchanged for `age` seconds: a write in progress keeps its file's time current, and the
-    /// folder may be shared with other devices, whose process ids mean nothing here. Returns the paths removed.
+    /// below them): at once when the name says this machine wrote it from a process that is gone, else once
+    /// unchanged for `age` seconds (a write in progress keeps its file's time current, and the folder may be shared
+    /// with other machines, whose process ids mean nothing here). Returns the paths removed.
     @discardableResult
     public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) -> [String] {
         var removed: [String] = []
@@ -198,7 +199,7 @@ public struct LocalFolderStore: ObjectStore {
             for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [] where name.hasPrefix(Self.temporaryPrefix) {
                 let url = folder.appendingPathComponent(name)
                 guard let st = FileStat.of(url.path, followSymlinks: false), st.isRegularFile,
-                      Date().timeIntervalSince(st.modificationDate) >= age else { continue }
+                      TemporaryOwner.isOrphan(name, prefix: Self.temporaryPrefix) || Date().timeIntervalSince(st.modificationDate) >= age else { continue }
                 if unlink(url.path) == 0 { removed.append(url.path) }
             }
         }
