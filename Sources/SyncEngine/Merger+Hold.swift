@@ -31,7 +31,8 @@ extension SyncDatabase {
     }
 
     /// Merges the rows held back again (after a value was declared for the column they lack); rows that still
-    /// cannot be placed stay held. Returns the report of the merge, or nil when nothing was held.
+    /// cannot be placed stay held. `scratch` is a new folder it works in and removes (default: one in the
+    /// temporary folder). Returns the report of the merge, or nil when nothing was held.
     @discardableResult
     public func applyHeldRows(scratch: URL? = nil) throws -> ApplyReport? {
         let groups: [(diff: String, user: String, site: String, seen: String, ids: [Int64])] = try locked {
@@ -45,7 +46,7 @@ extension SyncDatabase {
         guard !groups.isEmpty else { return nil }
         let dir = scratch ?? FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-held-\(KSUID.generate().string)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        defer { if scratch == nil { try? FileManager.default.removeItem(at: dir) } }
+        defer { try? FileManager.default.removeItem(at: dir) }
         var total = ApplyReport(file: "held rows", diffID: nil, status: .applied)
         for g in groups {
             let seen = (try? JSONDecoder().decode([String: Int64].self, from: Data(g.seen.utf8))) ?? [:]
