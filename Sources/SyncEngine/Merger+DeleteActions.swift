@@ -134,12 +134,7 @@ extension Merger {
         let clock = select.column(0).int64 ?? 0
         select.reset()
         try cached("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (?, ?, ?, ?, ?)").run([.integer(tid), .text(key), .integer(op), mask, .integer(clock)])
-        var p = pending[RowKey(tid, key)] ?? PendingLocal()
-        p.lastOp = op
-        p.lastHLC = clock
-        if op == 1 { p.sawInsert = true; p.insertHLC = clock; p.columnHLC.removeAll() }
-        if op == 2 { for i in SyncDatabase.changedPositions(mask) { p.columnHLC[i] = clock } }
-        pending[RowKey(tid, key)] = p
+        pending[RowKey(tid, key), default: PendingLocal()].record(op: op, mask: mask, hlc: clock)
     }
 
     mutating func logAction(table: String, key: String, column: String, localValue: SQLValue, localClock: Clock, deleted: Clock, reason: String) throws {

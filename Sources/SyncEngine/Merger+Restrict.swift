@@ -40,20 +40,14 @@ extension Merger {
     mutating func restrictingKeys(of parent: TrackedInfo) throws -> [RestrictingKey] {
         if restrictingKeys == nil {
             var byParent: [String: [RestrictingKey]] = [:]
-            let tables = try db.rows("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE 'rtsync\\_%' ESCAPE '\\'")
-            for t in tables {
-                guard let child = t[0].string else { continue }
-                var keys: [Int64: RestrictingKey] = [:]
-                var parents: [Int64: String] = [:]
-                for r in try db.rows("SELECT id, \"table\", \"from\", \"to\", on_delete FROM pragma_foreign_key_list(?) ORDER BY id, seq", [.text(child)]) {
-                    guard let id = r[0].int64, let parentName = r[1].string, let from = r[2].string else { continue }
-                    let action = (r[4].string ?? "NO ACTION").uppercased()
+            for child in try SyncDatabase.userTableNames(db) {
+                guard let def = try TableDefinition.read(table: child, from: db) else { continue }
+                for fk in def.foreignKeys where !fk.columns.isEmpty {
+                    let action = fk.onDelete.uppercased()
                     guard action == "RESTRICT" || action == "NO ACTION" else { continue }
-                    parents[id] = parentName
-                    keys[id, default: RestrictingKey(childTable: child, columns: [], referencedColumns: [], action: action)].columns.append(from)
-                    if let to = r[3].string { keys[id]!.referencedColumns.append(to) }
+                    byParent[fk.table.lowercased(), default: []].append(
+                        RestrictingKey(childTable: child, columns: fk.columns, referencedColumns: fk.referencedColumns, action: action))
                 }
-                for (id, key) in keys.sorted(by: { $0.key < $1.key }) { byParent[parents[id]!.lowercased(), default: []].append(key) }
             }
             restrictingKeys = byParent
         }

@@ -154,6 +154,12 @@ extension SyncDatabase {
 
     /// Moves a rejected diff into the quarantine folder beside a `.reason.txt`; returns its new path.
     static func moveToQuarantine(_ url: URL, folder: URL, reason: String) -> String? {
+        quarantine(url, folder: folder, reason: reason, keepingOriginal: false)
+    }
+
+    /// Puts a rejected diff into the quarantine folder `folder` beside a `.reason.txt`, moved or (with
+    /// `keepingOriginal`, for files that are not rtsync's own) copied; returns its path there, or nil.
+    public static func quarantine(_ url: URL, folder: URL, reason: String, keepingOriginal: Bool) -> String? {
         let fm = FileManager.default
         do {
             try fm.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -161,7 +167,7 @@ extension SyncDatabase {
             if fm.fileExists(atPath: target.path) {
                 target = folder.appendingPathComponent(KSUID.generate().string + "-" + url.lastPathComponent)
             }
-            try fm.moveItem(at: url, to: target)
+            if keepingOriginal { try fm.copyItem(at: url, to: target) } else { try fm.moveItem(at: url, to: target) }
             try? Data((reason + "\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
             return target.path
         } catch { return nil }
@@ -213,6 +219,14 @@ struct Merger {
         var lastHLC: Int64 = 0
         /// Clock of the last update of each column, by position in the trigger's column list.
         var columnHLC: [Int: Int64] = [:]
+
+        /// Folds in one change-log entry (op 1 insert, 2 update of the columns in `mask`, 3 delete), in log order.
+        mutating func record(op: Int64, mask: SQLValue, hlc: Int64) {
+            lastOp = op
+            lastHLC = hlc
+            if op == 1 { sawInsert = true; insertHLC = hlc; columnHLC.removeAll() }
+            if op == 2 { for position in SyncDatabase.changedPositions(mask) { columnHLC[position] = hlc } }
+        }
     }
 
     init(db: Connection, reader: DiffReader, ownSite: String, resolvers: [String: ConflictResolver], report: ApplyReport) throws {
@@ -353,12 +367,7 @@ struct Merger {
             guard let tid = s.column(0).int64, let pk = s.column(1).string, let op = s.column(2).int64 else { continue }
             let hlc = s.column(4).int64 ?? 0
             let key = RowKey(tid, pk)
-            var p = pending[key] ?? PendingLocal()
-            p.lastOp = op
-            p.lastHLC = hlc
-            if op == 1 { p.sawInsert = true; p.insertHLC = hlc; p.columnHLC.removeAll() }
-            if op == 2 { for position in SyncDatabase.changedPositions(s.column(3)) { p.columnHLC[position] = hlc } }
-            pending[key] = p
+            pending[key, default: PendingLocal()].record(op: op, mask: s.column(3), hlc: hlc)
         }
     }
 

@@ -130,17 +130,10 @@ extension SyncDatabase {
         for r in try s.rows("SELECT site, hlc FROM rtsync_seen") { if let k = r[0].string, let h = r[1].int64 { seen[k] = h } }
         let tracked = try loadTracked(s)
         // Unexported changes, coalesced per row as an export would.
-        struct Pending { var sawInsert = false; var insertHLC: Int64 = 0; var lastOp: Int64 = 0; var lastHLC: Int64 = 0; var columnHLC: [Int: Int64] = [:] }
-        var pending: [Int64: [String: Pending]] = [:]
+        var pending: [Int64: [String: Merger.PendingLocal]] = [:]
         for r in try s.rows("SELECT tid, pk, op, cols, hlc FROM rtsync_changes ORDER BY seq") {
             guard let tid = r[0].int64, let pk = r[1].string, let op = r[2].int64 else { continue }
-            let hlc = r[4].int64 ?? 0
-            var p = pending[tid]?[pk] ?? Pending()
-            p.lastOp = op
-            p.lastHLC = hlc
-            if op == 1 { p.sawInsert = true; p.insertHLC = hlc; p.columnHLC.removeAll() }
-            if op == 2 { for position in changedPositions(r[3]) { p.columnHLC[position] = hlc } }
-            pending[tid, default: [:]][pk] = p
+            pending[tid, default: [:]][pk, default: Merger.PendingLocal()].record(op: op, mask: r[3], hlc: r[4].int64 ?? 0)
         }
         let writer = try DiffWriter(directory: directory, kind: .snapshot, authorUser: user, authorSite: site, seen: seen)
         do {

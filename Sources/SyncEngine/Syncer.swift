@@ -298,7 +298,7 @@ public struct Syncer: Sendable {
             // A deferred diff stays in the inbox and is applied again by the next sync.
             for r in reports where r.status != .rejected && r.status != .deferred { try? fm.removeItem(atPath: r.file) }
             // Rows held back for a value the app had not declared are merged again (a value may be declared now).
-            if (try? db.heldRows().isEmpty) == false, let again = try? db.applyHeldRows(scratch: home.support.appendingPathComponent(".held-\(KSUID.generate().string)")) {
+            if let again = try? db.applyHeldRows(scratch: home.support.appendingPathComponent(".held-\(KSUID.generate().string)")) {
                 reports.append(again)
             }
             report.applied = reports

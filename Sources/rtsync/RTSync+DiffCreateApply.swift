@@ -70,7 +70,7 @@ extension RTSync.Diff {
             // The files are the user's: a rejected one is copied into quarantine, never moved.
             var reports = db.apply(diffs: files, quarantine: nil)
             for i in reports.indices where reports[i].status == .rejected {
-                reports[i].quarantinedTo = Self.copyToQuarantine(URL(fileURLWithPath: reports[i].file), folder: q, reason: reports[i].reason ?? "")
+                reports[i].quarantinedTo = SyncDatabase.quarantine(URL(fileURLWithPath: reports[i].file), folder: q, reason: reports[i].reason ?? "", keepingOriginal: true)
             }
             if json {
                 printJSON(reports)
@@ -104,17 +104,3 @@ extension RTSync.Diff {
     }
 }
 
-extension RTSync.Diff.Apply {
-    /// Copies a rejected diff into `folder` with a `.reason.txt` beside it; returns the copy's path, or nil.
-    static func copyToQuarantine(_ url: URL, folder: URL, reason: String) -> String? {
-        let fm = FileManager.default
-        do {
-            try fm.createDirectory(at: folder, withIntermediateDirectories: true)
-            var target = folder.appendingPathComponent(url.lastPathComponent)
-            if fm.fileExists(atPath: target.path) { target = folder.appendingPathComponent(KSUID.generate().string + "-" + url.lastPathComponent) }
-            try fm.copyItem(at: url, to: target)
-            try? Data((reason + "\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
-            return target.path
-        } catch { return nil }
-    }
-}
