@@ -58,7 +58,7 @@ let package = Package(
         .executableTarget(
             name: "rtsync",
             dependencies: [
-                "DiffFormat", "SyncEngine", "BucketClient", "BucketSync",
+                "DiffFormat", "SyncEngine", "BucketClient", "BucketSync", "RTSQLite",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

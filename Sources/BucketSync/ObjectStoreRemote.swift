@@ -57,6 +57,7 @@ public struct ObjectStoreRemote: RemoteStore {
             switch e {
             case .notFound: throw RemoteStoreError.notFound(key: key)
             case .preconditionFailed: throw RemoteStoreError.alreadyExists(key: key)
+            case .bucketNotFound(let bucket): throw RemoteStoreError.bucketNotFound(bucket: bucket)
             default: throw RemoteStoreError.failed(key: key, reason: e.description)
             }
         }

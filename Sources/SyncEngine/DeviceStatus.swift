@@ -87,7 +87,16 @@ public struct DeviceStatus: Sendable, Codable {
 
     /// What is wrong with the database file, or nil: its schema must read, and below 64 MB `quick_check` passes
     /// too (larger files get the schema check only, so `status` stays quick; `backup verify` checks fully).
-    static func damage(_ path: String) -> String? {
+    /// The text is one line: SQLite's multi-line report is cut to its first finding.
+    public static func damage(_ path: String) -> String? {
+        guard let text = rawDamage(path) else { return nil }
+        let lines = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("*** in database") }
+        let more = lines.count > 1 ? " (and \(lines.count - 1) more problem(s))" : ""
+        return (lines.first ?? text) + more
+    }
+
+    private static func rawDamage(_ path: String) -> String? {
         do {
             let c = try Connection(path: path, mode: .readOnly)
             _ = try c.rows("SELECT count(*) FROM sqlite_schema")

@@ -23,11 +23,22 @@ public enum RemoteStoreError: Error, Sendable, Equatable, CustomStringConvertibl
     case notFound(key: String)
     /// A conditional put found the key already there (so a retried upload is not duplicated).
     case alreadyExists(key: String)
+    /// The bucket itself does not exist (a wrong name or URL, or one not created yet); retrying cannot help.
+    case bucketNotFound(bucket: String)
     /// Anything else (network, permissions), with the store's own text.
     case failed(key: String, reason: String)
 
+    /// What the user can do about `error`, when it is a remote failure with a clear remedy.
+    public static func hint(for error: Error) -> String? {
+        switch error as? RemoteStoreError {
+        case .bucketNotFound: return "create the bucket, or fix the bucket URL (the settings' bucket)"
+        default: return nil
+        }
+    }
+
     public var description: String {
         switch self {
+        case .bucketNotFound(let b): return "bucket not found (\(b))"
         case .notFound(let k): return "no such object (\(k))"
         case .alreadyExists(let k): return "object already exists (\(k))"
         case .failed(let k, let r): return "\(r) (\(k))"
@@ -90,6 +101,7 @@ public struct RetryPolicy: Sendable {
                 // Definite answers are not retried: the object is missing, or a conditional put found it there.
                 if case RemoteStoreError.notFound = error { throw error }
                 if case RemoteStoreError.alreadyExists = error { throw error }
+                if case RemoteStoreError.bucketNotFound = error { throw error }
                 let elapsed = clock.now - start
                 if attempt >= maxAttempts || elapsed >= totalTimeout { throw error }
                 let cap = min(maxDelay, baseDelay * (1 << min(attempt - 1, 16)))

@@ -13,6 +13,8 @@ public struct SyncPhase: Sendable, Codable {
     public var summary: String
     /// The error, when it failed (everything it did not finish stays queued for the next run).
     public var error: String?
+    /// What the user can do about the error, when there is something better than running sync again.
+    public var hint: String? = nil
 }
 
 /// The report of `Syncer.sync`.
@@ -197,6 +199,7 @@ public struct Syncer: Sendable {
             report.phases.append(SyncPhase(name: "upload", ok: true, summary: "\(outbox.count) diff(s) would be uploaded"))
         } else {
             var failure: String?
+            var failureHint: String?
             for name in outbox {
                 if stopRequested() {
                     report.phases.append(SyncPhase(name: "upload", ok: true, summary: "uploaded \(report.uploaded.count) of \(outbox.count) diff(s)"))
@@ -215,11 +218,12 @@ public struct Syncer: Sendable {
                     report.uploaded.append(key)
                 } catch {
                     failure = "\(key): \(error)"
+                    failureHint = RemoteStoreError.hint(for: error)
                     break
                 }
             }
             report.phases.append(SyncPhase(name: "upload", ok: failure == nil,
-                                           summary: "uploaded \(report.uploaded.count) of \(outbox.count) diff(s)", error: failure))
+                                           summary: "uploaded \(report.uploaded.count) of \(outbox.count) diff(s)", error: failure, hint: failureHint))
         }
 
         // 3. Download what this device has not applied (one LIST when idle), then apply in KSUID order.
@@ -258,7 +262,8 @@ public struct Syncer: Sendable {
                                                summary: "downloaded \(report.downloaded.count) of \(wanted.count) new diff(s)", error: failure))
             }
         } catch {
-            report.phases.append(SyncPhase(name: "download", ok: false, summary: "could not list \(inbound)", error: "\(error)"))
+            report.phases.append(SyncPhase(name: "download", ok: false, summary: "could not list \(inbound)", error: "\(error)",
+                                           hint: RemoteStoreError.hint(for: error)))
         }
         if !dryRun && stopRequested() { return stopped(before: "apply") }
         if !dryRun {

@@ -1,29 +1,59 @@
 import ArgumentParser
 import BucketClient
 import Foundation
+import SyncEngine
 
 /// Options shared by commands that talk to a bucket.
 struct BucketOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("Bucket URL: s3://bucket/prefix or file:///path (default: $RTSYNC_BUCKET).",
+    @Option(name: .long, help: ArgumentHelp("Bucket URL: s3://bucket/prefix or file:///path (default: the --home's bucket, else $RTSYNC_BUCKET, else the default home's).",
                                             valueName: "url"))
     var bucket: String?
+    @Option(help: "Home folder whose bucket to use (its settings.json, else <home>/bucket), as other commands take it.") var home: String?
 
-    /// The bucket URL from --bucket or RTSYNC_BUCKET.
+    /// The bucket URL: --bucket, else --home's, else RTSYNC_BUCKET, else the default home's when it exists.
     func bucketURL() throws -> String {
         if let bucket, !bucket.isEmpty { return bucket }
+        if let home, !home.isEmpty { return try Self.homeBucket(RTSyncHome.resolve(home)) }
         if let env = ProcessInfo.processInfo.environment["RTSYNC_BUCKET"], !env.isEmpty { return env }
-        throw ValidationError("no bucket given: pass --bucket s3://bucket/prefix or file:///path, or set RTSYNC_BUCKET")
+        let defaultHome = RTSyncHome.resolve(nil)
+        if FileManager.default.fileExists(atPath: defaultHome.settingsFile.path) { return try Self.homeBucket(defaultHome) }
+        throw ValidationError("no bucket given: pass --bucket s3://bucket/prefix or file:///path, --home HOME, a full s3://bucket/key, or set RTSYNC_BUCKET")
+    }
+
+    /// The bucket a home syncs with: its settings' bucket, else the embedded local-folder default.
+    static func homeBucket(_ home: RTSyncHome) throws -> String {
+        let settings: RTSyncSettings
+        do { settings = try home.loadSettings() } catch { throw report(error, subject: home.root.path) }
+        return settings.bucket ?? home.root.appendingPathComponent("bucket").path
+    }
+
+    /// Splits a full object URL typed as a key (`s3://bucket/some/key`, as `aws s3 cp` takes it) into the bucket URL
+    /// and the key; a plain key is returned as it is, for the bucket of the options.
+    func split(_ keyOrURL: String) throws -> (bucket: String?, key: String) {
+        guard keyOrURL.lowercased().hasPrefix("s3://") else { return (nil, keyOrURL) }
+        if bucket != nil { throw ValidationError("give either --bucket and a key, or a full s3://bucket/key URL, not both") }
+        let rest = keyOrURL.dropFirst("s3://".count)
+        guard let slash = rest.firstIndex(of: "/"), slash != rest.startIndex else {
+            return ("s3://" + rest, "")
+        }
+        return ("s3://" + rest[..<slash], String(rest[rest.index(after: slash)...]))
     }
 
     /// The store; a command that only reads (`creating: false`) finds a missing local folder an error, as rclone's
-    /// "directory not found", instead of creating it.
-    func makeStore(creating: Bool = true) throws -> any ObjectStore {
-        let text = try bucketURL()
+    /// "directory not found", instead of creating it. `url` overrides the options' bucket (a full object URL).
+    func makeStore(creating: Bool = true, url: String? = nil) throws -> any ObjectStore {
+        let text = try url ?? bucketURL()
         if !creating {
             let path: String? = text.hasPrefix("/") ? text : (URL(string: text).flatMap { $0.scheme?.lowercased() == "file" ? $0.path : nil })
             if let path, !path.isEmpty { return try LocalFolderStore(root: URL(fileURLWithPath: path, isDirectory: true), create: false) }
         }
         return try makeObjectStore(urlString: text)
+    }
+
+    /// The store and key for a key argument that may be a full `s3://bucket/key` URL.
+    func store(for keyOrURL: String, creating: Bool = true) throws -> (store: any ObjectStore, key: String) {
+        let (url, key) = try split(keyOrURL)
+        return (try makeStore(creating: creating, url: url), key)
     }
 }
 
@@ -34,6 +64,10 @@ func reportingBucketErrors<T>(_ body: () async throws -> T) async throws -> T {
     } catch let error as BucketError {
         printError(error.description, hint: error.hint)
         throw ExitCode.failure
+    } catch let error as ValidationError {
+        throw error
+    } catch {
+        throw report(error)
     }
 }
 
@@ -60,12 +94,13 @@ extension RTSync.Bucket {
         static let configuration = CommandConfiguration(commandName: "ls", abstract: "List objects under a prefix.")
 
         @OptionGroup var options: BucketOptions
-        @Argument(help: "Key prefix to list (default: everything).") var prefix: String = ""
+        @Argument(help: "Key prefix to list (default: everything), or a full s3://bucket/prefix URL.") var prefix: String = ""
         @Flag(help: "Print a JSON array of {key, size, etag, lastModified}.") var json = false
 
         func run() async throws {
             try await reportingBucketErrors {
-                let objects = try await options.makeStore(creating: false).listAll(prefix: prefix)
+                let (store, prefix) = try options.store(for: prefix, creating: false)
+                let objects = try await store.listAll(prefix: prefix)
                 if json { return try printJSON(objects) }
                 let formatter = ISO8601DateFormatter()
                 for object in objects {
@@ -83,13 +118,13 @@ extension RTSync.Bucket {
             commandName: "get", abstract: "Download an object to a file (resumable), or to standard output with '-'.")
 
         @OptionGroup var options: BucketOptions
-        @Argument(help: "Object key.") var key: String
+        @Argument(help: "Object key, or a full s3://bucket/key URL.") var key: String
         @Argument(help: "Destination file, or '-' for standard output (default: the key's last segment).") var destination: String?
         @Flag(help: "Print the object's metadata as JSON.") var json = false
 
         func run() async throws {
             try await reportingBucketErrors {
-                let store = try options.makeStore(creating: false)
+                let (store, key) = try options.store(for: key, creating: false)
                 if destination == "-" {
                     FileHandle.standardOutput.write(try await store.get(key: key))
                     return
@@ -108,7 +143,7 @@ extension RTSync.Bucket {
 
         @OptionGroup var options: BucketOptions
         @Argument(help: "Local file to upload.") var file: String
-        @Argument(help: "Destination key (default: the file name).") var key: String?
+        @Argument(help: "Destination key (default: the file name), or a full s3://bucket/key URL.") var key: String?
         @Flag(name: .customLong("if-absent"), help: "Fail if the key already exists (If-None-Match: *).") var ifAbsent = false
         @Flag(help: "Print the stored object's metadata as JSON.") var json = false
 
@@ -120,9 +155,10 @@ extension RTSync.Bucket {
 
         func run() async throws {
             try await reportingBucketErrors {
-                let store = try options.makeStore()
                 let url = URL(fileURLWithPath: file)
-                let target = key ?? url.lastPathComponent
+                var (store, target) = try options.store(for: key ?? url.lastPathComponent)
+                // `s3://bucket/` or `s3://bucket/folder/` names where the file goes, as with `aws s3 cp`.
+                if target.isEmpty || target.hasSuffix("/") { target += url.lastPathComponent }
                 let info: ObjectInfo
                 if ifAbsent {
                     let data: Data
@@ -143,7 +179,7 @@ extension RTSync.Bucket {
         static let configuration = CommandConfiguration(commandName: "rm", abstract: "Delete objects.")
 
         @OptionGroup var options: BucketOptions
-        @Argument(help: "Keys to delete.") var keys: [String]
+        @Argument(help: "Keys to delete (or full s3://bucket/key URLs).") var keys: [String]
 
         func validate() throws {
             if keys.isEmpty { throw ValidationError("give at least one key to delete") }
@@ -151,8 +187,10 @@ extension RTSync.Bucket {
 
         func run() async throws {
             try await reportingBucketErrors {
-                let store = try options.makeStore(creating: false)
-                for key in keys { try await store.delete(key: key) }
+                for keyOrURL in keys {
+                    let (store, key) = try options.store(for: keyOrURL, creating: false)
+                    try await store.delete(key: key)
+                }
             }
         }
     }
@@ -163,7 +201,7 @@ extension RTSync.Bucket {
             commandName: "presign", abstract: "Print a presigned URL for an object (s3:// buckets only).")
 
         @OptionGroup var options: BucketOptions
-        @Argument(help: "Object key.") var key: String
+        @Argument(help: "Object key, or a full s3://bucket/key URL.") var key: String
         @Option(help: "Seconds the URL stays valid (1 to 604800).") var expires: Int = 3600
         @Option(help: "HTTP method the URL allows (GET or PUT).") var method: String = "GET"
 
@@ -176,9 +214,11 @@ extension RTSync.Bucket {
 
         func run() async throws {
             try await reportingBucketErrors {
-                let urlText = try options.bucketURL()
-                guard let store = try options.makeStore() as? S3Store else {
-                    throw BucketError.unsupportedURL(url: urlText, reason: "presigned URLs need an s3:// bucket")
+                let (url, key) = try options.split(key)
+                let urlText = try url ?? options.bucketURL()
+                guard let store = try options.makeStore(url: urlText) as? S3Store else {
+                    throw fail("presigned URLs are for s3:// buckets; this bucket is a local folder (\(urlText))",
+                               hint: "a local folder's objects are plain files: share or open the file itself")
                 }
                 print(try store.presignedURL(key: key, method: method.uppercased(), expires: expires).absoluteString)
             }

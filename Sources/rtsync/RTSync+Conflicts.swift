@@ -107,15 +107,25 @@ extension RTSync {
             )
             @OptionGroup var database: DatabaseOptions
             @Argument(help: "Conflict id.") var id: Int64
+            @Flag(help: "Print JSON: {conflict, alreadyRestored}.") var json = false
+
+            struct Output: Encodable { let conflict: ConflictRecord; let alreadyRestored: Bool }
 
             func run() throws {
                 try database.lockingHome {
                     let db = try database.open()
                     do {
+                        let before = try db.conflict(id: id)
+                        if before.restored {
+                            if json { printJSON(Output(conflict: before, alreadyRestored: true)); return }
+                            print("conflict #\(id) was already restored; nothing to do")
+                            return
+                        }
                         try db.restoreConflict(id: id)
                         let c = try db.conflict(id: id)
+                        if json { printJSON(Output(conflict: c, alreadyRestored: false)); return }
                         print("restored conflict #\(id): \(c.table) [\(c.key)] \(c.column.isEmpty ? "row deleted" : "\(c.column) = \(c.losingValue.sqlLiteral)")")
-                    } catch { throw report(error) }
+                    } catch { throw report(error, subject: database.db) }
                 }
             }
         }

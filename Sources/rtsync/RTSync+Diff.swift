@@ -38,7 +38,8 @@ extension RTSync {
                 }
                 if json {
                     let encodables = results.map { AnyEncodable($0 as! Encodable) }
-                    if encodables.count == 1 { printJSON(encodables[0]) } else { printJSON(encodables) }
+                    // Always an array, whatever the number of files, so scripts parse one shape.
+                    printJSON(encodables)
                 }
                 if failed { throw ExitCode(1) }
             }

@@ -47,10 +47,8 @@ extension RTSync {
                         throw fail("\(error)", hint: "a KSUID is 27 characters from 0-9, A-Z, a-z, at most aWgEPTl1tmebfsQzFP4bxwgy80V")
                     }
                 }
-                if json {
-                    if infos.count == 1 { printJSON(infos[0]) } else { printJSON(infos) }
-                    return
-                }
+                // Always an array, whatever the number of ids, so scripts parse one shape.
+                if json { printJSON(infos); return }
                 for i in infos {
                     print("""
                     id:        \(i.id)

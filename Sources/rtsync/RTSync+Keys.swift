@@ -14,12 +14,22 @@ extension RTSync {
         struct Show: ParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Print this device's public key (give it to the devices and users that should trust it).")
             @OptionGroup var options: HomeOptions
+            @Flag(help: "Print JSON: {publicKey, trusted: [{publicKey, user}]}.") var json = false
             func run() throws {
                 do {
                     // Showing reads: a home without a key yet gets none made here.
                     let keys = DeviceKeys(home: options.resolvedHome)
                     guard FileManager.default.fileExists(atPath: keys.privateKeyFile.path) else {
                         throw fail("this device has no key yet (\(keys.privateKeyFile.path))", hint: "its first `rtsync sync` makes one; check --home if you expected one")
+                    }
+                    if json {
+                        struct Trusted: Encodable { let publicKey: String; let user: String }
+                        struct Out: Encodable { let publicKey: String; let trusted: [Trusted] }
+                        let own = try keys.publicKeyHex()
+                        let trusted = try keys.trustedIdentities(ownUser: "").filter { $0.key != own }.sorted { $0.key < $1.key }
+                            .map { Trusted(publicKey: $0.key, user: $0.value) }
+                        printJSON(Out(publicKey: own, trusted: trusted))
+                        return
                     }
                     print(try keys.publicKeyHex())
                 } catch { throw report(error) }
@@ -32,8 +42,13 @@ extension RTSync {
             @Argument(help: "The public key: 64 hex characters, as printed by `rtsync keys show`.") var publicKey: String
             @Option(name: [.customLong("user"), .customLong("label")], help: "The user id this key speaks for (diffs it signs must name this user as author).") var label: String
             func run() throws {
+                let hex = publicKey.trimmingCharacters(in: .whitespaces)
+                guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else {
+                    throw fail("not a public key: expected 64 hex characters, got \(hex.count) (\(terminalSafe(hex, limit: 80)))",
+                               hint: "copy the whole line that `rtsync keys show` prints on the other device")
+                }
                 do {
-                    try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: publicKey, label: label)
+                    try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: hex, label: label)
                     print("trusted \(label)")
                 } catch { throw report(error) }
             }

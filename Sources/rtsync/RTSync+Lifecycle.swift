@@ -20,7 +20,8 @@ struct HomeOptions: ParsableArguments {
     func openRemote(_ settings: RTSyncSettings) throws -> ObjectStoreRemote {
         let url = bucketURL(settings)
         do { return try ObjectStoreRemote.open(url) } catch {
-            throw fail("cannot open bucket: \(error) (\(url))", hint: "use s3://bucket/prefix or file:///absolute/path")
+            let explained = ErrorExplanation(error, subject: url)
+            throw fail("cannot open bucket: " + explained.what, hint: explained.hint ?? "use s3://bucket/prefix or file:///absolute/path")
         }
     }
 
@@ -36,8 +37,15 @@ struct HomeOptions: ParsableArguments {
         do { return try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
     }
 
+    /// The home's settings; a home path that names a file (not a folder) is reported as such.
     func loadSettings() throws -> RTSyncSettings {
-        do { return try resolvedHome.loadSettings() } catch { throw report(error) }
+        let root = resolvedHome.root.path
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory.boolValue {
+            throw fail("the home is a file, not a folder (\(root))",
+                       hint: "--home (or RTSYNC_HOME) names a folder holding support/, documents/ and settings.json; give a folder path")
+        }
+        do { return try resolvedHome.loadSettings() } catch { throw report(error, subject: root) }
     }
 }
 
@@ -211,18 +219,20 @@ extension RTSync {
             @OptionGroup var options: HomeOptions
             @Flag(help: "Only backups made with --verify-later and not checked yet.") var pending = false
             @Argument(help: "Backup ids (default: all).") var ids: [String] = []
+            @Flag(help: "Print a JSON array of the checked backups (as backup list prints them).") var json = false
 
             func run() throws {
                 do {
                     let m = try BackupCommand.manager(options)
-                    func show(_ b: BackupInfo) -> BackupInfo { print("\(b.id): \(b.verified ? "ok" : "DAMAGED")"); return b }
+                    func show(_ b: BackupInfo) -> BackupInfo { if !json { print("\(b.id): \(b.verified ? "ok" : "DAMAGED")") }; return b }
                     let checked: [BackupInfo]
                     if pending {
                         checked = try m.verifyPending().map(show)
-                        if checked.isEmpty { print("no backups waiting for verification") }
+                        if checked.isEmpty && !json { print("no backups waiting for verification") }
                     } else {
                         checked = try (ids.isEmpty ? m.list().map(\.id) : ids).map { show(try m.verify(id: $0)) }
                     }
+                    if json { printJSON(checked) }
                     let bad = checked.filter { !$0.verified }.count
                     if bad > 0 { throw fail("\(bad) backup(s) failed verification (\(options.resolvedHome.backups.path))", hint: "restore picks the newest verified backup") }
                 } catch { throw report(error) }
@@ -236,15 +246,28 @@ extension RTSync {
             )
             @OptionGroup var options: HomeOptions
             @Argument(help: "Backup id (default: last-known-good).") var id: String?
+            @Flag(help: "Print JSON: {backup, database, previous, catchUpPending}.") var json = false
+
+            struct Output: Encodable {
+                var backup: BackupInfo
+                var database: String
+                var previous: String?
+                var catchUpPending: Bool
+            }
 
             func run() throws {
                 do {
                     try options.locked {
                         let home = options.resolvedHome
                         let (b, aside) = try BackupCommand.manager(options).restore(id: id, outbox: home.outbox, signingKey: try? DeviceKeys(home: home).signingKey())
+                        let catchUp = (try? SyncDatabase(path: home.database.path).needsCatchUp()) == true
+                        if json {
+                            printJSON(Output(backup: b, database: home.database.path, previous: aside?.path, catchUpPending: catchUp))
+                            return
+                        }
                         print("restored backup \(b.id) to \(home.database.path)")
                         if let aside { print("previous database kept at \(aside.path)") }
-                        if (try? SyncDatabase(path: home.database.path).needsCatchUp()) == true {
+                        if catchUp {
                             print("the restored database is a new site; its next sync catches up on what the bucket has that the backup lacks")
                         }
                     }

@@ -36,9 +36,10 @@ extension RTSync.Media {
             """
         )
 
+        /// --bucket and --home (a home's settings.json gives documents, user, bucket, mediaMode, mediaSelection,
+        /// mediaDeletes, mediaTrashDays and mediaIncludeLitter; without --documents and --user the default home is used).
         @OptionGroup var bucketOptions: BucketOptions
-        @Option(help: ArgumentHelp("An rtsync home: its settings.json gives documents, user, bucket, mediaMode, mediaSelection, mediaDeletes, mediaTrashDays and mediaIncludeLitter.", valueName: "dir"))
-        var home: String?
+        var home: String? { bucketOptions.home ?? (documents == nil || user == nil ? RTSync.existingDefaultHome() : nil) }
         @Option(help: ArgumentHelp("Local documents folder (default with --home: <home>/documents).", valueName: "dir")) var documents: String?
         @Option(help: ArgumentHelp("User id: the first segment of the bucket keys (default with --home: its user).", valueName: "id")) var user: String?
         @Option(help: ArgumentHelp("Manifest file (default: <documents>/.rtsync-media-manifest.json, shared with rtsync sync --media).", valueName: "file"))
@@ -68,7 +69,7 @@ extension RTSync.Media {
                 throw ValidationError("give at most one of --push, --pull, --both")
             }
             if home == nil && (documents == nil || user == nil) {
-                throw ValidationError("give --documents and --user, or --home")
+                throw ValidationError("give --documents and --user, or --home (no home at $RTSYNC_HOME or ~/.rtsync either)")
             }
             if let documents {
                 var isDirectory: ObjCBool = false
@@ -160,16 +161,16 @@ extension RTSync.Media {
             """
         )
 
+        /// --bucket and --home (user and bucket come from the home's settings.json unless given).
         @OptionGroup var bucketOptions: BucketOptions
-        @Option(help: ArgumentHelp("An rtsync home: user and bucket come from its settings.json unless given.", valueName: "dir"))
-        var home: String?
         @Option(help: ArgumentHelp("User id: the first segment of the bucket keys.", valueName: "id")) var user: String?
+        var home: String? { bucketOptions.home ?? (user == nil ? RTSync.existingDefaultHome() : nil) }
         @Flag(help: "List what the trash holds, newest first, instead of restoring.") var list = false
         @Flag(help: "Print JSON.") var json = false
         @Argument(help: ArgumentHelp("Documents-relative paths to restore (images/a.jpg).", valueName: "path")) var paths: [String] = []
 
         func validate() throws {
-            if home == nil && user == nil { throw ValidationError("give --user, or --home") }
+            if home == nil && user == nil { throw ValidationError("give --user, or --home (no home at $RTSYNC_HOME or ~/.rtsync either)") }
             if !list && paths.isEmpty { throw ValidationError("give a path to restore, or --list") }
         }
 
@@ -245,6 +246,14 @@ extension RTSync.Media {
                 if json { try printJSON(results) }
             }
         }
+    }
+}
+
+extension RTSync {
+    /// The default home ($RTSYNC_HOME, else ~/.rtsync) when it has settings, for commands whose --home is optional.
+    static func existingDefaultHome() -> String? {
+        let home = RTSyncHome.resolve(nil)
+        return FileManager.default.fileExists(atPath: home.settingsFile.path) ? home.root.path : nil
     }
 }
 

@@ -67,7 +67,11 @@ extension RTSync {
                     throw fail("no rows matched (\(table))", hint: "check --where / --key")
                 }
                 let sent = try await RTSync.sendToUser(options, recipient: to, file: URL(fileURLWithPath: share.file), media: withMedia ? share.media : [])
-                if json { printJSON(["diff": share.diffID, "rows": String(share.rows), "sent": sent.joined(separator: ",")]); return }
+                if json {
+                    struct Out: Encodable { let diffId: String; let file: String; let rows: Int; let sent: [String] }
+                    printJSON(Out(diffId: share.diffID, file: share.file, rows: share.rows, sent: sent))
+                    return
+                }
                 print("shared \(share.rows) row(s) of \(table) with \(to) (\(permission)) as \(share.diffID)")
                 if sent.count > 1 { print("and \(sent.count - 1) media file(s)") }
             } catch { throw report(error) }

@@ -41,7 +41,8 @@ extension RTSync {
                 }
                 let url = try writer.finish()
                 if json {
-                    printJSON(["file": url.path, "rows": String(rows), "skipped": skipped.joined(separator: ",")])
+                    struct Out: Encodable { let file: String; let rows: Int; let skipped: [String] }
+                    printJSON(Out(file: url.path, rows: rows, skipped: skipped))
                 } else {
                     for s in skipped { print("note: skipped table without a primary key: \(s)") }
                     print(url.path)

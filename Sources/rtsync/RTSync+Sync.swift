@@ -31,6 +31,8 @@ extension RTSync {
         struct Output: Encodable {
             var initialized: InitResult?
             var report: SyncReport
+            /// The media phase's report (files uploaded, downloaded, conflicts, errors), when it ran.
+            var media: MediaSyncReport?
             var ok: Bool
         }
 
@@ -40,6 +42,11 @@ extension RTSync {
             let remote = try options.openRemote(settings)
             var initialized: InitResult?
             do { try await options.locked {
+                if FileManager.default.fileExists(atPath: home.database.path), let damaged = DeviceStatus.damage(home.database.path) {
+                    // Syncing a damaged file would spread what can still be read and back up the damage.
+                    throw fail("the database is damaged: \(damaged) (\(home.database.path))",
+                               hint: "nothing was synced; restore the last-known-good backup: rtsync backup restore\(options.home.map { " --home \(ErrorExplanation.shellQuoted($0))" } ?? "") (rtsync backup list shows them)")
+                }
                 if !FileManager.default.fileExists(atPath: home.database.path) {
                     initialized = try await InitChain(home: home, remote: remote).run(progress: { progress("init: \($0)") })
                     settings = try options.loadSettings()
@@ -55,14 +62,15 @@ extension RTSync {
                 let signals = StopSignals()
                 syncer.shouldStop = { signals.stopRequested }
                 syncer.keyUsers = try keys.trustedIdentities(ownUser: settings.userID)
+                let mediaReport = MediaReportBox()
                 if media || delete || settings.syncMedia {
                     var mediaSettings = settings
                     if delete { mediaSettings.mediaDeletes = true }
-                    syncer.media = try RTSync.mediaPhase(home: home, remote: remote, settings: mediaSettings)
+                    syncer.media = try RTSync.mediaPhase(home: home, remote: remote, settings: mediaSettings, keeping: mediaReport)
                 }
                 let report = try await syncer.sync(dryRun: dryRun, progress: { progress($0) })
                 if json {
-                    printJSON(Output(initialized: initialized, report: report, ok: report.ok))
+                    printJSON(Output(initialized: initialized, report: report, media: mediaReport.value, ok: report.ok))
                 } else {
                     print("sync \(home.database.path) <-> \(options.bucketURL(settings)) as user \(settings.userID)")
                     for p in report.phases {
@@ -76,8 +84,10 @@ extension RTSync {
                                hint: "nothing was lost; run rtsync sync again to finish what is left", code: StopSignals.exitStatus(sig))
                 }
                 if !report.ok {
-                    let failed = report.phases.filter { !$0.ok }.map(\.name).joined(separator: ", ")
-                    throw fail("sync incomplete: \(failed) failed (\(options.bucketURL(settings)))", hint: "unfinished work stays queued; run rtsync sync again")
+                    let failedPhases = report.phases.filter { !$0.ok }
+                    let failed = failedPhases.map(\.name).joined(separator: ", ")
+                    let hint = failedPhases.compactMap(\.hint).first.map { $0 + "; unfinished work stays queued for the next rtsync sync" }
+                    throw fail("sync incomplete: \(failed) failed (\(options.bucketURL(settings)))", hint: hint ?? "unfinished work stays queued; run rtsync sync again")
                 }
             } } catch { throw report(error) }
         }
@@ -111,7 +121,8 @@ extension RTSync {
     /// The media phase of `rtsync sync`: recordings/ and images/ between the documents folder and the bucket.
     /// On the free tier with a cloud bucket it only downloads (uploads to a personal cloud prefix are premium).
     /// - Throws: `LifecycleError.invalidSettings` when the media settings are invalid (before anything syncs).
-    static func mediaPhase(home: RTSyncHome, remote: ObjectStoreRemote, settings: RTSyncSettings) throws -> @Sendable () async throws -> String {
+    static func mediaPhase(home: RTSyncHome, remote: ObjectStoreRemote, settings: RTSyncSettings,
+                           keeping box: MediaReportBox? = nil) throws -> @Sendable () async throws -> String {
         let options = try settings.mediaSyncOptions(file: home.settingsFile.path)
         return {
             var options = options
@@ -127,6 +138,7 @@ extension RTSync {
             try MediaManifest.absorb(home.support.appendingPathComponent("media-manifest.json"), into: manifest)
             let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID, manifestURL: manifest)
             let report = try await sync.run(options)
+            box?.value = report
             guard report.succeeded else {
                 // Name the files that failed, so the sync line says what to look at.
                 let failed = report.errors.prefix(3).map { "\($0.reason) (\($0.path))" }
@@ -139,5 +151,16 @@ extension RTSync {
             if !report.keptOverDelete.isEmpty { notes.append("deleted elsewhere, kept because edited here: " + report.keptOverDelete.joined(separator: ", ")) }
             return report.summary + notes.map { " (\($0))" }.joined()
         }
+    }
+}
+
+/// Holds the media phase's report for `sync --json` (the phase itself returns only its summary line to Syncer).
+final class MediaReportBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var report: MediaSyncReport?
+    /// The report, once the media phase has run.
+    var value: MediaSyncReport? {
+        get { lock.withLock { report } }
+        set { lock.withLock { report = newValue } }
     }
 }

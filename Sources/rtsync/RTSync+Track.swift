@@ -9,9 +9,7 @@ struct DatabaseOptions: ParsableArguments {
 
     /// Opens the database as a SyncDatabase, printing a clear error when it cannot.
     func open() throws -> SyncDatabase {
-        do { return try SyncDatabase(path: db) } catch let e as SyncEngineError {
-            throw fail(e.description, hint: e.hint)
-        } catch { throw fail("cannot open database: \(error) (\(db))") }
+        do { return try SyncDatabase(path: db) } catch { throw report(error, subject: db) }
     }
 
     /// Runs `body` holding the lock of the home whose primary database `--db` is (waiting up to
@@ -22,15 +20,12 @@ struct DatabaseOptions: ParsableArguments {
     }
 }
 
-/// Turns a library error into the CLI's `error:` / `hint:` output.
-func report(_ error: Error) -> ExitCode {
-    switch error {
-    case let e as ExitCode: return e
-    case let e as SyncEngineError: return fail(e.description, hint: e.hint)
-    case let e as LifecycleError: return fail(e.description, hint: e.hint)
-    case let e as DiffFormatError: return fail(e.description, hint: e.hint)
-    default: return fail("\(error)")
-    }
+/// Turns a library error into the CLI's `error:` / `hint:` output (see ``ErrorExplanation``); `subject` is the
+/// database, folder or bucket the command was working on, named when the error itself does not say.
+func report(_ error: Error, subject: String? = nil) -> ExitCode {
+    if let e = error as? ExitCode { return e }
+    let explained = ErrorExplanation(error, subject: subject)
+    return fail(explained.what, hint: explained.hint)
 }
 
 extension RTSync {
@@ -67,13 +62,13 @@ extension RTSync {
                     let site = try db.siteID()
                     let final = try db.trackedTables().filter { t in tracked.contains { $0.name == t.name } }
                     if json {
-                        struct Out: Encodable { let site: String; let tables: [TrackedTable] }
-                        printJSON(Out(site: site, tables: final))
+                        struct Out: Encodable { let siteId: String; let tables: [TrackedTable] }
+                        printJSON(Out(siteId: site, tables: final))
                     } else {
                         print("site \(site): tracking \(final.count) table(s)")
                         for t in final { print("  \(t.name) (\(t.columns.count) columns, \(t.policy.policy.rawValue))") }
                     }
-                } catch { throw report(error) }
+                } catch { throw report(error, subject: database.db) }
             }
         }
     }

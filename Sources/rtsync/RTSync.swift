@@ -56,15 +56,37 @@ func fail(_ message: String, hint: String? = nil, code: Int32 = 1) -> ExitCode {
     return ExitCode(code)
 }
 
-/// Prints a value as pretty, key-sorted JSON on standard output (dates as ISO-8601).
+/// Prints a value as pretty, key-sorted JSON on standard output (dates as ISO-8601), with property names in
+/// camelCase throughout (`diffID` in Swift is `diffId` in JSON; docs/json.md documents every command's keys).
 func printJSON<T: Encodable>(_ value: T) {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     encoder.dateEncodingStrategy = .iso8601
+    encoder.keyEncodingStrategy = .custom { path in jsonKey(path.last!) }
     if let data = try? encoder.encode(value) { print(String(decoding: data, as: UTF8.self)) }
 }
 
 /// Writes a progress line to standard error when it is a terminal.
 func progress(_ text: String) {
     if isatty(2) != 0 { FileHandle.standardError.write(Data((text + "\n").utf8)) }
+}
+
+/// A property's JSON key: a trailing abbreviation is a word (`diffID` -> `diffId`, `fileURL` -> `fileUrl`), as in
+/// every other key. Only keys of a type's own properties are renamed, never dictionary keys, which are data
+/// (table names, paths).
+func jsonKey(_ key: CodingKey) -> CodingKey {
+    guard String(describing: type(of: key)) == "CodingKeys", key.intValue == nil else { return key }
+    for abbreviation in ["ID", "URL"] where key.stringValue.hasSuffix(abbreviation) && key.stringValue.count > abbreviation.count {
+        let word = abbreviation.prefix(1) + abbreviation.dropFirst().lowercased()
+        return JSONKey(stringValue: String(key.stringValue.dropLast(abbreviation.count)) + word)
+    }
+    return key
+}
+
+/// A plain coding key, for renamed JSON keys.
+struct JSONKey: CodingKey {
+    var stringValue: String
+    var intValue: Int? { nil }
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
 }

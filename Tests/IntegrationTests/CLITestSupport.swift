@@ -40,3 +40,12 @@ func jsonObject(_ text: String, sourceLocation: SourceLocation = #_sourceLocatio
     let value = try JSONSerialization.jsonObject(with: Data(text.utf8))
     return try #require(value as? [String: Any], "not a JSON object: \(text)", sourceLocation: sourceLocation)
 }
+
+/// Parses JSON text that must be an array of exactly one object (the inspect commands print an array whatever the
+/// number of arguments) and returns that object.
+func onlyJSONElement(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: Any] {
+    let value = try JSONSerialization.jsonObject(with: Data(text.utf8))
+    let array = try #require(value as? [[String: Any]], "not a JSON array of objects: \(text)", sourceLocation: sourceLocation)
+    try #require(array.count == 1, "expected one element: \(text)", sourceLocation: sourceLocation)
+    return array[0]
+}

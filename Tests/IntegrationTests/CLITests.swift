@@ -45,7 +45,7 @@ struct CLITests {
     @Test func ksuidInspect_referenceIDAsJSON_hasTimestampPayloadAndTime() throws {
         let r = try RTSyncBinary.run(["ksuid", "inspect", "0ujtsYcgvSTl8PAuAdqWYSMnLOv", "--json"])
         #expect(r.status == 0)
-        let json = try jsonObject(r.stdout)
+        let json = try onlyJSONElement(r.stdout)
         #expect(json["id"] as? String == "0ujtsYcgvSTl8PAuAdqWYSMnLOv")
         #expect((json["timestamp"] as? NSNumber)?.int64Value == 107_608_047)
         #expect(json["payload"] as? String == "B5A1CD34B5F99D1154FB6853345C9735")
@@ -106,7 +106,7 @@ struct CLITests {
 
         let r = try RTSyncBinary.run(["diff", "inspect", file.path, "--json"])
         #expect(r.status == 0, "stderr: \(r.stderr)")
-        let json = try jsonObject(r.stdout)
+        let json = try onlyJSONElement(r.stdout)
         #expect(json["valid"] as? Bool == true)
         #expect(json["kind"] as? String == "snapshot")
         #expect(json["formatVersion"] as? Int == 1)
@@ -161,7 +161,7 @@ struct CLITests {
         try Data(repeating: 0x42, count: 512).write(to: file)
         let r = try RTSyncBinary.run(["diff", "inspect", file.path, "--json"])
         #expect(r.status == 1)
-        let json = try jsonObject(r.stdout)
+        let json = try onlyJSONElement(r.stdout)
         #expect(json["valid"] as? Bool == false)
         #expect(json["file"] as? String == file.path)
     }
@@ -195,7 +195,7 @@ struct CLITests {
         let file = try snapshot(db: copy, out: dir.file("out"))
         let r = try RTSyncBinary.run(["diff", "inspect", file.path, "--json"])
         #expect(r.status == 0, "stderr: \(r.stderr)")
-        let json = try jsonObject(r.stdout)
+        let json = try onlyJSONElement(r.stdout)
         #expect(json["valid"] as? Bool == true)
         let tables = try #require(json["tables"] as? [[String: Any]])
         #expect(tables.count == 21)
