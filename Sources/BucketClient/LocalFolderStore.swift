@@ -120,6 +120,7 @@ public struct LocalFolderStore: ObjectStore {
         let partial = URL(fileURLWithPath: fileURL.path + ".partial")
         try LocalFiles.createParent(of: fileURL)
         try? FileManager.default.removeItem(at: partial)
+        TransferProgress.current?.record(bytes: 0, key: key, objectSize: st.size)
         do {
             try FileManager.default.copyItem(at: url, to: partial)
             try LocalFiles.flush(partial)
@@ -133,6 +134,7 @@ public struct LocalFolderStore: ObjectStore {
             throw BucketError.truncated(key: key, expected: st.size, received: copied)
         }
         try LocalFiles.moveAtomically(partial, to: fileURL)
+        TransferProgress.current?.record(bytes: st.size, finishedObject: true)
         return info(key: key, stat: st)
     }
 
@@ -179,6 +181,7 @@ public struct LocalFolderStore: ObjectStore {
         }
         try LocalFiles.moveAtomically(tmp, to: url)
         let (_, st) = try statObject(key)
+        TransferProgress.current?.record(bytes: st.size, key: key, objectSize: st.size, finishedObject: true)
         return info(key: key, stat: st)
     }
 

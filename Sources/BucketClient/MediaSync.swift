@@ -362,6 +362,9 @@ public struct MediaSync: Sendable {
                 report.unchanged += 1
             }
         }
+        // A progress display set by the caller learns the bytes to move before any transfer starts.
+        for case .upload(let path) in transfers { TransferProgress.current?.expect(bytes: FileStat.of(localURL(path).path)?.size ?? 0, key: remoteKey(path)) }
+        for case .download(_, let remote) in transfers { TransferProgress.current?.expect(bytes: remote.size, key: remote.key) }
         let show = options.showProgress && isatty(STDERR_FILENO) == 1 && !transfers.isEmpty
         let progress = Progress(report: report, manifest: manifest, total: transfers.count, show: show,
                                 saveURL: options.dryRun ? nil : manifestURL)

@@ -263,6 +263,7 @@ extension S3Store {
     }
 
     func multipartUpload(key: String, fileURL: URL, stat st: FileStat, hashFile: Bool) async throws -> (info: ObjectInfo, sha256: String?) {
+        TransferProgress.current?.expect(bytes: st.size, key: key)
         let partSize = max(5 << 20, configuration.partSize)
         let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)

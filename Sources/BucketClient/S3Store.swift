@@ -153,6 +153,10 @@ public struct S3Store: ObjectStore {
                     throw BucketError.preconditionFailed(key: request.key ?? describe(request))
                 }
                 let result = Response(status: http.statusCode, headers: http, body: data)
+                if (200..<300).contains(http.statusCode) {
+                    TransferProgress.current?.noteResponse(method: request.method, operation: request.operation, key: request.key, sent: body.count,
+                                                           received: data.count, contentRange: http.value(forHTTPHeaderField: "Content-Range"))
+                }
                 if (200..<300).contains(http.statusCode) || acceptStatuses.contains(http.statusCode) { return result }
                 throw mapError(result, request: request)
             } catch let error as BucketError {

@@ -8,7 +8,11 @@ extension SyncDatabase {
     ///
     /// A rejected diff leaves the database unchanged and is moved to `quarantine` (when given); a diff deferred for
     /// rows another diff of the batch brings is applied after it.
-    public func apply(diffs urls: [URL], quarantine: URL? = nil, limits: DiffLimits = .default, shouldStop: (@Sendable () -> Bool)? = nil) -> [ApplyReport] {
+    ///
+    /// `onDiff` is told before each diff of the first pass starts (how many are done, how many in all, the next one),
+    /// for a progress display.
+    public func apply(diffs urls: [URL], quarantine: URL? = nil, limits: DiffLimits = .default, shouldStop: (@Sendable () -> Bool)? = nil,
+                      onDiff: ((_ done: Int, _ total: Int, _ next: URL) -> Void)? = nil) -> [ApplyReport] {
         let ordered = urls.enumerated().sorted { a, b in
             let ka = DiffFile.diffID(fromFileName: a.element.lastPathComponent), kb = DiffFile.diffID(fromFileName: b.element.lastPathComponent)
             switch (ka, kb) {
@@ -22,6 +26,7 @@ extension SyncDatabase {
         var reports: [ApplyReport] = []
         for url in ordered {
             if shouldStop?() == true { return reports }
+            onDiff?(reports.count, ordered.count, url)
             reports.append(apply(diff: url, quarantine: quarantine, limits: limits))
         }
         // A diff deferred for rows another diff of the batch brings is tried again once that one is applied.

@@ -59,6 +59,9 @@ public struct Syncer: Sendable {
     public var keyUsers: [String: String] = [:]
     /// Media phase, supplied by the caller (BucketClient's media sync); nil skips it.
     public var media: (@Sendable () async throws -> String)?
+    /// Told where the run is (phase, items done and in all, the current diff) as it goes, for a progress display;
+    /// the `progress` closure of `sync` gets the same as text.
+    public var onProgress: (@Sendable (SyncProgress) -> Void)?
 
     /// Makes a syncer.
     public init(home: RTSyncHome, remote: any RemoteStore, retry: RetryPolicy = RetryPolicy(), signingKey: Curve25519.Signing.PrivateKey? = nil,
@@ -107,7 +110,13 @@ public struct Syncer: Sendable {
         }
     }
 
-    private func syncLocked(settings: RTSyncSettings, dryRun: Bool, progress: @Sendable (String) -> Void) async throws -> SyncReport {
+    private func syncLocked(settings: RTSyncSettings, dryRun: Bool, progress text: @Sendable (String) -> Void) async throws -> SyncReport {
+        let onProgress = self.onProgress
+        /// Tells both listeners: the structured one and the text one.
+        func step(_ p: SyncProgress) {
+            onProgress?(p)
+            text(p.description)
+        }
         let db = try SyncDatabase(path: home.database.path)
         if !db.isTracked { try db.trackAllTrackable() }
         let user = settings.userID.isEmpty ? try db.userID() : settings.userID
@@ -133,7 +142,10 @@ public struct Syncer: Sendable {
         }
 
         // A database restored from a backup first catches up on what compaction may have pruned since.
-        if !dryRun { await catchUpAfterRestore(db: db, user: user, report: &report, progress: progress) }
+        if !dryRun { await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
+            onProgress?(SyncProgress(phase: .catchUp, item: message))
+            text(message)
+        }) }
 
         // Diffs this database has applied or made (read once; the export below adds its own id).
         var applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
@@ -178,6 +190,7 @@ public struct Syncer: Sendable {
             report.phases.append(SyncPhase(name: "export", ok: true, summary: "\(try db.pendingChangeCount()) change(s) would be exported"))
         } else {
             do {
+                step(SyncProgress(phase: .export, itemsTotal: try? db.pendingChangeCount(), unit: "changes"))
                 if let result = try db.exportChanges(to: home.outbox, signingKey: signingKey, shouldStop: shouldStop) {
                     report.exported = result
                     applied.insert(result.diffID)
@@ -208,7 +221,7 @@ public struct Syncer: Sendable {
                 let file = home.outbox.appendingPathComponent(name)
                 let key = inbound + name
                 do {
-                    progress("uploading \(name)")
+                    step(SyncProgress(phase: .upload, itemsDone: report.uploaded.count, itemsTotal: outbox.count, item: name))
                     do {
                         try await retry.run { try await remote.upload(file: file, key: key, ifAbsent: true) }
                     } catch RemoteStoreError.alreadyExists {
@@ -242,13 +255,13 @@ public struct Syncer: Sendable {
                 report.phases.append(SyncPhase(name: "download", ok: true, summary: "\(wanted.count) diff(s) would be downloaded and applied"))
             } else {
                 var failure: String?
-                for obj in wanted {
+                for (index, obj) in wanted.enumerated() {
                     if stopRequested() { break }
                     let name = String(obj.key.dropFirst(inbound.count))
                     let local = home.inbox.appendingPathComponent(name)
                     if !fm.fileExists(atPath: local.path) {
                         do {
-                            progress("downloading \(name)")
+                            step(SyncProgress(phase: .download, itemsDone: index, itemsTotal: wanted.count, item: name))
                             try await retry.run { try await remote.download(key: obj.key, to: local) }
                             report.downloaded.append(obj.key)
                         } catch {
@@ -299,7 +312,13 @@ public struct Syncer: Sendable {
                 }
                 accepted.append(url)
             }
-            reports += db.apply(diffs: accepted, quarantine: home.quarantine, shouldStop: shouldStop)
+            reports += withoutActuallyEscaping(text) { text in
+                db.apply(diffs: accepted, quarantine: home.quarantine, shouldStop: shouldStop) { done, total, next in
+                    let p = SyncProgress(phase: .apply, itemsDone: done, itemsTotal: total, item: next.lastPathComponent)
+                    onProgress?(p)
+                    text(p.description)
+                }
+            }
             // A deferred diff stays in the inbox and is applied again by the next sync.
             for r in reports where r.status != .rejected && r.status != .deferred { try? fm.removeItem(atPath: r.file) }
             // Rows held back for a value the app had not declared are merged again (a value may be declared now).
@@ -342,6 +361,7 @@ public struct Syncer: Sendable {
         if !dryRun, let listedIDs {
             if listedIDs.count >= settings.compactThreshold && !stopRequested() {
                 do {
+                    step(SyncProgress(phase: .compact))
                     let c = try await Compactor(home: home, remote: remote, retry: retry).run()
                     report.phases.append(SyncPhase(name: "compact", ok: true, summary: "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))
                 } catch {
@@ -353,6 +373,7 @@ public struct Syncer: Sendable {
         // 4. Media.
         if !dryRun && stopRequested() { return stopped(before: "media") }
         if let media, !dryRun {
+            step(SyncProgress(phase: .media, unit: "files"))
             do { report.phases.append(SyncPhase(name: "media", ok: true, summary: try await media())) } catch {
                 report.phases.append(SyncPhase(name: "media", ok: false, summary: "media sync failed", error: "\(error)"))
             }
@@ -366,6 +387,7 @@ public struct Syncer: Sendable {
             let due = last.map { Date().timeIntervalSince($0) >= Double(settings.backupIntervalMinutes * 60) } ?? true
             if due {
                 do {
+                    step(SyncProgress(phase: .backup))
                     let b = try backups.create()
                     report.backup = b
                     var summary = "backup \(b.id) (\(b.method), \(b.bytes) bytes)"

@@ -121,6 +121,7 @@ extension RTSync.Bucket {
         @Argument(help: "Object key, or a full s3://bucket/key URL.") var key: String
         @Argument(help: "Destination file, or '-' for standard output (default: the key's last segment).") var destination: String?
         @Flag(help: "Print the object's metadata as JSON.") var json = false
+        @OptionGroup var progressOptions: ProgressOptions
 
         func run() async throws {
             try await reportingBucketErrors {
@@ -130,7 +131,9 @@ extension RTSync.Bucket {
                     return
                 }
                 let path = destination ?? String(key.split(separator: "/").last ?? Substring(key))
-                let info = try await store.download(key: key, to: URL(fileURLWithPath: path))
+                let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+                display.set("download \(key)")
+                let info = try await display.run { try await store.download(key: key, to: URL(fileURLWithPath: path)) }
                 if json { try printJSON(info) } else { print("downloaded \(info.size) bytes to \(path)") }
             }
         }
@@ -146,6 +149,7 @@ extension RTSync.Bucket {
         @Argument(help: "Destination key (default: the file name), or a full s3://bucket/key URL.") var key: String?
         @Flag(name: .customLong("if-absent"), help: "Fail if the key already exists (If-None-Match: *).") var ifAbsent = false
         @Flag(help: "Print the stored object's metadata as JSON.") var json = false
+        @OptionGroup var progressOptions: ProgressOptions
 
         func validate() throws {
             guard FileManager.default.isReadableFile(atPath: file) else {
@@ -160,14 +164,18 @@ extension RTSync.Bucket {
                 // `s3://bucket/` or `s3://bucket/folder/` names where the file goes, as with `aws s3 cp`.
                 if target.isEmpty || target.hasSuffix("/") { target += url.lastPathComponent }
                 let info: ObjectInfo
+                let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+                display.set("upload \(target)")
+                display.transfers.expect(bytes: ((try? FileManager.default.attributesOfItem(atPath: url.path)[.size]) as? NSNumber)?.int64Value ?? 0, key: target)
+                defer { display.finish() }
                 if ifAbsent {
                     let data: Data
                     do { data = try Data(contentsOf: url) } catch {
                         throw BucketError.localIO(path: file, description: error.localizedDescription)
                     }
-                    info = try await store.put(key: target, data: data, ifNoneMatch: true)
+                    info = try await display.run { try await store.put(key: target, data: data, ifNoneMatch: true) }
                 } else {
-                    info = try await store.put(key: target, fileURL: url)
+                    info = try await display.run { try await store.put(key: target, fileURL: url) }
                 }
                 if json { try printJSON(info) } else { print("uploaded \(info.size) bytes to \(target) (etag \(info.etag))") }
             }

@@ -43,6 +43,7 @@ extension RTSync.Diff {
         @Argument(help: "Diff files or folders containing <KSUID>.sqlite files.") var paths: [String]
         @Option(help: "Where copies of rejected diffs go (default: 'quarantine' beside the database).") var quarantine: String?
         @Flag(help: "Print JSON.") var json = false
+        @OptionGroup var progressOptions: ProgressOptions
 
         func run() throws {
             try database.lockingHome { try applyAll() }
@@ -68,7 +69,12 @@ extension RTSync.Diff {
             }
             let q = URL(fileURLWithPath: quarantine ?? URL(fileURLWithPath: database.db).deletingLastPathComponent().appendingPathComponent("quarantine").path)
             // The files are the user's: a rejected one is copied into quarantine, never moved.
-            var reports = db.apply(diffs: files, quarantine: nil)
+            let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+            var reports = display.run {
+                db.apply(diffs: files, quarantine: nil, onDiff: { done, total, next in
+                    display.set("apply \(done + 1)/\(total) diffs: \(next.lastPathComponent)")
+                })
+            }
             for i in reports.indices where reports[i].status == .rejected {
                 reports[i].quarantinedTo = SyncDatabase.quarantine(URL(fileURLWithPath: reports[i].file), folder: q, reason: reports[i].reason ?? "", keepingOriginal: true)
             }

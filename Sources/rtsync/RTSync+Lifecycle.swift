@@ -1,4 +1,5 @@
 import ArgumentParser
+import BucketClient
 import BucketSync
 import DiffFormat
 import Foundation
@@ -65,6 +66,7 @@ extension RTSync {
         @Option(help: "Join an existing user on this device (its database is fetched from the bucket).") var user: String?
         @Option(help: "Tier to record in settings: free or premium.") var tier: String?
         @Flag(help: "Print JSON.") var json = false
+        @OptionGroup var progressOptions: ProgressOptions
 
         func validate() throws {
             if let tier, Tier(rawValue: tier) == nil { throw ValidationError("--tier must be free or premium") }
@@ -86,7 +88,8 @@ extension RTSync {
             let remote = try options.openRemote(settings)
             let chain = InitChain(home: home, remote: remote, joinUser: user)
             do {
-                let result = try await chain.run(progress: { progress("init: \($0)") })
+                let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+                let result = try await display.run { try await chain.run(progress: { display.set("init: \($0)") }) }
                 if json { printJSON(result); return }
                 for a in result.attempts { print("  \(a.source.rawValue): \(a.outcome) — \(a.detail)") }
                 print("database ready from \(result.source.rawValue): \(result.database)")
@@ -156,20 +159,24 @@ extension RTSync {
                                      discussion: "Until then it is listed as not verified, is not last-known-good, and restore does not pick it by default."))
             var verifyLater = false
             @Flag(help: "Print JSON.") var json = false
+            @OptionGroup var progressOptions: ProgressOptions
 
             func run() async throws {
                 do { try await options.locked { try await createBackup() } } catch { throw report(error) }
             }
 
             private func createBackup() async throws {
+                let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+                defer { display.finish() }
                 do {
                     let manager = try BackupCommand.manager(options)
+                    display.set(verifyLater ? "backup: copying" : "backup: copying and verifying (quick_check)")
                     var info = try manager.create(verification: verifyLater ? .deferred : .immediate)
                     var uploaded: String?
                     var rotated: [String] = []
                     if upload {
                         // Only a checked copy leaves the device.
-                        if !info.verified { info = try manager.verify(id: info.id) }
+                        if !info.verified { display.set("backup: verifying (quick_check)"); info = try manager.verify(id: info.id) }
                         guard info.verified else {
                             throw fail("backup \(info.id) failed verification; not uploaded", hint: "run `rtsync backup list` and `rtsync backup verify`")
                         }
@@ -177,11 +184,17 @@ extension RTSync {
                         let remote = try options.openRemote(settings)
                         try settings.tier.require(.uploadBackup(cloud: !remote.isLocal))
                         let key = settings.userID + "/backups/" + info.file
-                        try await remote.upload(file: options.resolvedHome.backups.appendingPathComponent(info.file), key: key, ifAbsent: false)
+                        display.set("backup: uploading \(key)")
+                        display.transfers.expect(bytes: info.bytes, key: key)
+                        try await TransferProgress.$current.withValue(display.transfers) {
+                            try await remote.upload(file: options.resolvedHome.backups.appendingPathComponent(info.file), key: key, ifAbsent: false)
+                        }
                         uploaded = key
                         // Bucket backups rotate with the local rule (keepBackups), keeping the newest.
+                        display.set("backup: rotating old bucket backups")
                         rotated = try await remote.rotateBackups(user: settings.userID, keep: settings.keepBackups)
                     }
+                    display.finish()
                     if json { printJSON(info); return }
                     let copied = String(format: "%.0f ms", info.copyMilliseconds ?? 0)
                     if info.verified {
@@ -220,17 +233,27 @@ extension RTSync {
             @Flag(help: "Only backups made with --verify-later and not checked yet.") var pending = false
             @Argument(help: "Backup ids (default: all).") var ids: [String] = []
             @Flag(help: "Print a JSON array of the checked backups (as backup list prints them).") var json = false
+            @OptionGroup var progressOptions: ProgressOptions
 
             func run() throws {
+                let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
                 do {
                     let m = try BackupCommand.manager(options)
-                    func show(_ b: BackupInfo) -> BackupInfo { if !json { print("\(b.id): \(b.verified ? "ok" : "DAMAGED")") }; return b }
+                    var done = 0
+                    func show(_ b: BackupInfo) -> BackupInfo {
+                        done += 1
+                        display.finish()
+                        if !json { print("\(b.id): \(b.verified ? "ok" : "DAMAGED")") }
+                        return b
+                    }
+                    let pendingIDs = pending ? [] : (ids.isEmpty ? m.list().map(\.id) : ids)
+                    if !pending { display.set("backup verify: \(pendingIDs.count) backup(s), quick_check") }
                     let checked: [BackupInfo]
                     if pending {
                         checked = try m.verifyPending().map(show)
                         if checked.isEmpty && !json { print("no backups waiting for verification") }
                     } else {
-                        checked = try (ids.isEmpty ? m.list().map(\.id) : ids).map { show(try m.verify(id: $0)) }
+                        checked = try pendingIDs.map { show(try m.verify(id: $0)) }
                     }
                     if json { printJSON(checked) }
                     let bad = checked.filter { !$0.verified }.count

@@ -63,6 +63,7 @@ extension RTSync.Media {
         @Option(help: ArgumentHelp("Name of this device in conflict copies (default: the host name).", valueName: "name"))
         var device: String?
         @Flag(help: "Print the report as JSON.") var json = false
+        @OptionGroup var progressOptions: ProgressOptions
 
         func validate() throws {
             if [push, pull, both].filter({ $0 }).count > 1 {
@@ -108,7 +109,10 @@ extension RTSync.Media {
             if let device { options.device = device }
             if includeLitter { options.excludeLitter = false }
             options.delete = options.delete || delete
-            options.showProgress = !json
+            // The command's own display draws progress (bytes, rate, ETA), not the library's per-file line.
+            options.showProgress = false
+            let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+            display.set("media sync")
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)
             let manifestURL = manifest.map { URL(fileURLWithPath: $0) } ?? MediaManifest.defaultURL(documents: documentsURL)
             if let rtHome, manifest == nil, self.documents == nil {
@@ -120,7 +124,7 @@ extension RTSync.Media {
             let report = try await reportingBucketErrors {
                 let sync = try MediaSync(store: try mediaStore(bucketOptions, settings: settings, home: rtHome), documents: documentsURL, user: user,
                                          manifestURL: manifestURL)
-                return try await sync.run(options)
+                return try await display.run { try await sync.run(options) }
             }
             for refused in report.refused {
                 printError("refused bucket key: \(refused.reason) (\(refused.path))",

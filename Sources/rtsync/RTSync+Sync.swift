@@ -27,6 +27,7 @@ extension RTSync {
         @Flag(help: "Propagate media deletions this time, both ways (implies --media; settings: mediaDeletes). Deleted objects go to <user>/trash/ (rtsync media restore).")
         var delete = false
         @Flag(help: "Print JSON.") var json = false
+        @OptionGroup var progressOptions: ProgressOptions
 
         struct Output: Encodable {
             var initialized: InitResult?
@@ -41,6 +42,7 @@ extension RTSync {
             var settings = try options.loadSettings()
             let remote = try options.openRemote(settings)
             var initialized: InitResult?
+            let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
             do { try await options.locked {
                 if FileManager.default.fileExists(atPath: home.database.path), let damaged = DeviceStatus.damage(home.database.path) {
                     // Syncing a damaged file would spread what can still be read and back up the damage.
@@ -48,7 +50,9 @@ extension RTSync {
                                hint: "nothing was synced; restore the last-known-good backup: rtsync backup restore\(options.home.map { " --home \(ErrorExplanation.shellQuoted($0))" } ?? "") (rtsync backup list shows them)")
                 }
                 if !FileManager.default.fileExists(atPath: home.database.path) {
-                    initialized = try await InitChain(home: home, remote: remote).run(progress: { progress("init: \($0)") })
+                    initialized = try await display.run {
+                        try await InitChain(home: home, remote: remote).run(progress: { display.set("init: \($0)") })
+                    }
                     settings = try options.loadSettings()
                     // As with `rtsync init --bucket`, the bucket a device was set up with is remembered.
                     if let bucket = options.bucket {
@@ -68,7 +72,8 @@ extension RTSync {
                     if delete { mediaSettings.mediaDeletes = true }
                     syncer.media = try RTSync.mediaPhase(home: home, remote: remote, settings: mediaSettings, keeping: mediaReport)
                 }
-                let report = try await syncer.sync(dryRun: dryRun, progress: { progress($0) })
+                syncer.onProgress = { display.set($0) }
+                let report = try await display.run { try await syncer.sync(dryRun: dryRun) }
                 if json {
                     printJSON(Output(initialized: initialized, report: report, media: mediaReport.value, ok: report.ok))
                 } else {
@@ -103,13 +108,16 @@ extension RTSync {
         )
         @OptionGroup var options: HomeOptions
         @Flag(help: "Print JSON.") var json = false
+        @OptionGroup var progressOptions: ProgressOptions
 
         func run() async throws {
             do {
                 let settings = try options.loadSettings()
                 var compactor = Compactor(home: options.resolvedHome, remote: try options.openRemote(settings))
                 compactor.lockWait = HomeLock.environmentWait
-                let r = try await compactor.run()
+                let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+                display.set("compact: snapshot, upload, prune")
+                let r = try await display.run { try await compactor.run() }
                 if json { printJSON(r); return }
                 print("snapshot \(r.snapshotKey); \(r.devices.count) known device(s); pruned \(r.pruned.count) diff(s), kept \(r.kept)")
             } catch { throw report(error) }
