@@ -14,6 +14,10 @@ public func makeObjectStore(url: URL, environment: [String: String] = ProcessInf
         guard !url.path.isEmpty, url.path.hasPrefix("/") else {
             throw BucketError.unsupportedURL(url: url.absoluteString, reason: "a file URL needs an absolute path")
         }
+        if let host = url.host, !host.isEmpty, host != "localhost" {
+            // file://relative/path names the host "relative" and the folder /path: never what was meant.
+            throw BucketError.unsupportedURL(url: url.absoluteString, reason: "a file URL has no host: file:///absolute/path (three slashes), or give a plain path")
+        }
         return try LocalFolderStore(root: URL(fileURLWithPath: url.path, isDirectory: true))
     default:
         throw BucketError.unsupportedURL(url: url.absoluteString, reason: "unknown scheme \(url.scheme ?? "(none)")")

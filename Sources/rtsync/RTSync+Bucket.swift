@@ -12,7 +12,8 @@ struct BucketOptions: ParsableArguments {
 
     /// The bucket URL: --bucket, else --home's, else RTSYNC_BUCKET, else the default home's when it exists.
     func bucketURL() throws -> String {
-        if let bucket, !bucket.isEmpty { return bucket }
+        // As for the other commands: a relative local path (plain or file://relative) is taken from the current folder.
+        if let bucket, !bucket.isEmpty { return RTSync.Init.absoluteBucket(bucket) }
         if let home, !home.isEmpty { return try Self.homeBucket(RTSyncHome.resolve(home)) }
         if let env = ProcessInfo.processInfo.environment["RTSYNC_BUCKET"], !env.isEmpty { return env }
         let defaultHome = RTSyncHome.resolve(nil)
@@ -43,6 +44,10 @@ struct BucketOptions: ParsableArguments {
     /// "directory not found", instead of creating it. `url` overrides the options' bucket (a full object URL).
     func makeStore(creating: Bool = true, url: String? = nil) throws -> any ObjectStore {
         let text = try url ?? bucketURL()
+        if let u = URL(string: text), u.scheme?.lowercased() == "file", let host = u.host, !host.isEmpty, host != "localhost" {
+            // Checked before the read-only path below, which would take file://relative/path for the folder /path.
+            throw BucketError.unsupportedURL(url: text, reason: "a file URL has no host: file:///absolute/path (three slashes), or give a plain path")
+        }
         if !creating {
             let path: String? = text.hasPrefix("/") ? text : (URL(string: text).flatMap { $0.scheme?.lowercased() == "file" ? $0.path : nil })
             if let path, !path.isEmpty { return try LocalFolderStore(root: URL(fileURLWithPath: path, isDirectory: true), create: false) }

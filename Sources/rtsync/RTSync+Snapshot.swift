@@ -19,7 +19,15 @@ extension RTSync {
         func run() throws {
             guard FileManager.default.fileExists(atPath: db) else { throw fail("database not found (\(db))", hint: "pass an existing SQLite file with --db") }
             let source: Connection
-            do { source = try Connection(path: db, mode: .readOnly) } catch { throw fail("cannot open database: \(error) (\(db))") }
+            do {
+                // A read-only connection to a WAL database leaves -wal and -shm files behind (it may not checkpoint
+                // on close). Where the file is writable, a connection that only reads (query_only) closes like the
+                // app's own last connection would, leaving the folder as it was.
+                let writable = FileManager.default.isWritableFile(atPath: db)
+                    && FileManager.default.isWritableFile(atPath: URL(fileURLWithPath: db).deletingLastPathComponent().path)
+                source = try Connection(path: db, mode: writable ? .readWrite : .readOnly)
+                if writable { try source.execute("PRAGMA query_only = 1") }
+            } catch { throw report(error, subject: db) }
             let outURL = URL(fileURLWithPath: out)
             do { try FileManager.default.createDirectory(at: outURL, withIntermediateDirectories: true) } catch {
                 throw fail("cannot create output folder: \(error.localizedDescription) (\(out))", hint: "check permissions")

@@ -208,6 +208,40 @@ import Testing
         #expect(media.status == 0, "\(media.stderr)")
     }
 
+    @Test func snapshot_ofAWALDatabase_leavesNoWalOrShmBeside_andChangesNothing() async throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite").path
+        try sqlite(db, "PRAGMA journal_mode = WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a');")
+        let before = try FileManager.default.contentsOfDirectory(atPath: dir.url.path).sorted()
+        #expect(before == ["app.sqlite"])
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: db))
+        let r = try await rtsync(["snapshot", "--db", db, "--out", dir.file("out").path])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.url.path).sorted() == ["app.sqlite", "out"])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: db)) == bytes)
+    }
+
+    @Test func bucketLs_fileURLWithARelativePath_readsThatFolder_neverTheRootOne() async throws {
+        let dir = try TemporaryDirectory()
+        try FileManager.default.createDirectory(at: dir.file("rel/b"), withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: dir.file("rel/b/k"))
+        let binary = try #require(RTSyncBinary.url)
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["bucket", "ls", "--bucket", "file://rel/b"]
+        process.currentDirectoryURL = dir.url
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).hasSuffix("  k\n"))
+        let missing = try await rtsync(["bucket", "ls", "--bucket", "file:///\(dir.url.path)/nope"])
+        let (error, _) = failure(missing)
+        #expect(error.hasPrefix("error: bucket not found"))
+        #expect(!FileManager.default.fileExists(atPath: dir.file("nope").path))
+    }
+
     func sqlite(_ db: String, _ sql: String) throws {
         let r = try runCommand(URL(fileURLWithPath: "/usr/bin/env"), ["sqlite3", db, sql])
         #expect(r.status == 0, "sqlite3 failed: \(r.stderr)")
