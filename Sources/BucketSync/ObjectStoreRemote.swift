@@ -32,6 +32,11 @@ public struct ObjectStoreRemote: RemoteStore {
         try await mapped(key) { _ = try await store.download(key: key, to: file) }
     }
 
+    public func download(_ object: RemoteObject, to file: URL) async throws {
+        let listed = ObjectInfo(key: object.key, size: object.size, etag: object.etag ?? "", lastModified: nil)
+        try await mapped(object.key) { _ = try await store.download(key: object.key, to: file, expecting: listed) }
+    }
+
     public func upload(file: URL, key: String, ifAbsent: Bool) async throws {
         try await mapped(key) {
             if ifAbsent {

@@ -245,7 +245,7 @@ public struct Syncer: Sendable {
                     if !fm.fileExists(atPath: local.path) {
                         do {
                             progress("downloading \(name)")
-                            try await retry.run { try await remote.download(key: obj.key, to: local) }
+                            try await retry.run { try await remote.download(obj, to: local) }
                             report.downloaded.append(obj.key)
                         } catch {
                             failure = "\(obj.key): \(error)"
