@@ -41,6 +41,17 @@ public enum BucketError: Error, Sendable, Equatable {
     case checksumMismatch(key: String, algorithm: String)
 }
 
+extension BucketError {
+    /// Whether the error says a download's bytes were damaged (cut short, wrong size, wrong checksum): worth
+    /// fetching again, unlike a definite answer such as not found.
+    var isDamagedDownload: Bool {
+        switch self {
+        case .truncated, .sizeMismatch, .checksumMismatch: return true
+        default: return false
+        }
+    }
+}
+
 extension BucketError: LocalizedError, CustomStringConvertible {
     /// One line saying what failed and on which key or file, in the CLI's `what (key)` form.
     public var description: String {

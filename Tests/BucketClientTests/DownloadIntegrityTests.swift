@@ -225,6 +225,31 @@ import Testing
         #expect(parse(["x-amz-checksum-sha256": crc]) == (nil, false))  // not a SHA-256 digest: nothing to check
     }
 
+    // MARK: - media fetch (the download cache)
+
+    /// `media fetch` checks a full-object checksum a server sends with a URL's body: a wrong one is fetched again,
+    /// then reported naming the URL, and the copy cached before is kept; a right one is checked (counted).
+    @Test func mediaFetch_wrongChecksumFromServer_isRetriedThenFails_keepingTheCachedCopy_andARightOneIsChecked() async throws {
+        let (store, bucket) = try await faultStore()
+        let payload = randomBytes(6_000)
+        try await store.put(key: "cdn/image.jpg", data: payload)
+        let server = try await HostileServer.shared.value
+        let url = URL(string: "http://127.0.0.1:\(server.port)/\(bucket)/cdn/image.jpg")!
+        let cache = try DownloadCache(folder: try makeTemporaryFolder(), maxBytes: 1 << 20,
+                                      retry: RetryPolicy(maxAttempts: 3, baseDelay: 0.01, maxDelay: 0.02))
+        try await setMode(bucket, "sendgood-sha256")
+        let first = try await cache.fetch(url)
+        #expect(try Data(contentsOf: first.fileURL) == payload)
+        #expect(cache.checksumCounter.count("SHA256") == 1)
+
+        try await store.put(key: "cdn/image.jpg", data: randomBytes(6_000))  // changed: the cache must fetch it
+        try await setMode(bucket, "sendbad-crc32")
+        cache.requestCounter.reset()
+        await #expect(throws: BucketError.checksumMismatch(key: url.absoluteString, algorithm: "CRC32")) { _ = try await cache.fetch(url) }
+        #expect(cache.requestCounter.count("GET") == 3)
+        #expect(try Data(contentsOf: first.fileURL) == payload)
+    }
+
     // MARK: - Real servers
 
     /// moto stores the CRC-32 rtsync sends with PutObject and returns it to a GET with checksum mode enabled: the

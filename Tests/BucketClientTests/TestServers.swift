@@ -169,8 +169,8 @@ struct HostileServer: Sendable {
     /// bucket (PUT, GET with ranges, HEAD, ListObjectsV2) whose answers a `POST /fault-<name>?mode=M` spoils on
     /// purpose: `short` serves half of each object with a consistent Content-Length and Content-Range (HEAD and
     /// listings keep the true size), `good-<alg>` / `bad-<alg>` send a right / wrong full-object
-    /// `x-amz-checksum-<alg>` when asked with `x-amz-checksum-mode: ENABLED`, `composite` a composite one, `none`
-    /// behaves.
+    /// `x-amz-checksum-<alg>` when asked with `x-amz-checksum-mode: ENABLED` (`sendgood-<alg>` / `sendbad-<alg>`
+    /// always, as a CDN in front of S3 might), `composite` a composite one, `none` behaves.
     static let script = #"""
     import base64, email.utils, hashlib, http.server, os, re, sys, threading, time, urllib.parse, zlib
     from xml.sax.saxutils import escape
@@ -285,12 +285,13 @@ struct HostileServer: Sendable {
                 self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>"); return
             data, mode = objects[key], state["mode"]
             headers = [("ETag", '"%s"' % hashlib.md5(data).hexdigest()), ("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")]
-            if self.headers.get("x-amz-checksum-mode") == "ENABLED" and mode != "none" and mode != "short":
+            asked = self.headers.get("x-amz-checksum-mode") == "ENABLED" or mode.startswith("send")
+            if asked and mode != "none" and mode != "short":
                 if mode == "composite":
                     headers += [("x-amz-checksum-crc32", "AAAAAA==-3"), ("x-amz-checksum-type", "COMPOSITE")]
                 else:
                     kind, _, alg = mode.partition("-")
-                    value = digest(alg, data if kind == "good" else data + b"!")
+                    value = digest(alg, data if kind.endswith("good") else data + b"!")
                     headers += [("x-amz-checksum-" + alg, base64.b64encode(value).decode()), ("x-amz-checksum-type", "FULL_OBJECT")]
             if self.command == "HEAD":
                 self.send_body(200, data, headers); return
