@@ -97,6 +97,8 @@ extension S3Store {
         var whole = etag == nil && (expected.map { $0.size <= chunk } ?? false)
         // The object's full-object checksum, from an answer that carried the whole object.
         var checksum: ObjectChecksum? = nil
+        // The digest of the whole object when one answer carried all of it (no second read of the file).
+        var wholeBodyDigest: String? = nil
         var sawWholeObject = false
         var first = true
         while total == nil || offset < total! {
@@ -161,6 +163,7 @@ extension S3Store {
                 let found = ObjectChecksum.fromHeaders { response.header($0) }
                 checksum = found.checksum
                 if found.compositeSkipped { checksumCounter.record("COMPOSITE") }
+                if let checksum, Int64(response.body.count) == total! { wholeBodyDigest = checksum.digest(of: response.body) }
             }
             if response.body.isEmpty && offset < total! {
                 throw BucketError.truncated(key: key, expected: total!, received: offset)
@@ -197,7 +200,7 @@ extension S3Store {
             }
         }
         if let checksum {
-            guard checksum.matches(try checksum.digest(ofFile: partial)) else {
+            guard checksum.matches(try wholeBodyDigest ?? checksum.digest(ofFile: partial)) else {
                 throw IntegrityFailure(error: .checksumMismatch(key: key, algorithm: checksum.algorithm.rawValue), etag: etag ?? "")
             }
             checksumCounter.record(checksum.algorithm.rawValue)
