@@ -33,6 +33,23 @@ public enum BucketError: Error, Sendable, Equatable {
     case localIO(path: String, description: String)
     /// A downloaded object's size did not match what the server announced.
     case truncated(key: String, expected: Int64, received: Int64)
+    /// A download's size differs from the size the bucket's listing or HEAD gave for the same version of the object
+    /// (after retries); nothing was installed.
+    case sizeMismatch(key: String, expected: Int64, received: Int64)
+    /// A download's bytes do not match the checksum the server stores for the object (`x-amz-checksum-*`), after
+    /// retries; nothing was installed.
+    case checksumMismatch(key: String, algorithm: String)
+}
+
+extension BucketError {
+    /// Whether the error says a download's bytes were damaged (cut short, wrong size, wrong checksum): worth
+    /// fetching again, unlike a definite answer such as not found.
+    var isDamagedDownload: Bool {
+        switch self {
+        case .truncated, .sizeMismatch, .checksumMismatch: return true
+        default: return false
+        }
+    }
 }
 
 extension BucketError: LocalizedError, CustomStringConvertible {
@@ -56,6 +73,10 @@ extension BucketError: LocalizedError, CustomStringConvertible {
         case .localIO(let path, let description): return "local file error: \(description) (\(path))"
         case .truncated(let key, let expected, let received):
             return "download truncated: got \(received) of \(expected) bytes (\(key))"
+        case .sizeMismatch(let key, let expected, let received):
+            return "download has the wrong size: got \(received) bytes, the bucket lists \(expected); nothing was installed (\(key))"
+        case .checksumMismatch(let key, let algorithm):
+            return "download does not match the object's \(algorithm) checksum; nothing was installed (\(key))"
         }
     }
 
@@ -79,6 +100,8 @@ extension BucketError: LocalizedError, CustomStringConvertible {
         case .transport: return "check the network and AWS_ENDPOINT_URL; the request was retried with backoff"
         case .localIO: return "check that the path exists and is writable"
         case .truncated: return "run the command again; the download resumes and the old file was kept"
+        case .sizeMismatch, .checksumMismatch:
+            return "the server sent damaged data (it was retried); run again later, and check the server or proxy if it persists"
         }
     }
 

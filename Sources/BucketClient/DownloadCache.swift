@@ -8,7 +8,9 @@ import FoundationNetworking
 /// Each fetch of a cached URL revalidates with `If-None-Match` / `If-Modified-Since` (a `304` costs
 /// no body); when the network fails, the cached copy is served. Past ``maxBytes`` the least recently
 /// used files are evicted. Files are written to a temporary name and renamed, so a failed or
-/// truncated download never replaces a good cached copy. Works the same in demo and normal mode.
+/// truncated download never replaces a good cached copy. A body must have the size `Content-Length` (and any
+/// `Content-Range`) declares and match any full-object checksum the server sends (`x-amz-checksum-*`); one that
+/// does not is fetched again, then reported. Works the same in demo and normal mode.
 public actor DownloadCache {
     /// How a fetch was satisfied.
     public enum Status: String, Codable, Sendable {
@@ -51,6 +53,9 @@ public actor DownloadCache {
     public let maxBytes: Int64
     /// Counts network requests (`GET`) and file copies (`COPY`).
     public nonisolated let requestCounter = RequestCounter()
+    /// Counts fetched bodies checked against a full-object checksum the server sent (`x-amz-checksum-*`), by
+    /// algorithm, and composite checksums that could not be checked (`COMPOSITE`).
+    public nonisolated let checksumCounter = RequestCounter()
     private var index: Index
     private let session: URLSession
     private let retry: RetryPolicy
@@ -141,6 +146,22 @@ public actor DownloadCache {
                    let length = http.value(forHTTPHeaderField: "Content-Length").flatMap({ Int64($0) }), length != Int64(data.count) {
                     throw BucketError.truncated(key: key, expected: length, received: Int64(data.count))
                 }
+                if http.statusCode == 206 || http.value(forHTTPHeaderField: "Content-Range") != nil {
+                    // Nothing asked for a range: a part of the resource must never be cached as all of it.
+                    let part = S3Store.contentRange(http.value(forHTTPHeaderField: "Content-Range"))
+                    guard let part, part.start == 0, part.end == part.total - 1, Int64(data.count) == part.total else {
+                        throw BucketError.truncated(key: key, expected: part?.total ?? -1, received: Int64(data.count))
+                    }
+                }
+                // A server that sends a full-object checksum (S3 and some CDNs in front of it) has it checked.
+                let found = ObjectChecksum.fromHeaders { http.value(forHTTPHeaderField: $0) }
+                if found.compositeSkipped { checksumCounter.record("COMPOSITE") }
+                if let checksum = found.checksum {
+                    guard checksum.matches(checksum.digest(of: data)) else {
+                        throw BucketError.checksumMismatch(key: key, algorithm: checksum.algorithm.rawValue)
+                    }
+                    checksumCounter.record(checksum.algorithm.rawValue)
+                }
                 let name = cached?.fileName ?? fileName(for: key, url: url)
                 let destination = folder.appendingPathComponent(name)
                 let tmp = try LocalFiles.writeTemporary(data, beside: destination)
@@ -150,7 +171,7 @@ public actor DownloadCache {
                                            size: Int64(data.count), lastAccess: Date())
                 return Result(url: key, fileURL: destination, status: .downloaded, size: Int64(data.count))
             } catch let error as BucketError {
-                if case .truncated = error, attempt + 1 < retry.maxAttempts {
+                if error.isDamagedDownload, attempt + 1 < retry.maxAttempts {
                     try await retry.wait(beforeRetry: attempt)
                     attempt += 1
                     continue
@@ -191,6 +212,11 @@ public actor DownloadCache {
         } catch {
             try? FileManager.default.removeItem(at: tmp)
             throw BucketError.localIO(path: url.path, description: error.localizedDescription)
+        }
+        guard FileStat.of(tmp.path)?.size == st.size, FileStat.of(url.path).map({ "\($0.size)-\($0.mtimeNanoseconds)" }) == validator else {
+            // The file changed (or was cut) while it was copied: keep the cached copy rather than a mixed one.
+            try? FileManager.default.removeItem(at: tmp)
+            throw BucketError.sizeMismatch(key: key, expected: st.size, received: FileStat.of(tmp.path)?.size ?? -1)
         }
         try LocalFiles.moveAtomically(tmp, to: destination)
         index.entries[key] = Entry(fileName: name, etag: validator, lastModified: nil, size: st.size, lastAccess: Date())

@@ -115,6 +115,31 @@ public struct LocalFolderStore: ObjectStore {
     /// Copies an object to `fileURL` through `fileURL.partial`, renamed only when complete.
     @discardableResult
     public func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
+        try await download(key: key, to: fileURL, expecting: nil)
+    }
+
+    /// Copies an object like ``download(key:to:)``; the copy is installed only when it has the size the object had
+    /// both before and after copying (an object replaced during the copy is copied again). The object's current
+    /// size is the truth here: a different `listed` size means it was replaced since the listing (its ETag, size and
+    /// modification time, changed with it).
+    @discardableResult
+    public func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo {
+        var attempt = 0
+        while true {
+            let (info, copied, after) = try copyOnce(key: key, to: fileURL)
+            if copied == info.size, let after, self.info(key: key, stat: after) == info {
+                try LocalFiles.moveAtomically(URL(fileURLWithPath: fileURL.path + ".partial"), to: fileURL)
+                TransferProgress.current?.record(bytes: info.size, key: key, objectSize: info.size, finishedObject: true)
+                return info
+            }
+            try? FileManager.default.removeItem(atPath: fileURL.path + ".partial")
+            attempt += 1
+            if attempt >= RetryPolicy().maxAttempts { throw BucketError.sizeMismatch(key: key, expected: info.size, received: copied) }
+        }
+    }
+
+    /// Copies the object to `fileURL.partial`; returns its info before the copy, the bytes copied and its stat after.
+    func copyOnce(key: String, to fileURL: URL) throws -> (ObjectInfo, Int64, FileStat?) {
         requestCounter.record("GetObject")
         let (url, st) = try statObject(key)
         let partial = URL(fileURLWithPath: fileURL.path + ".partial")
@@ -129,13 +154,7 @@ public struct LocalFolderStore: ObjectStore {
             throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
         }
         let copied = FileStat.of(partial.path)?.size ?? -1
-        guard copied == st.size else {
-            try? FileManager.default.removeItem(at: partial)
-            throw BucketError.truncated(key: key, expected: st.size, received: copied)
-        }
-        try LocalFiles.moveAtomically(partial, to: fileURL)
-        TransferProgress.current?.record(bytes: st.size, finishedObject: true)
-        return info(key: key, stat: st)
+        return (info(key: key, stat: st), copied, FileStat.of(url.path))
     }
 
     /// Size, ETag and modification time of an object.

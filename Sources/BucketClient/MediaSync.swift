@@ -430,7 +430,7 @@ public struct MediaSync: Sendable {
         case .download(let path, let remote):
             let url = localURL(path)
             do {
-                let info = try await store.download(key: remoteKey(path), to: url)
+                let info = try await store.download(key: remoteKey(path), to: url, expecting: remote)
                 guard let after = FileStat.of(url.path) else {
                     throw BucketError.localIO(path: url.path, description: "downloaded file vanished")
                 }
@@ -481,7 +481,7 @@ public struct MediaSync: Sendable {
         defer {
             for suffix in ["", ".partial", ".partial.etag"] { unlink(fetched.path + suffix) }
         }
-        let info = try await store.download(key: remoteKey(path), to: fetched)
+        let info = try await store.download(key: remoteKey(path), to: fetched, expecting: remote)
         let remoteETag = info.etag.isEmpty ? remote.etag : info.etag
         let remoteSHA = try LocalFiles.sha256Hex(of: fetched)
         let localSHA = try LocalFiles.sha256Hex(of: url)

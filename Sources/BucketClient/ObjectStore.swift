@@ -25,6 +25,13 @@ public protocol ObjectStore: Sendable {
     @discardableResult
     func download(key: String, to fileURL: URL) async throws -> ObjectInfo
 
+    /// Downloads like ``download(key:to:)`` an object whose size (and ETag) a listing or HEAD gave as `listed`:
+    /// a download of another size is retried and then fails with ``BucketError/sizeMismatch(key:expected:received:)``
+    /// unless the object was replaced since (its ETag changed and the server confirms the new size); nothing is
+    /// installed at `fileURL` when it fails.
+    @discardableResult
+    func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo
+
     /// Returns size, ETag and modification date of an object.
     func head(key: String) async throws -> ObjectInfo
 
@@ -56,6 +63,30 @@ public protocol ObjectStore: Sendable {
 }
 
 extension ObjectStore {
+    /// Downloads beside `fileURL` with ``download(key:to:)``, then installs the file only when its size is the one
+    /// `listed` gives or, the object having been replaced since it was listed (another ETag), the one a HEAD gives
+    /// now; retried like the stores' own checks, then ``BucketError/sizeMismatch(key:expected:received:)``.
+    @discardableResult
+    public func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo {
+        guard var expected = listed else { return try await download(key: key, to: fileURL) }
+        let staging = URL(fileURLWithPath: fileURL.path + ".rtsync-check")
+        defer { try? FileManager.default.removeItem(at: staging) }
+        var attempt = 0
+        while true {
+            let info = try await download(key: key, to: staging)
+            let size = FileStat.of(staging.path)?.size ?? -1
+            if size == expected.size {
+                try LocalFiles.moveAtomically(staging, to: fileURL)
+                return info
+            }
+            attempt += 1
+            if attempt >= RetryPolicy().maxAttempts { throw BucketError.sizeMismatch(key: key, expected: expected.size, received: size) }
+            if expected.etag.isEmpty || (!info.etag.isEmpty && info.etag != expected.etag) {
+                expected = try await head(key: key)
+            }
+        }
+    }
+
     /// Nil: the store cannot copy inside the bucket.
     public func serverSideCopy(from source: String, to target: String) async throws -> ObjectInfo? { nil }
 
@@ -83,6 +114,24 @@ extension ObjectStore {
     /// Returns the whole object.
     public func get(key: String) async throws -> Data {
         try await get(key: key, range: nil, ifMatch: nil)
+    }
+
+    /// Returns the whole object, checked against the size `listed` gives (from a listing or HEAD): a body of
+    /// another size is fetched again (with the size a new HEAD gives when the object was replaced, its ETag
+    /// changed), then fails with ``BucketError/sizeMismatch(key:expected:received:)``.
+    public func get(key: String, expecting listed: ObjectInfo) async throws -> Data {
+        var expected = listed
+        var attempt = 0
+        while true {
+            let data = try await get(key: key)
+            if Int64(data.count) == expected.size { return data }
+            attempt += 1
+            if attempt >= RetryPolicy().maxAttempts {
+                throw BucketError.sizeMismatch(key: key, expected: expected.size, received: Int64(data.count))
+            }
+            let now = try await head(key: key)
+            if expected.etag.isEmpty || now.etag != expected.etag { expected = now }
+        }
     }
 
     /// Stores `data` under `key`, replacing any existing object.

@@ -10,10 +10,12 @@ public struct S3Configuration: Sendable {
         case virtualHosted
     }
 
-    /// The additional checksum a multipart upload declares when it is created and sends with every part.
+    /// The additional checksum a multipart upload declares when it is created and sends with every part, and a
+    /// single PutObject sends for its body.
     public enum PartChecksum: Sendable, Hashable {
         /// `x-amz-checksum-algorithm: CRC32` on CreateMultipartUpload, `x-amz-checksum-crc32` on each part and
-        /// `ChecksumCRC32` for each part in CompleteMultipartUpload (what the AWS SDKs and CLI send by default).
+        /// `ChecksumCRC32` for each part in CompleteMultipartUpload (what the AWS SDKs and CLI send by default);
+        /// `x-amz-checksum-crc32` on PutObject, which the server stores and later GETs return for verification.
         case crc32
         /// No additional checksum: parts are protected by their signed SHA-256 only.
         case off

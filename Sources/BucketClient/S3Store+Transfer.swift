@@ -14,12 +14,63 @@ import Darwin
 // MARK: - Ranged, resumable download
 
 extension S3Store {
-    /// Downloads in ranged chunks into `fileURL.partial`, then renames it over `fileURL`.
-    ///
-    /// The ETag of the object is kept in `fileURL.partial.etag`; a later call resumes from the
-    /// partial file with `If-Match`, and starts over when the object changed.
+    /// Downloads `key` into `fileURL` without a size known beforehand; see ``download(key:to:expecting:)``.
     @discardableResult
     public func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
+        try await download(key: key, to: fileURL, expecting: nil)
+    }
+
+    /// Downloads into `fileURL.partial`, checks the bytes, then renames it over `fileURL`.
+    ///
+    /// An object no larger than one chunk whose size is known (`listed`) is fetched with one plain GET; others in
+    /// ranged chunks. The ETag of the object is kept in `fileURL.partial.etag`; a later call resumes from the
+    /// partial file with `If-Match`, and starts over when the object changed.
+    ///
+    /// Before anything is installed the download must have exactly the size every answer declared
+    /// (`Content-Length`, `Content-Range`), the size `listed` gives (unless the object was replaced since: its
+    /// ETag changed and a HEAD confirms the new size), and the object's full-object checksum when the server gives
+    /// one (`x-amz-checksum-*` with `x-amz-checksum-mode: ENABLED`; a composite multipart checksum is skipped).
+    /// A download failing a check is dropped and retried from scratch; after ``S3Configuration/retry`` attempts it
+    /// fails with ``BucketError/sizeMismatch(key:expected:received:)`` or
+    /// ``BucketError/checksumMismatch(key:algorithm:)``, and `fileURL` is left as it was.
+    @discardableResult
+    public func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo {
+        let partial = URL(fileURLWithPath: fileURL.path + ".partial")
+        let etagFile = URL(fileURLWithPath: fileURL.path + ".partial.etag")
+        var expected = listed
+        var attempt = 0
+        while true {
+            do {
+                let info = try await downloadToPartial(key: key, fileURL: fileURL, expected: expected)
+                try LocalFiles.moveAtomically(partial, to: fileURL)
+                try? FileManager.default.removeItem(at: etagFile)
+                return info
+            } catch let failure as IntegrityFailure {
+                // These bytes cannot be trusted: a resumed download must not build on them.
+                try? FileManager.default.removeItem(at: partial)
+                try? FileManager.default.removeItem(at: etagFile)
+                attempt += 1
+                if attempt >= configuration.retry.maxAttempts { throw failure.error }
+                if case .sizeMismatch = failure.error, let known = expected,
+                   known.etag.isEmpty || (!failure.etag.isEmpty && failure.etag != known.etag) {
+                    // The object may have been replaced since it was listed: take the size the server has now,
+                    // rather than failing forever on the listing's.
+                    expected = try await head(key: key)
+                }
+                try await configuration.retry.wait(beforeRetry: attempt - 1)
+            }
+        }
+    }
+
+    /// A downloaded file that failed a check, with the ETag the server gave it.
+    struct IntegrityFailure: Error {
+        var error: BucketError
+        var etag: String
+    }
+
+    /// One attempt of ``download(key:to:expecting:)``: fills (or resumes) `fileURL.partial` and checks it.
+    /// - Throws: ``IntegrityFailure`` when the bytes fail a check; ``BucketError`` for anything else.
+    func downloadToPartial(key: String, fileURL: URL, expected: ObjectInfo?) async throws -> ObjectInfo {
         let partial = URL(fileURLWithPath: fileURL.path + ".partial")
         let etagFile = URL(fileURLWithPath: fileURL.path + ".partial.etag")
         try LocalFiles.createParent(of: fileURL)
@@ -41,10 +92,20 @@ extension S3Store {
         var total: Int64? = nil
         var lastModified: Date? = nil
         let chunk = Int64(max(1 << 16, configuration.downloadChunkSize))
+        // S3 returns checksums only for answers that carry the whole object, never for a range: a small object of
+        // known size is fetched with one plain GET so that its checksum comes with it.
+        var whole = etag == nil && (expected.map { $0.size <= chunk } ?? false)
+        // The object's full-object checksum, from an answer that carried the whole object.
+        var checksum: ObjectChecksum? = nil
+        // The digest of the whole object when one answer carried all of it (no second read of the file).
+        var wholeBodyDigest: String? = nil
+        var sawWholeObject = false
+        var first = true
         while total == nil || offset < total! {
             var request = Request(method: "GET", key: key, operation: "GetObject")
-            request.headers["range"] = ByteRange(start: offset, end: offset + chunk - 1).headerValue
+            if !whole { request.headers["range"] = ByteRange(start: offset, end: offset + chunk - 1).headerValue }
             if let etag { request.headers["if-match"] = "\"\(etag)\"" }
+            if first { request.headers["x-amz-checksum-mode"] = "ENABLED" }
             let response: Response
             do {
                 response = try await send(request, acceptStatuses: [416])
@@ -55,11 +116,14 @@ extension S3Store {
                 try? handle.truncate(atOffset: 0)
                 continue
             }
+            first = false
+            whole = false
             if response.status == 416 {
                 // Empty object (a range of nothing), or a stale partial longer than the object.
-                if offset == 0 { total = 0; etag = Self.unquote(response.header("ETag")); break }
+                if offset == 0 { total = 0; etag = Self.unquote(response.header("ETag")); sawWholeObject = true; break }
                 etag = nil
                 offset = 0
+                first = true
                 try? handle.truncate(atOffset: 0)
                 continue
             }
@@ -69,6 +133,7 @@ extension S3Store {
                 try? Data(responseETag.utf8).write(to: etagFile)
             }
             lastModified = Self.parseHTTPDate(response.header("Last-Modified"))
+            let coversWholeObject: Bool
             if response.status == 206 || response.header("Content-Range") != nil {
                 // A part of the object, whatever the status: some servers (rclone serve s3) answer a ranged GET with
                 // 200 and a Content-Range for only part of what was asked. Take it as the part it says it is.
@@ -80,11 +145,25 @@ extension S3Store {
                                                       reason: "asked for bytes from \(offset), got \(response.body.count) byte(s) said to be \(response.header("Content-Range") ?? "")")
                 }
                 total = part.total
+                coversWholeObject = part.start == 0 && part.end == part.total - 1
             } else {
                 // A 200 carries the whole object: restart the file with it.
                 try? handle.truncate(atOffset: 0)
                 offset = 0
                 total = Int64(response.body.count)
+                coversWholeObject = true
+            }
+            if let expected, total! != expected.size {
+                // Fewer (or more) bytes than the listing said, each answer consistent in itself: a server or proxy
+                // cutting objects short, or the object replaced since it was listed (the caller tells which).
+                throw IntegrityFailure(error: .sizeMismatch(key: key, expected: expected.size, received: total!), etag: responseETag)
+            }
+            if coversWholeObject {
+                sawWholeObject = true
+                let found = ObjectChecksum.fromHeaders { response.header($0) }
+                checksum = found.checksum
+                if found.compositeSkipped { checksumCounter.record("COMPOSITE") }
+                if let checksum, Int64(response.body.count) == total! { wholeBodyDigest = checksum.digest(of: response.body) }
             }
             if response.body.isEmpty && offset < total! {
                 throw BucketError.truncated(key: key, expected: total!, received: offset)
@@ -106,10 +185,26 @@ extension S3Store {
         try? handle.synchronize()
         let written = FileStat.of(partial.path)?.size ?? -1
         guard written == total else {
-            throw BucketError.truncated(key: key, expected: total ?? 0, received: written)
+            throw IntegrityFailure(error: .truncated(key: key, expected: total ?? 0, received: written), etag: etag ?? "")
         }
-        try LocalFiles.moveAtomically(partial, to: fileURL)
-        try? FileManager.default.removeItem(at: etagFile)
+        if !sawWholeObject, let etag, !etag.isEmpty {
+            // Assembled from ranges, which carry no checksum: ask for the object's own, and use it only when it is
+            // of this version and says it covers the whole object.
+            var request = Request(method: "HEAD", key: key, operation: "HeadObject")
+            request.headers["x-amz-checksum-mode"] = "ENABLED"
+            let response = try await send(request)
+            if Self.unquote(response.header("ETag")) == etag {
+                let found = ObjectChecksum.fromHeaders({ response.header($0) }, requireFullObjectType: true)
+                checksum = found.checksum
+                if found.compositeSkipped { checksumCounter.record("COMPOSITE") }
+            }
+        }
+        if let checksum {
+            guard checksum.matches(try wholeBodyDigest ?? checksum.digest(ofFile: partial)) else {
+                throw IntegrityFailure(error: .checksumMismatch(key: key, algorithm: checksum.algorithm.rawValue), etag: etag ?? "")
+            }
+            checksumCounter.record(checksum.algorithm.rawValue)
+        }
         return ObjectInfo(key: key, size: total ?? 0, etag: etag ?? "", lastModified: lastModified)
     }
 }

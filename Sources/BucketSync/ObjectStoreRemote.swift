@@ -32,6 +32,13 @@ public struct ObjectStoreRemote: RemoteStore {
         try await mapped(key) { _ = try await store.download(key: key, to: file) }
     }
 
+    /// Downloads a listed object with its listed size and ETag as what the store must deliver (see
+    /// `ObjectStore.download(key:to:expecting:)`).
+    public func download(_ object: RemoteObject, to file: URL) async throws {
+        let listed = ObjectInfo(key: object.key, size: object.size, etag: object.etag ?? "", lastModified: nil)
+        try await mapped(object.key) { _ = try await store.download(key: object.key, to: file, expecting: listed) }
+    }
+
     public func upload(file: URL, key: String, ifAbsent: Bool) async throws {
         try await mapped(key) {
             if ifAbsent {

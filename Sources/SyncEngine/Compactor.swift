@@ -92,7 +92,7 @@ public struct Compactor: Sendable {
         for obj in cursorKeys {
             let file = home.support.appendingPathComponent(".cursor-\(KSUID.generate().string).json")
             defer { try? FileManager.default.removeItem(at: file) }
-            try await retry.run { try await remote.download(key: obj.key, to: file) }
+            try await retry.run { try await remote.download(obj, to: file) }
             // A cursor that cannot be read blocks pruning: better keep diffs than lose them.
             guard let data = try? Data(contentsOf: file), let cursor = try? JSONDecoder().decode(DeviceCursor.self, from: data) else {
                 return CompactionReport(snapshotKey: snapshotKey, devices: sets.keys.sorted(), pruned: [], kept: listed.count)

@@ -37,10 +37,10 @@ extension RemoteStore {
     /// compaction has recorded one (or the record cannot be read).
     public func latestSnapshotKey(user: String, retry: RetryPolicy = RetryPolicy()) async throws -> String? {
         let key = Self.snapshotPointerKey(user: user)
-        guard try await retry.run({ try await list(prefix: key) }).contains(where: { $0.key == key }) else { return nil }
+        guard let object = try await retry.run({ try await list(prefix: key) }).first(where: { $0.key == key }) else { return nil }
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-snapshot-\(KSUID.generate().string).json")
         defer { try? FileManager.default.removeItem(at: file) }
-        try await retry.run { try await download(key: key, to: file) }
+        try await retry.run { try await download(object, to: file) }
         guard let data = try? Data(contentsOf: file), let pointer = try? JSONDecoder().decode([String: String].self, from: data),
               let target = pointer["key"], target.hasPrefix(Self.backupsPrefix(user: user)), !target.contains("..") else { return nil }
         return target

@@ -53,6 +53,8 @@ public protocol RemoteStore: Sendable {
     func list(prefix: String) async throws -> [RemoteObject]
     /// Downloads an object into a local file (replacing it only when the download completed).
     func download(key: String, to file: URL) async throws
+    /// Downloads a listed object into a local file, installing it only when it has the size the listing gave.
+    func download(_ object: RemoteObject, to file: URL) async throws
     /// Uploads a local file; with `ifAbsent`, fails with `RemoteStoreError.alreadyExists` when the key exists.
     func upload(file: URL, key: String, ifAbsent: Bool) async throws
     /// Deletes an object (no error when it is already gone).
@@ -67,6 +69,20 @@ public protocol RemoteStore: Sendable {
 }
 
 extension RemoteStore {
+    /// Downloads beside `file` with ``download(key:to:)`` and installs the result only when its size is the one
+    /// the listing gave; otherwise fails with ``RemoteStoreError/failed(key:reason:)`` (retried by callers).
+    public func download(_ object: RemoteObject, to file: URL) async throws {
+        let staging = URL(fileURLWithPath: file.path + ".rtsync-check")
+        defer { try? FileManager.default.removeItem(at: staging) }
+        try await download(key: object.key, to: staging)
+        let size = ((try? FileManager.default.attributesOfItem(atPath: staging.path))?[.size] as? NSNumber)?.int64Value ?? -1
+        guard size == object.size else {
+            throw RemoteStoreError.failed(key: object.key, reason: "download has the wrong size: got \(size) bytes, the bucket lists \(object.size); nothing was installed")
+        }
+        try? FileManager.default.removeItem(at: file)
+        try FileManager.default.moveItem(at: staging, to: file)
+    }
+
     /// Nothing to remove (stores without temp files of their own).
     public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String] { [] }
 }
@@ -119,7 +135,7 @@ extension RemoteStore {
     public func downloadNewestDatabase(prefix: String, to file: URL, retry: RetryPolicy) async throws -> RemoteObject? {
         let objects = try await retry.run { try await list(prefix: prefix) }.filter { $0.key.hasSuffix(".sqlite") }
         guard let newest = objects.max(by: { $0.key < $1.key }) else { return nil }
-        try await retry.run { try await download(key: newest.key, to: file) }
+        try await retry.run { try await download(newest, to: file) }
         return newest
     }
 }

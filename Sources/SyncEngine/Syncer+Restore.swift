@@ -17,7 +17,7 @@ extension Syncer {
             var chosen: RemoteObject?
             if let key = try await remote.latestSnapshotKey(user: user, retry: retry),
                let object = try await retry.run({ try await remote.list(prefix: key) }).first(where: { $0.key == key }) {
-                try await retry.run { try await remote.download(key: key, to: temp) }
+                try await retry.run { try await remote.download(object, to: temp) }
                 chosen = object
             } else {
                 chosen = try await remote.downloadNewestDatabase(prefix: user + "/backups/", to: temp, retry: retry)

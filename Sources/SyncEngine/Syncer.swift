@@ -262,7 +262,7 @@ public struct Syncer: Sendable {
                     if !fm.fileExists(atPath: local.path) {
                         do {
                             step(SyncProgress(phase: .download, itemsDone: index, itemsTotal: wanted.count, item: name))
-                            try await retry.run { try await remote.download(key: obj.key, to: local) }
+                            try await retry.run { try await remote.download(obj, to: local) }
                             report.downloaded.append(obj.key)
                         } catch {
                             failure = "\(obj.key): \(error)"

@@ -131,14 +131,16 @@ extension RTSync.Bucket {
         func run() async throws {
             try await reportingBucketErrors {
                 let (store, key) = try options.store(for: key, creating: false)
+                // The size the bucket gives beforehand: a download of another size is never written out.
+                let listed = try await store.head(key: key)
                 if destination == "-" {
-                    FileHandle.standardOutput.write(try await store.get(key: key))
+                    FileHandle.standardOutput.write(try await store.get(key: key, expecting: listed))
                     return
                 }
                 let path = destination ?? String(key.split(separator: "/").last ?? Substring(key))
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
                 display.set("download \(key)")
-                let info = try await display.run { try await store.download(key: key, to: URL(fileURLWithPath: path)) }
+                let info = try await display.run { try await store.download(key: key, to: URL(fileURLWithPath: path), expecting: listed) }
                 if json { try printJSON(info) } else { print("downloaded \(info.size) bytes to \(path)") }
             }
         }

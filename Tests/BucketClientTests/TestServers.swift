@@ -165,10 +165,29 @@ struct HostileServer: Sendable {
     /// /trunc/... a body that stops halfway, /rangeas200/... 100,000 bytes whose ranged GETs get 200 with a
     /// Content-Range for at most 16 KiB, /files/<name> a cacheable resource honoring If-None-Match, /altroot/...
     /// objects and multipart uploads answered with rclone's XML root names and ETags, /ctlkeys and /rawctl listings
-    /// of keys holding control characters (URL-encoded when asked, and raw).
+    /// of keys holding control characters (URL-encoded when asked, and raw), and /fault-<name>/... a small working
+    /// bucket (PUT, GET with ranges, HEAD, ListObjectsV2) whose answers a `POST /fault-<name>?mode=M` spoils on
+    /// purpose: `short` serves half of each object with a consistent Content-Length and Content-Range (HEAD and
+    /// listings keep the true size), `good-<alg>` / `bad-<alg>` send a right / wrong full-object
+    /// `x-amz-checksum-<alg>` when asked with `x-amz-checksum-mode: ENABLED` (`sendgood-<alg>` / `sendbad-<alg>`
+    /// always, as a CDN in front of S3 might), `composite` a composite one, `none` behaves.
     static let script = #"""
-    import email.utils, hashlib, http.server, os, re, sys, threading, time, urllib.parse
+    import base64, email.utils, hashlib, http.server, os, re, sys, threading, time, urllib.parse, zlib
+    from xml.sax.saxutils import escape
     parent = int(sys.argv[1])
+    def reflected_crc(data, poly, bits):
+        # Bit by bit, independent of rtsync's table-driven C: CRC-32C (0x82F63B78) and CRC-64/NVME (0x9A6C9329AC4BC9B5).
+        mask = (1 << bits) - 1
+        c = mask
+        for b in data:
+            c ^= b
+            for _ in range(8): c = (c >> 1) ^ (poly if c & 1 else 0)
+        return (c ^ mask).to_bytes(bits // 8, "big")
+    def digest(alg, data):
+        if alg == "crc32": return zlib.crc32(data).to_bytes(4, "big")
+        if alg == "crc32c": return reflected_crc(data, 0x82F63B78, 32)
+        if alg == "crc64nvme": return reflected_crc(data, 0x9A6C9329AC4BC9B5, 64)
+        return hashlib.new(alg, data).digest()
     class H(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         def log_message(self, *a): pass
@@ -181,7 +200,9 @@ struct HostileServer: Sendable {
         def do_HEAD(self): self.do_GET()
         def do_GET(self):
             p = self.path
-            if p.startswith("/junk"):
+            if p.startswith("/fault-"):
+                self.fault_get()
+            elif p.startswith("/junk"):
                 self.send_body(200, b"<ListBucketResult><Contents><Key>a</Key><Size>1</Size>")
             elif p.startswith("/notxml"):
                 self.send_body(200, b"Service Unavailable; this is not XML at all")
@@ -242,7 +263,54 @@ struct HostileServer: Sendable {
         objects, uploads, mtimes = {}, {}, {}
         def body_in(self):
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        faults = {}
+        def fault_state(self):
+            path, _, q = self.path.partition("?")
+            bucket, _, key = path[1:].partition("/")
+            state = H.faults.setdefault(bucket, {"objects": {}, "mode": "none"})
+            return state, urllib.parse.unquote(key), urllib.parse.parse_qs(q, keep_blank_values=True)
+        def fault_get(self):
+            state, key, q = self.fault_state()
+            objects = state["objects"]
+            if not key:
+                prefix, after = q.get("prefix", [""])[0], q.get("start-after", [""])[0]
+                keys = sorted(k for k in objects if k.startswith(prefix) and k > after)
+                items = "".join("<Contents><Key>%s</Key><Size>%d</Size><ETag>&quot;%s&quot;</ETag>"
+                                "<LastModified>2024-01-01T00:00:00.000Z</LastModified></Contents>"
+                                % (escape(k), len(objects[k]), hashlib.md5(objects[k]).hexdigest()) for k in keys)
+                self.send_body(200, ("<?xml version='1.0' encoding='UTF-8'?>\n<ListBucketResult><Name>f</Name><KeyCount>%d</KeyCount>"
+                                     "<IsTruncated>false</IsTruncated>%s</ListBucketResult>" % (len(keys), items)).encode())
+                return
+            if key not in objects:
+                self.send_body(404, b"<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>"); return
+            data, mode = objects[key], state["mode"]
+            headers = [("ETag", '"%s"' % hashlib.md5(data).hexdigest()), ("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")]
+            asked = self.headers.get("x-amz-checksum-mode") == "ENABLED" or mode.startswith("send")
+            if asked and mode != "none" and mode != "short":
+                if mode == "composite":
+                    headers += [("x-amz-checksum-crc32", "AAAAAA==-3"), ("x-amz-checksum-type", "COMPOSITE")]
+                else:
+                    kind, _, alg = mode.partition("-")
+                    value = digest(alg, data if kind.endswith("good") else data + b"!")
+                    headers += [("x-amz-checksum-" + alg, base64.b64encode(value).decode()), ("x-amz-checksum-type", "FULL_OBJECT")]
+            if self.command == "HEAD":
+                self.send_body(200, data, headers); return
+            served = data[:len(data) // 2] if mode == "short" else data
+            r = self.headers.get("Range")
+            if r and r.startswith("bytes="):
+                a, _, b = r[6:].partition("-")
+                a = int(a); b = min(int(b) if b else len(served) - 1, len(served) - 1)
+                if a >= len(served):
+                    self.send_body(416, b"", [("Content-Range", "bytes */%d" % len(served))] + headers); return
+                self.send_body(206, served[a:b + 1], [("Content-Range", "bytes %d-%d/%d" % (a, b, len(served)))] + headers)
+            else:
+                self.send_body(200, served, headers)
         def do_PUT(self):
+            if self.path.startswith("/fault-"):
+                data = self.body_in()
+                state, key, _ = self.fault_state()
+                state["objects"][key] = data
+                self.send_body(200, b"", [("ETag", '"%s"' % hashlib.md5(data).hexdigest())]); return
             data = self.body_in()
             key, _, q = self.path.partition("?")
             q = urllib.parse.parse_qs(q, keep_blank_values=True)
@@ -253,6 +321,11 @@ struct HostileServer: Sendable {
                 H.mtimes[key] = time.time()
             self.send_body(200, b"", [("ETag", '"%s"' % hashlib.md5(data).hexdigest())])
         def do_POST(self):
+            if self.path.startswith("/fault-"):
+                self.body_in()
+                state, _, q = self.fault_state()
+                state["mode"] = q.get("mode", ["none"])[0]
+                self.send_body(200, b""); return
             data = self.body_in()
             key, _, q = self.path.partition("?")
             q = urllib.parse.parse_qs(q, keep_blank_values=True)
