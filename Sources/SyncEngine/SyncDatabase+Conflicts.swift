@@ -33,6 +33,8 @@ public struct ConflictRecord: Sendable, Codable, Equatable {
 
     /// The value that lost.
     public var losingValue: SQLValue { winner == "remote" ? localValue : remoteValue }
+    /// The row key's values, in primary-key column order (nil when `key` is not a list of SQL literals).
+    public var keyValues: [SQLValue]? { KeyCodec.decode(key) }
 }
 
 extension SyncDatabase {
@@ -98,6 +100,38 @@ extension SyncDatabase {
                 }
                 try db.execute("UPDATE rtsync_conflicts SET restored = 1 WHERE id = ?", [.integer(id)])
             }
+        }
+    }
+
+    /// Marks open conflict entries resolved whose losing value is the row's value now: a restore made on another
+    /// device (or the same value written again) reached this one, so the entry needs nothing more. Entries of row
+    /// deletes are left open. Returns how many were marked.
+    @discardableResult
+    public func settleConflictsByCurrentValues() throws -> Int {
+        guard isTracked else { return 0 }
+        return try locked {
+            let open = try db.rows("SELECT \(Self.conflictColumns) FROM rtsync_conflicts WHERE restored = 0 ORDER BY id").map(Self.conflict(from:))
+            var settled: [Int64] = []
+            var definitions: [String: TableDefinition?] = [:]
+            for record in open {
+                if definitions[record.table] == nil { definitions[record.table] = try TableDefinition.read(table: record.table, from: db) }
+                guard let def = definitions[record.table] ?? nil, let keys = KeyCodec.decode(record.key),
+                      keys.count == def.primaryKeyColumns.count, !keys.isEmpty else { continue }
+                let whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " IS ?" }.joined(separator: " AND ")
+                // Row deletes are left to `restoreConflict`: whether the row's absence is the losing side depends on
+                // which side deleted.
+                if record.column.isEmpty { continue }
+                guard def.columnIndex(record.column) != nil else { continue }
+                let same = try db.scalar("SELECT count(*) FROM " + quoteIdentifier(def.name) + " WHERE " + whereKey
+                                         + " AND " + quoteIdentifier(record.column) + " IS ?", keys + [record.losingValue])?.int64 ?? 0
+                if same > 0 { settled.append(record.id) }
+            }
+            if !settled.isEmpty {
+                try db.transaction {
+                    for id in settled { try db.execute("UPDATE rtsync_conflicts SET restored = 1 WHERE id = ?", [.integer(id)]) }
+                }
+            }
+            return settled.count
         }
     }
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import BucketClient
 import DiffFormat
 import Foundation
+import RTSQLite
 import SyncEngine
 
 extension RTSync {
@@ -65,10 +66,15 @@ extension RTSync {
                     let list = try db.conflicts(includeRestored: !open, table: table)
                     if json { printJSON(list); return }
                     if list.isEmpty { print("no conflicts"); return }
+                    var keys = KeyNames(db: db)
                     for c in list {
-                        print("#\(c.id) \(c.table) [\(c.key)] \(c.column.isEmpty ? "(row delete)" : c.column): \(c.winner) won; lost \(c.losingValue.sqlLiteral)\(c.restored ? " (restored)" : "") — \(c.reason)")
+                        let what = c.column.isEmpty ? "row delete" : c.column
+                        let here = c.column.isEmpty && c.winner == "remote" ? "kept" : shortValue(c.localValue)
+                        let remote = c.column.isEmpty && c.winner == "local" ? "deleted" : shortValue(c.remoteValue)
+                        print("#\(c.id) \(keys.readable(c)) \(what): here \(here) | remote \(remote) -> \(c.winner) won\(c.restored ? " (restored)" : "") — \(terminalSafe(c.reason))")
                     }
-                    print("\(list.count) conflict(s)")
+                    let open = list.filter { !$0.restored }.count
+                    print("\(list.count) conflict(s), \(open) not restored; `rtsync conflicts show ID` for one, `rtsync conflicts restore ID` to bring the losing value back")
                 } catch { throw report(error) }
             }
         }
@@ -84,18 +90,21 @@ extension RTSync {
                 do {
                     let c = try db.conflict(id: id)
                     if json { printJSON(c); return }
+                    var keys = KeyNames(db: db)
+                    func when(_ clock: Clock?) -> String {
+                        guard let clock else { return "edited here, not exported yet" }
+                        let date = Date(timeIntervalSince1970: Double(clock.hlc.milliseconds) / 1000)
+                        return "\(ISO8601.format(date, fractional: true)) by site \(clock.site)"
+                    }
+                    let mine = (try? db.siteID()).map { site in { (c: Clock?) in c?.site == site ? " (this device)" : "" } } ?? { _ in "" }
                     print("""
-                    id:           \(c.id)
-                    at:           \(c.at)
-                    diff:         \(c.diffID ?? "-")
-                    table:        \(c.table)
-                    key:          \(c.key)
-                    column:       \(c.column.isEmpty ? "(whole row: delete)" : c.column)
-                    local value:  \(c.localValue.sqlLiteral)  clock \(c.localClock.map { "\($0)" } ?? "unexported local change")
-                    remote value: \(c.remoteValue.sqlLiteral)  clock \(c.remoteClock.map { "\($0)" } ?? "-")
-                    winner:       \(c.winner)
-                    reason:       \(c.reason)
-                    restored:     \(c.restored ? "yes" : "no")
+                    conflict #\(c.id) in \(keys.readable(c)), \(c.column.isEmpty ? "the whole row (a delete)" : "column \(c.column)")
+                                  value                               changed
+                      here:       \(pad(terminalSafe(c.localValue.sqlLiteral, limit: 200), 35)) \(when(c.localClock))\(mine(c.localClock))
+                      remote:     \(pad(terminalSafe(c.remoteValue.sqlLiteral, limit: 200), 35)) \(when(c.remoteClock))\(mine(c.remoteClock))
+                    winner:       \(c.winner) (\(terminalSafe(c.reason)))
+                    lost:         \(terminalSafe(c.losingValue.sqlLiteral, limit: 200))\(c.restored ? " — restored" : " — `rtsync conflicts restore \(c.id)` brings it back")
+                    logged:       \(c.at) while applying diff \(c.diffID ?? "-")
                     """)
                 } catch { throw report(error) }
             }
@@ -129,5 +138,33 @@ extension RTSync {
                 }
             }
         }
+    }
+}
+
+/// A logged value cut for a one-line listing.
+func shortValue(_ value: SQLValue) -> String { terminalSafe(value.sqlLiteral, limit: 40) }
+
+/// `text` padded with spaces to `width` characters (longer text is left as it is).
+func pad(_ text: String, _ width: Int) -> String { text.count >= width ? text : text + String(repeating: " ", count: width - text.count) }
+
+/// Conflict keys as people read them: `things(account_id='a', id='2si…')`, from the table's primary-key columns.
+struct KeyNames {
+    let db: SyncDatabase
+    private var columns: [String: [String]] = [:]
+
+    init(db: SyncDatabase) { self.db = db }
+
+    /// The table and its key columns with their values; the raw key when the table or key cannot be read.
+    mutating func readable(_ c: ConflictRecord) -> String {
+        if columns[c.table] == nil {
+            columns[c.table] = ((try? db.query("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [.text(c.table)])) ?? [])
+                .compactMap { $0.first?.string }
+        }
+        let table = terminalSafe(c.table, limit: 60)
+        guard let names = columns[c.table], let values = c.keyValues, names.count == values.count, !names.isEmpty else {
+            return "\(table) [\(terminalSafe(c.key, limit: 80))]"
+        }
+        let pairs = zip(names, values).map { "\(terminalSafe($0, limit: 40))=\(terminalSafe($1.sqlLiteral, limit: 40))" }
+        return "\(table)(\(pairs.joined(separator: ", ")))"
     }
 }

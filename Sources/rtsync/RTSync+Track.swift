@@ -3,9 +3,24 @@ import DiffFormat
 import Foundation
 import SyncEngine
 
-/// Options naming the primary database.
+/// Options naming the primary database: `--db PATH`, or a home's (`--home DIR`, else $RTSYNC_HOME or ~/.rtsync when
+/// it exists), as the other commands name it.
 struct DatabaseOptions: ParsableArguments {
-    @Option(name: .long, help: "Path of the primary SQLite database.") var db: String
+    @Option(name: .customLong("db"), help: "Path of the SQLite database (default: the --home's support/primary.sqlite).") var dbPath: String?
+    @Option(help: "Home folder whose primary database to use (default: $RTSYNC_HOME, else ~/.rtsync, when it exists).") var home: String?
+
+    func validate() throws {
+        if dbPath != nil && home != nil { throw ValidationError("give either --db or --home, not both") }
+        if dbPath == nil && home == nil && RTSync.existingDefaultHome() == nil {
+            throw ValidationError("give --db PATH (a SQLite database) or --home DIR (no home at $RTSYNC_HOME or ~/.rtsync)")
+        }
+    }
+
+    /// The database path: --db, else the home's primary database.
+    var db: String {
+        if let dbPath { return dbPath }
+        return RTSyncHome.resolve(home ?? RTSync.existingDefaultHome()).database.path
+    }
 
     /// Opens the database as a SyncDatabase, printing a clear error when it cannot.
     func open() throws -> SyncDatabase {
