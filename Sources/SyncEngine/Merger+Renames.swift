@@ -93,11 +93,12 @@ extension SyncDatabase {
     /// Learns the renames of a tracked table whose columns changed since tracking: when a trigger naming every
     /// non-key column survived the change (the capture trigger `rtsync_upd_<tid>`, or `migrate`'s witness), no column
     /// was dropped and the table was not rebuilt, so its first columns are the tracked ones in order (ADD COLUMN
-    /// appends) and a different name at one of those positions is a RENAME COLUMN.
-    static func learnRenames(_ db: Connection, tid: Int64, old: [String], new: [String]) throws {
+    /// appends) and a different name at one of those positions is a RENAME COLUMN. The trigger must still be on this
+    /// table: one renamed away with its table (`ALTER TABLE t RENAME TO t_old`, then a new `t`) shows nothing.
+    static func learnRenames(_ db: Connection, tid: Int64, table: String, old: [String], new: [String]) throws {
         guard new.count >= old.count, zip(old, new).contains(where: { $0.lowercased() != $1.lowercased() }),
-              try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'trigger' AND name IN (?, ?)",
-                            [.text("rtsync_upd_\(tid)"), .text("rtsync_cols_\(tid)")]) != nil else { return }
+              try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'trigger' AND name IN (?, ?) AND tbl_name = ? COLLATE NOCASE",
+                            [.text("rtsync_upd_\(tid)"), .text("rtsync_cols_\(tid)"), .text(table)]) != nil else { return }
         for (o, n) in zip(old, new) where o.lowercased() != n.lowercased() {
             try learnRename(db, tid: tid, old: o, new: n)
         }

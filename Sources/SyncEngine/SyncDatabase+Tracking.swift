@@ -378,7 +378,7 @@ extension SyncDatabase {
                 o.lowercased() == n.lowercased() || (!newNames.contains(o.lowercased()) && !oldNames.contains(n.lowercased()))
             }
             let added = new.indices.filter { !oldNames.contains(new[$0].lowercased()) }
-            try learnRenames(db, tid: info.table.id, old: old, new: new)
+            try learnRenames(db, tid: info.table.id, table: info.table.name, old: old, new: new)
             func remap(_ positions: [Int]) -> [Int] {
                 if positions.isEmpty { return added }
                 if renamed { return positions }

@@ -132,6 +132,40 @@ struct RenamedColumnTests {
         #expect(try upgraded.value("SELECT load_kg FROM records WHERE id = 'r1'") == .real(77))
     }
 
+    /// A table renamed away (its triggers go with it) and made again with another column where the old one was is
+    /// no RENAME COLUMN: nothing is learned, and the old name's values are kept aside, not put in the new column.
+    @Test func tableRebuiltUnderTheSameName_otherColumnInPlace_noRenameLearned() throws {
+        let box = try Sandbox("renamed-rebuilt")
+        let upgraded = try box.replica("upgraded", fixture: "planner-v1")
+        let old = try box.replica("old", fixture: "planner-v1")
+        try upgraded.exec("""
+            ALTER TABLE records RENAME TO records_before;
+            CREATE TABLE records(id TEXT PRIMARY KEY NOT NULL, routine_id INTEGER REFERENCES routines(id) ON DELETE SET NULL, reps INTEGER, note TEXT);
+            INSERT INTO records(id, routine_id, reps) SELECT id, routine_id, reps FROM records_before
+            """)
+        try old.exec("UPDATE records SET weight = 90 WHERE id = 'r1'")
+        let r = upgraded.apply(try old.exportFile())
+        #expect(r.status == .applied && r.columnsKeptAside == ["records.weight"], "\(r)")
+        #expect(try upgraded.rows("SELECT note FROM records WHERE id = 'r1'") == [[.null]])
+        #expect(try upgraded.db.asideValues(table: "records")["'r1'"] == ["weight": .real(90)])
+    }
+
+    @Test func policyConfig_readsRenamed_refusesAColumnMappedToItself_andTrackedTablesShowIt() throws {
+        let box = try Sandbox("renamed-config")
+        let good = box.path("good.json"), bad = box.path("bad.json")
+        try Data(#"{"tables": {"records": {"renamed": {"weight": "load_kg"}}}}"#.utf8).write(to: good)
+        try Data(#"{"tables": {"records": {"renamed": {"weight": "Weight"}}}}"#.utf8).write(to: bad)
+        let loaded = try PolicyConfig.load(from: good)
+        #expect(loaded["records"]?.renamed == ["weight": "load_kg"])
+        #expect(throws: SyncEngineError.self) { try PolicyConfig.load(from: bad) }
+        let a = try box.replica("A", fixture: "planner-v1")
+        try a.db.applyPolicies(loaded)
+        #expect(try a.db.trackedTables().first { $0.name == "records" }?.policy.renamed == ["weight": "load_kg"])
+        // Declaring no rename removes the declared one.
+        try a.db.setPolicy(TablePolicy(), for: "records")
+        #expect(try a.db.trackedTables().first { $0.name == "records" }?.policy.renamed == [:])
+    }
+
     // MARK: Property: random edits on an old and a new device
 
     /// Random inserts, updates (under each device's name) and deletes of `records` on a version-1 and a version-3
