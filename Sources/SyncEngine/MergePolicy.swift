@@ -41,15 +41,19 @@ public struct TablePolicy: Sendable, Hashable, Codable {
     /// table stays as this app version made it (its own `INSERT … VALUES` keep working) and their values are kept
     /// aside, then moved into the columns when this app's own migration adds them.
     public var addColumns: Bool
+    /// Columns renamed between app versions, old name -> new name: a value a diff carries under either name lands
+    /// in whichever of the two this table has (renames this database ran itself after `track` are known without it).
+    public var renamed: [String: String]
 
     /// Makes a table policy.
     public init(_ policy: MergePolicy = .lwwColumn, ownerColumn: String? = nil, onDeleteConflict: DeleteConflictPolicy = .deleteWins,
-                syncDefaults: [String: String] = [:], addColumns: Bool = false) {
+                syncDefaults: [String: String] = [:], addColumns: Bool = false, renamed: [String: String] = [:]) {
         self.policy = policy
         self.ownerColumn = ownerColumn
         self.onDeleteConflict = onDeleteConflict
         self.syncDefaults = syncDefaults
         self.addColumns = addColumns
+        self.renamed = renamed
     }
 
     /// The default: column-level last writer wins, delete wins over concurrent updates.
@@ -57,7 +61,7 @@ public struct TablePolicy: Sendable, Hashable, Codable {
 }
 
 /// Per-table policies read from a JSON config file:
-/// `{"tables": {"logs": {"policy": "append-only"}, "routines": {"policy": "owner-only", "ownerColumn": "owner_id"}}}`.
+/// `{"tables": {"logs": {"policy": "append-only"}, "routines": {"policy": "owner-only", "ownerColumn": "owner_id"}, "records": {"renamed": {"weight": "load_kg"}}}}`.
 public struct PolicyConfig: Sendable, Codable {
     /// One table's entry.
     public struct Entry: Sendable, Codable {
@@ -71,6 +75,8 @@ public struct PolicyConfig: Sendable, Codable {
         public var defaults: [String: String]?
         /// Add columns that diffs from newer app versions carry (see `TablePolicy.addColumns`).
         public var addColumns: Bool?
+        /// Columns renamed between app versions, old name -> new name (see `TablePolicy.renamed`).
+        public var renamed: [String: String]?
     }
 
     /// Entries by table name.
@@ -93,8 +99,11 @@ public struct PolicyConfig: Sendable, Codable {
             guard let onDelete = DeleteConflictPolicy(rawValue: entry.onDeleteConflict ?? DeleteConflictPolicy.deleteWins.rawValue) else {
                 throw SyncEngineError.invalidConfig(file: url.path, reason: "table \(table): onDeleteConflict must be delete-wins or last-writer-wins")
             }
+            for (old, new) in entry.renamed ?? [:] where old.isEmpty || new.isEmpty || old.lowercased() == new.lowercased() {
+                throw SyncEngineError.invalidConfig(file: url.path, reason: "table \(table): renamed maps '\(old)' to '\(new)'; give two different non-empty column names, old name first")
+            }
             out[table] = TablePolicy(policy, ownerColumn: entry.ownerColumn, onDeleteConflict: onDelete, syncDefaults: entry.defaults ?? [:],
-                                     addColumns: entry.addColumns ?? false)
+                                     addColumns: entry.addColumns ?? false, renamed: entry.renamed ?? [:])
         }
         return out
     }

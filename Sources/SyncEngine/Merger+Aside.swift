@@ -8,8 +8,9 @@ import RTSQLite
 // the table under the app (its `INSERT INTO t VALUES (…)` would then fail, and its own migration adding the same
 // column later would fail as a duplicate). Unless the table's policy adds them (`TablePolicy.addColumns`), their
 // values are kept aside in `rtsync_aside`, per row and column with the clock they came with (the later one wins,
-// as for any column). When this app's own migration adds a column of that name, the next export or apply moves
-// the values into it with their clocks, captured as nothing new: the row then holds what the newer devices have.
+// as for any column). When this app's own migration adds a column of that name (or one a rename links it to), the
+// next export or apply moves the values into it with their clocks, captured as nothing new: the row then holds what
+// the newer devices have.
 // Values kept aside are not sent on in this device's diffs (the devices that made them have them).
 
 extension SyncDatabase {
@@ -25,9 +26,13 @@ extension SyncDatabase {
         guard try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_aside_cols'") != nil else { return }
         let pending = try db.rows("SELECT c.tid, c.col, t.name FROM rtsync_aside_cols c JOIN rtsync_tracked t ON t.tid = c.tid")
         guard !pending.isEmpty else { return }
+        let renames = try loadRenames(db)
         for p in pending {
+            // A column kept aside under a name a rename links to a column of this table (declared since) goes there.
             guard let tid = p[0].int64, let col = p[1].string, let table = p[2].string,
-                  let def = try TableDefinition.read(table: table, from: db), let local = def.columnNames.first(where: { $0.lowercased() == col.lowercased() }) else { continue }
+                  let def = try TableDefinition.read(table: table, from: db),
+                  let local = def.columnNames.first(where: { $0.lowercased() == col.lowercased() })
+                    ?? translatedColumns(remote: [col], local: def.columnNames, renames: renames[tid]?.all ?? [])[0] else { continue }
             let keyExpr = keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: try hasRowidAliasKey(db, def))
             let before = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 ?? 0
             // Only values at least as late as the column's value here (or the row's birth: a key re-used since keeps

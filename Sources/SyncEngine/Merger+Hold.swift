@@ -106,9 +106,11 @@ extension Merger {
                         .integer(r.change.clock.hlc.rawValue), .text(r.change.clock.site), .text(reason), .text(now)])
         let id = db.lastInsertRowID
         for (i, column) in r.plan.remoteDef.columns.enumerated() where i < r.change.values.count {
-            let clock = r.change.columnClocks.first { $0.key.lowercased() == column.name.lowercased() }?.value
+            // A renamed column is held under its name here (the change's clocks are named so already).
+            let name = r.plan.renamedFrom[column.name.lowercased()] ?? column.name
+            let clock = r.change.columnClocks.first { $0.key.lowercased() == name.lowercased() }?.value
             try db.execute("INSERT INTO rtsync_held_cells(held_id, position, col, type, value, hlc, site) VALUES (?,?,?,?,?,?,?)",
-                           [.integer(id), .integer(Int64(i)), .text(column.name), .text(column.type), r.change.values[i],
+                           [.integer(id), .integer(Int64(i)), .text(name), .text(column.type), r.change.values[i],
                             clock.map { .integer($0.hlc.rawValue) } ?? .null, clock.map { .text($0.site) } ?? .null])
         }
         report.held += 1

@@ -14,7 +14,7 @@ extension Merger {
         try checkClock(row.born, row.table.name)
         for clock in row.columnClocks.values { try checkClock(clock, row.table.name) }
         if row.operation == .upsert, try insertNew(plan, row) { return }
-        try mergeFully(row.change, plan: plan)
+        try mergeFully(plan.localized(row.change), plan: plan)
     }
 
     /// The plan of a carried table, made on first use.
@@ -132,7 +132,7 @@ extension Merger {
         // Column clocks are kept only where they differ from the row's born clock.
         let needsClocks = !(row.columnClocks.isEmpty && row.clock == row.born)
         guard needsClocks || plan.hasDeleteActions else { return true }
-        let change = row.change
+        let change = plan.localized(row.change)
         let keyValues = keyPositions.map { change.values[$0] }
         let key = try keyText(keyValues)
         let remote = plan.remoteValues(change)
@@ -149,8 +149,10 @@ extension Merger {
     final class TablePlan {
         let info: TrackedInfo
         let remoteDef: TableDefinition
-        /// Incoming column names, lower-cased, in diff order.
+        /// Incoming column names, lower-cased, in diff order; a renamed column under the name it has here.
         let remoteLower: [String]
+        /// The incoming names (lower-cased) of columns renamed between app versions -> the local name.
+        let renamedFrom: [String: String]
         /// Primary key columns, lower-cased, in key order.
         let keyLower: [String]
         /// Position of each primary key column in the incoming values.
@@ -223,7 +225,9 @@ extension Merger {
             self.info = info
             self.remoteDef = remoteDef
             let def = info.definition
-            remoteLower = remoteDef.columnNames.map { $0.lowercased() }
+            let translated = SyncDatabase.translatedColumns(remote: remoteDef.columnNames, local: def.columnNames, renames: info.renames)
+            remoteLower = zip(remoteDef.columnNames, translated).map { ($1 ?? $0).lowercased() }
+            renamedFrom = Dictionary(zip(remoteDef.columnNames, translated).compactMap { n, t in t.map { (n.lowercased(), $0) } }, uniquingKeysWith: { a, _ in a })
             keyLower = def.primaryKeyColumns.map { $0.lowercased() }
             keyAffinities = def.primaryKeyColumns.map { k in KeyAffinity(declaredType: def.columns.first { $0.name == k }?.type ?? "") }
             var index: [String: Int] = [:]
@@ -251,7 +255,7 @@ extension Merger {
             keyPositions = keyLower.map { remoteLower.firstIndex(of: $0) }
             fastKeyPositions = keyPositions.contains(where: { $0 == nil }) ? nil : keyPositions.compactMap { $0 }
             allPositions = remoteLower.indices.filter { names[remoteLower[$0]] != nil }
-            aside = remoteDef.columnNames.enumerated().filter { names[$0.element.lowercased()] == nil }.map { ($0.offset, $0.element) }
+            aside = remoteDef.columnNames.enumerated().filter { names[remoteLower[$0.offset]] == nil }.map { ($0.offset, $0.element) }
             let policy = info.table.policy
             ownerPosition = policy.policy == .ownerOnly ? remoteLower.firstIndex(of: (policy.ownerColumn ?? "owner_id").lowercased()) : nil
             fastInsert = (policy.policy != .ownerOnly || ownerPosition != nil) && fillers.isEmpty && unplaceable.isEmpty && aside.isEmpty

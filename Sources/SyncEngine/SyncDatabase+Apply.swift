@@ -310,22 +310,24 @@ struct Merger {
                 guard lp == rp else {
                     throw SyncEngineError.diffRejected(file: file, reason: "incompatible schema for table '\(def.name)': primary key (\(rp.joined(separator: ", "))) in the diff, (\(lp.joined(separator: ", "))) here")
                 }
-                for column in def.columns {
-                    guard let i = local.columnIndex(column.name) else { continue }
+                let tracked = try SyncDatabaseInternals.loadTracked(db)
+                let info = tracked[def.name] ?? tracked.values.first { $0.table.name.lowercased() == def.name.lowercased() }
+                // A column renamed between app versions is found under its name here (Merger+Renames).
+                let translated = SyncDatabase.translatedColumns(remote: def.columnNames, local: local.columnNames, renames: info?.renames ?? [])
+                for (column, localName) in zip(def.columns, translated) {
+                    guard let i = local.columnIndex(localName ?? column.name) else { continue }
                     let here = local.columns[i]
                     if KeyAffinity(declaredType: column.type) != KeyAffinity(declaredType: here.type) {
                         let key = local.primaryKeyColumns.contains { $0.lowercased() == column.name.lowercased() }
                         report.typeDifferences.append("\(def.name).\(here.name)\(key ? " (key)" : ""): \(column.type.isEmpty ? "no type" : column.type) in the diff, \(here.type.isEmpty ? "no type" : here.type) here")
                     }
                 }
-                let missing = def.columns.filter { local.columnIndex($0.name) == nil }
+                let missing = zip(def.columns, translated).filter { local.columnIndex($1 ?? $0.name) == nil }.map(\.0)
                 // Only the owner changes an owner-only table, its schema included: another user's diff may not add columns.
                 if !missing.isEmpty, try db.scalar("SELECT policy FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(def.name)])?.string == MergePolicy.ownerOnly.rawValue,
                    let ownUser = try db.scalar("SELECT user_id FROM rtsync_site")?.string, !ownUser.isEmpty, meta.authorUser != ownUser {
                     throw SyncEngineError.diffRejected(file: file, reason: "user '\(meta.authorUser)' may not add columns (\(missing.map(\.name).joined(separator: ", "))) to the owner-only table '\(def.name)'")
                 }
-                let tracked = try SyncDatabaseInternals.loadTracked(db)
-                let info = tracked[def.name] ?? tracked.values.first { $0.table.name.lowercased() == def.name.lowercased() }
                 if let info, !missing.isEmpty, !info.table.policy.addColumns {
                     // The table stays as this app version made it; the values are kept aside (Merger+Aside).
                     try db.execute(SyncDatabase.asideTablesSQL)

@@ -108,6 +108,7 @@ extension SyncDatabase {
                     try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?,?,?,?,?,?,?)",
                                    a + [.text(ISO8601.format(Date(), fractional: true))])
                 }
+                try Self.copyHeldRows(from: snapshot, into: db)
                 if try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_retired'") != nil { try db.execute("UPDATE rtsync_retired SET catch_up = 0") }
                 try db.execute("DROP TABLE IF EXISTS rtsync_catch_up")
             }
@@ -115,9 +116,29 @@ extension SyncDatabase {
         return report
     }
 
+    /// Copies the rows `snapshot` holds back (`rtsync_held`, Merger+Hold) that this database does not hold from the
+    /// same diff: the diff may be pruned, and the next `applyHeldRows` (every sync) merges them here by their clocks.
+    /// Inside the caller's transaction.
+    static func copyHeldRows(from snapshot: URL, into db: Connection) throws {
+        let s = try Connection(path: DiffReader.immutableURI(for: snapshot.path), mode: .readOnly, uri: true)
+        guard try s.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_held'") != nil else { return }
+        let held = try s.rows("SELECT id, diff_id, author_user, author_site, seen, tbl, pk, changed, born_hlc, born_site, hlc, site, reason, held_at FROM rtsync_held ORDER BY id")
+        guard !held.isEmpty else { return }
+        try db.execute(heldTablesSQL)
+        for h in held {
+            guard try db.scalar("SELECT 1 FROM rtsync_held WHERE diff_id = ? AND tbl = ? COLLATE NOCASE AND pk = ?", [h[1], h[5], h[6]]) == nil else { continue }
+            try db.execute("INSERT INTO rtsync_held(diff_id, author_user, author_site, seen, tbl, pk, changed, born_hlc, born_site, hlc, site, reason, held_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           Array(h.dropFirst()))
+            let id = db.lastInsertRowID
+            for c in try s.rows("SELECT position, col, type, value, hlc, site FROM rtsync_held_cells WHERE held_id = ?", [h[0]]) {
+                try db.execute("INSERT INTO rtsync_held_cells(held_id, position, col, type, value, hlc, site) VALUES (?,?,?,?,?,?,?)", [.integer(id)] + c)
+            }
+        }
+    }
+
     /// Writes the state of a tracked database as one diff: every row of its tracked tables with its birth and
-    /// column clocks (unexported changes with the clocks they were made with), and every deleted row it keeps a
-    /// tombstone for. Also returns the `rtsync_applied` entries of the diffs it had applied (id, kind, user, site,
+    /// column clocks (unexported changes with the clocks they were made with) and the values it keeps aside for
+    /// them, and every deleted row it keeps a tombstone for. Also returns the `rtsync_applied` entries of the diffs it had applied (id, kind, user, site,
     /// first and last sequence number).
     static func writeStateDiff(of snapshot: URL, to directory: URL) throws -> (URL, [[SQLValue]]) {
         let s = try Connection(path: DiffReader.immutableURI(for: snapshot.path), mode: .readOnly, uri: true)
@@ -139,17 +160,29 @@ extension SyncDatabase {
         do {
             let born = try s.prepare("SELECT born_hlc, born_site FROM rtsync_rows WHERE tid = ? AND pk = ?")
             let clocks = try s.prepare("SELECT col, hlc, site FROM rtsync_clocks WHERE tid = ? AND pk = ?")
+            // Values of a newer app version's columns kept aside there go as columns of their own, each row carrying
+            // only the ones it has (`changedColumns`), so the receiver keeps them aside (or has the columns).
+            let hasAside = try s.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_aside_cols'") != nil
+            let asideValues = hasAside ? try s.prepare("SELECT col, value, hlc, site FROM rtsync_aside WHERE tid = ? AND pk = ?") : nil
             func own(_ hlc: Int64) -> Clock { Clock(hlc: HLC(rawValue: hlc), site: site) }
             for info in tracked.values.sorted(by: { $0.table.id < $1.table.id }) {
-                let def = info.definition
                 let tid = info.table.id
+                let local = info.definition
+                var def = local
+                if hasAside {
+                    for r in try s.rows("SELECT col, type FROM rtsync_aside_cols WHERE tid = ? ORDER BY col", [.integer(tid)]) {
+                        guard let name = r[0].string, def.columnIndex(name) == nil else { continue }
+                        def.columns.append(ColumnDefinition(name: name, type: r[1].string ?? ""))
+                    }
+                }
+                let asideNames = def.columnNames.dropFirst(local.columns.count)
                 try writer.addTable(def)
                 let keyExpr = keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: try hasRowidAliasKey(s, def))
-                let rows = try s.prepare("SELECT \(keyExpr), " + def.columnNames.map { "o." + quoteIdentifier($0) }.joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " AS o")
+                let rows = try s.prepare("SELECT \(keyExpr), " + local.columnNames.map { "o." + quoteIdentifier($0) }.joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " AS o")
                 while try rows.step() {
                     let all = rows.row()
                     guard let pk = all[0].string else { continue }
-                    let values = Array(all.dropFirst())
+                    var values = Array(all.dropFirst())
                     try born.bind([.integer(tid), .text(pk)])
                     var b = try born.step() ? Clock(hlc: HLC(rawValue: born.column(0).int64 ?? 0), site: born.column(1).string ?? "") : Clock.zero
                     born.reset()
@@ -168,9 +201,25 @@ extension SyncDatabase {
                         }
                     }
                     var full: [String: Clock] = [:]
-                    for name in def.columnNames { full[name] = perColumn[name] ?? b }
+                    for name in local.columnNames { full[name] = perColumn[name] ?? b }
+                    var changed: [String]?
+                    if let asideValues, !asideNames.isEmpty {
+                        var kept: [String: (SQLValue, Clock)] = [:]
+                        try asideValues.bind([.integer(tid), .text(pk)])
+                        while try asideValues.step() {
+                            if let c = asideValues.column(0).string, let name = asideNames.first(where: { $0.lowercased() == c.lowercased() }) {
+                                kept[name] = (asideValues.column(1), Clock(hlc: HLC(rawValue: asideValues.column(2).int64 ?? 0), site: asideValues.column(3).string ?? ""))
+                            }
+                        }
+                        asideValues.reset()
+                        for name in asideNames {
+                            values.append(kept[name]?.0 ?? .null)
+                            if let c = kept[name]?.1 { full[name] = c }
+                        }
+                        if kept.count < asideNames.count { changed = local.columnNames + asideNames.filter { kept[$0] != nil } }
+                    }
                     let clock = full.values.max() ?? b
-                    try writer.append(RowChange(table: def.name, operation: .upsert, values: values, changedColumns: nil, clock: clock, born: b,
+                    try writer.append(RowChange(table: def.name, operation: .upsert, values: values, changedColumns: changed, clock: clock, born: b,
                                                 columnClocks: full.filter { $0.value != clock }))
                 }
                 // Deleted rows: tombstones, and deletes not exported yet.

@@ -18,6 +18,8 @@ public struct TrackedTable: Sendable, Hashable, Codable {
 struct TrackedInfo {
     var table: TrackedTable
     var definition: TableDefinition
+    /// Declared and learned column renames (old name -> new name), see Merger+Renames.
+    var renames: [(old: String, new: String)] = []
 }
 
 extension SyncDatabase {
@@ -29,6 +31,9 @@ extension SyncDatabase {
         try locked {
             try db.transaction {
                 try installBookkeeping()
+                // Tables tracked before whose columns changed are brought up to date first (captured changes
+                // re-keyed, renames learned), as export and apply would.
+                try Self.refreshTracking(db)
                 // `--all` means every table, now and later: tables created afterwards are tracked at the next export.
                 if tables == nil { try db.execute("UPDATE rtsync_site SET track_all = 1") }
                 let names = try tables ?? userTableNames()
@@ -60,7 +65,9 @@ extension SyncDatabase {
 
     /// Runs the app's schema migration (`ALTER TABLE … DROP COLUMN`, `RENAME COLUMN`, `ADD COLUMN`, new tables) with
     /// rtsync's capture triggers out of the way, in one transaction, then tracks the tables as they are now; changes
-    /// captured before are kept under their columns' new positions. SQLite refuses to drop a column that a trigger
+    /// captured before are kept under their columns' new positions, and the columns it renamed are remembered, so
+    /// diffs from devices still on the old schema land in them (not when the same migration also drops a column of
+    /// the table: declare the rename in the policy config then). SQLite refuses to drop a column that a trigger
     /// names, so dropping a column of a tracked table goes through here. Rows the migration itself writes are not
     /// captured (every device runs the same migration).
     /// - Throws: the migration's own SQLite error; nothing is changed then.
@@ -70,8 +77,19 @@ extension SyncDatabase {
             try db.transaction {
                 try upgradeBookkeeping()
                 try Self.refreshTracking(db)
-                for info in try Self.loadTracked(db).values { try Self.dropTriggers(db, tid: info.table.id) }
-                try db.execute(sql)
+                let before = try Self.loadTracked(db).values
+                for info in before { try Self.dropTriggers(db, tid: info.table.id) }
+                // First with a witness on each table, which shows the renames the migration made (Merger+Renames);
+                // a migration that drops a column cannot run beside it, and runs again without.
+                try db.execute("SAVEPOINT rtsync_migrate")
+                do {
+                    for info in before { try Self.installWitness(db, tid: info.table.id, definition: info.definition) }
+                    try db.execute(sql)
+                    try db.execute("RELEASE rtsync_migrate")
+                } catch {
+                    try db.execute("ROLLBACK TO rtsync_migrate; RELEASE rtsync_migrate")
+                    try db.execute(sql)
+                }
                 try Self.refreshTracking(db)
                 for info in try Self.loadTracked(db).values {
                     try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
@@ -170,7 +188,7 @@ extension SyncDatabase {
         let defaults = (try? JSONDecoder().decode([String: String].self, from: Data((text(3) ?? "{}").utf8))) ?? [:]
         let stored = TablePolicy(MergePolicy(rawValue: text(0) ?? "") ?? .lwwColumn, ownerColumn: text(1),
                                  onDeleteConflict: DeleteConflictPolicy(rawValue: text(2) ?? "") ?? .deleteWins, syncDefaults: defaults,
-                                 addColumns: try addColumnsTables(db).contains(name.lowercased()))
+                                 addColumns: try addColumnsTables(db).contains(name.lowercased()), renamed: try loadRenames(db)[tid]?.declared ?? [:])
         return TrackedTable(id: tid, name: name, columns: def.columnNames, policy: stored)
     }
 
@@ -180,15 +198,17 @@ extension SyncDatabase {
         var out: [String: TrackedInfo] = [:]
         let hasDefaults = try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_tracked') WHERE name = 'sync_defaults'") != nil
         let adding = try addColumnsTables(db)
+        let renames = try loadRenames(db)
         for r in try db.rows("SELECT tid, name, columns, policy, owner_column, on_delete_conflict, \(hasDefaults ? "sync_defaults" : "NULL") FROM rtsync_tracked") {
             guard let tid = r[0].int64, let name = r[1].string else { continue }
             let columns = (try? JSONDecoder().decode([String].self, from: Data((r[2].string ?? "[]").utf8))) ?? []
             let defaults = (try? JSONDecoder().decode([String: String].self, from: Data((r[6].string ?? "{}").utf8))) ?? [:]
             let policy = TablePolicy(MergePolicy(rawValue: r[3].string ?? "") ?? .lwwColumn, ownerColumn: r[4].string,
                                      onDeleteConflict: DeleteConflictPolicy(rawValue: r[5].string ?? "") ?? .deleteWins, syncDefaults: defaults,
-                                     addColumns: adding.contains(name.lowercased()))
+                                     addColumns: adding.contains(name.lowercased()), renamed: renames[tid]?.declared ?? [:])
             guard let def = try TableDefinition.read(table: name, from: db) else { continue }
-            out[name] = TrackedInfo(table: TrackedTable(id: tid, name: name, columns: columns, policy: policy), definition: def)
+            out[name] = TrackedInfo(table: TrackedTable(id: tid, name: name, columns: columns, policy: policy), definition: def,
+                                    renames: renames[tid]?.all ?? [])
         }
         return out
     }
@@ -201,6 +221,9 @@ extension SyncDatabase {
 
     /// Records the table options rtsync_tracked has no column for.
     static func storeOptions(_ db: Connection, table: String, _ policy: TablePolicy) throws {
+        if let tid = try db.scalar("SELECT tid FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(table)])?.int64 {
+            try storeDeclaredRenames(db, tid: tid, policy.renamed)
+        }
         if policy.addColumns {
             try db.execute("CREATE TABLE IF NOT EXISTS rtsync_add_columns(tbl TEXT PRIMARY KEY COLLATE NOCASE)")
             try db.execute("INSERT OR IGNORE INTO rtsync_add_columns(tbl) VALUES (?)", [.text(table)])
@@ -355,6 +378,7 @@ extension SyncDatabase {
                 o.lowercased() == n.lowercased() || (!newNames.contains(o.lowercased()) && !oldNames.contains(n.lowercased()))
             }
             let added = new.indices.filter { !oldNames.contains(new[$0].lowercased()) }
+            try learnRenames(db, tid: info.table.id, table: info.table.name, old: old, new: new)
             func remap(_ positions: [Int]) -> [Int] {
                 if positions.isEmpty { return added }
                 if renamed { return positions }
@@ -383,6 +407,6 @@ extension SyncDatabase {
     }
 
     static func dropTriggers(_ db: Connection, tid: Int64) throws {
-        for kind in ["ins", "upd", "key", "del", "rep"] { try db.execute("DROP TRIGGER IF EXISTS rtsync_\(kind)_\(tid)") }
+        for kind in ["ins", "upd", "key", "del", "rep", "cols"] { try db.execute("DROP TRIGGER IF EXISTS rtsync_\(kind)_\(tid)") }
     }
 }

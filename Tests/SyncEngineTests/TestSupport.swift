@@ -14,9 +14,10 @@ func fixtureURL(_ name: String) -> URL {
     packageRoot.appendingPathComponent("Fixtures/databases/\(name).sqlite")
 }
 
-/// The real Record Thing database (present only beside the shared folder of the development machine).
-let recordThingURL = packageRoot.deletingLastPathComponent()
-    .appendingPathComponent("shared/fixtures/record-thing/record-thing-2025-04-16.sqlite")
+/// The real Record Thing database (present only beside the shared folder of the development machine;
+/// `RTSYNC_RECORD_THING=PATH` names it from elsewhere, e.g. a worktree).
+let recordThingURL = ProcessInfo.processInfo.environment["RTSYNC_RECORD_THING"].map { URL(fileURLWithPath: $0) }
+    ?? packageRoot.deletingLastPathComponent().appendingPathComponent("shared/fixtures/record-thing/record-thing-2025-04-16.sqlite")
 
 // MARK: - Temporary directories
 
