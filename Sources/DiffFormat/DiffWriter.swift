@@ -133,7 +133,7 @@ public final class DiffWriter {
     /// columns, from the local user, never from a file) as upserts stamped with `clock`.
     /// - Returns: the number of rows appended.
     @discardableResult
-    public func appendRows(from source: Connection, table: TableDefinition, filter: String? = nil,
+    package func appendRows(from source: Connection, table: TableDefinition, filter: String? = nil,
                            arguments: [SQLValue] = [], clock: Clock, born: Clock = .zero) throws -> Int {
         try addTable(table)
         var sql = "SELECT " + table.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(table.name)

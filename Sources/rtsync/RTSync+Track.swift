@@ -10,7 +10,7 @@ struct DatabaseOptions: ParsableArguments {
     /// Opens the database as a SyncDatabase, printing a clear error when it cannot.
     func open() throws -> SyncDatabase {
         do { return try SyncDatabase(path: db) } catch let e as SyncEngineError {
-            throw fail(e.description, hint: e.hint)
+            throw fail(e.description, hint: e.cliHint)
         } catch { throw fail("cannot open database: \(error) (\(db))") }
     }
 
@@ -26,8 +26,8 @@ struct DatabaseOptions: ParsableArguments {
 func report(_ error: Error) -> ExitCode {
     switch error {
     case let e as ExitCode: return e
-    case let e as SyncEngineError: return fail(e.description, hint: e.hint)
-    case let e as LifecycleError: return fail(e.description, hint: e.hint)
+    case let e as SyncEngineError: return fail(e.description, hint: e.cliHint)
+    case let e as LifecycleError: return fail(e.description, hint: e.cliHint)
     case let e as DiffFormatError: return fail(e.description, hint: e.hint)
     default: return fail("\(error)")
     }
