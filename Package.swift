@@ -26,14 +26,12 @@ let package = Package(
         .target(name: "RTSQLite", dependencies: ["CSQLite"]),
         // Copy-on-write file clone (FICLONE ioctl / clonefile), which Swift cannot call directly.
         .target(name: "CClone"),
-        // The bundled demo database, shipped as a SwiftPM resource straight from Fixtures/databases.
+        // The bundled demo database: its own folder holding only the Swift file and the one resource, so a stray
+        // -wal/-shm or a new fixture never becomes an "unhandled file" warning in apps that depend on the package.
+        // Fixtures/databases/build.sh writes the file here too; DemoAssetTests checks the two are the same bytes.
         .target(
             name: "DemoAsset",
-            path: "Fixtures/databases",
-            exclude: ["build.sh", "record-thing-demo.sql", "routines-logs.sql", "routine-records.sql",
-                      "routines-logs.sqlite", "routine-records.sqlite",
-                      "planner-v1.sql", "planner-v2.sql", "planner-v3.sql", "planner-v1.sqlite", "planner-v2.sqlite", "planner-v3.sqlite"],
-            sources: ["DemoAsset.swift"],
+            path: "Sources/DemoAsset",
             resources: [.copy("record-thing-demo.sqlite")]
         ),
         .target(
@@ -67,7 +65,7 @@ let package = Package(
         .testTarget(name: "DiffFormatTests", dependencies: ["DiffFormat", "RTSQLite"]),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "DiffFormat", "RTSQLite"]),
         .testTarget(name: "BucketClientTests", dependencies: ["BucketClient", "CChecksum", "RTSyncTestSupport"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient", "BucketSync", "RTSyncTestSupport",
+        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "DemoAsset", "BucketClient", "BucketSync", "RTSyncTestSupport",
                                                            .product(name: "Crypto", package: "swift-crypto")]),
     ]
 )

@@ -44,3 +44,18 @@ export PATH="$PATH:$HOME/.local/bin"
 
 swift build --build-tests
 swift test --skip-build "$@"
+
+# The app-like example (Examples/: its own package on GRDB.swift, depending on this one by path) is built as an app
+# team would build it and run: it exits 1 when any of its checks fails. A warning from rtsync's own sources, or a file
+# SwiftPM cannot place (a stray -wal next to the bundled asset), fails the run: apps would see it too.
+# About 4-5 minutes on 2 cores (it builds rtsync, swift-crypto and GRDB in its own .build), a few seconds to run.
+echo "building and running Examples/ (tasks-app)"
+root="$(pwd)"
+log="$(mktemp)"
+( cd Examples
+  swift build 2>&1 | tee "$log"
+  if grep -E "^$root/(Sources|Package\.swift)[^ ]*: warning:|unhandled" "$log"; then
+    echo "error: building a package that depends on rtsync shows warnings from rtsync (above)" >&2; exit 1
+  fi
+  swift run --skip-build tasks-app )
+rm -f "$log"
