@@ -18,6 +18,7 @@ let package = Package(
             dependencies: [
                 .product(name: "SyncEngine", package: "rtsync"),
                 .product(name: "BucketSync", package: "rtsync"),
+                .product(name: "BucketClient", package: "rtsync"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             path: "Sources/TasksApp"

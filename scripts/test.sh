@@ -45,6 +45,11 @@ export PATH="$PATH:$HOME/.local/bin"
 swift build --build-tests
 swift test --skip-build "$@"
 
+# The DocC catalogs of the library products (Sources/*/Documentation.docc): a broken symbol or article link, or any
+# other DocC warning, fails the run. docc ships with the Swift toolchain; the plugin is swift-docc-plugin 1.5.0.
+# About 45 seconds after the build above.
+swift package generate-documentation --target SyncEngine --target BucketClient --target DiffFormat --warnings-as-errors
+
 # The app-like example (Examples/: its own package on GRDB.swift, depending on this one by path) is built as an app
 # team would build it and run: it exits 1 when any of its checks fails. A warning from rtsync's own sources, or a file
 # SwiftPM cannot place (a stray -wal next to the bundled asset), fails the run: apps would see it too.

@@ -1,3 +1,4 @@
+import BucketSync
 import Foundation
 import SyncEngine
 
@@ -57,6 +58,15 @@ func run() async throws {
     try await laptop.sync()
     try await phone.sync()
     try expect(try phone.app.todos().count == 202 && phone.app.todos() == laptop.app.todos(), "the mistake never reached the phone; both still agree")
+
+    // 5. Sharing (code of the Sharing article): one project's to-dos go to another user's inbound folder.
+    try await shareProject(SyncDatabase(path: phone.location.database.path), location: phone.location,
+                           bucket: try ObjectStoreRemote.open(bucket.path))
+    let inbound = bucket.appendingPathComponent("user-77/inbound")
+    let shared = try FileManager.default.contentsOfDirectory(atPath: inbound.path).filter { $0.hasSuffix(".sqlite") }
+    try expect(shared.count == 1, "the share is in user-77's inbound folder")
+    let summary = try describeDiff(at: inbound.appendingPathComponent(shared[0]))
+    try expect(summary.hasPrefix("share ") && summary.contains("202 row(s)"), "the shared diff reads back: \(summary)")
     print("tasks-app: all checks passed")
 }
 
