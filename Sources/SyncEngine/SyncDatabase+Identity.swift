@@ -33,7 +33,8 @@ extension SyncDatabase {
     /// Prepares an app's database for sync as `userID`: installs rtsync's bookkeeping if missing, tracks every table
     /// that can be tracked when no table is tracked yet (call `track(tables:)` first to choose), and records the user
     /// id and, when given, the site id (only before this database has exported anything). Running it again with the
-    /// same ids changes nothing. Returns the site id.
+    /// same ids changes nothing. Tables without a usable key are left out (see ``trackedTables()``; `track(tables:)`
+    /// says why). Returns the site id.
     /// - Throws: `SyncEngineError.invalidIdentity` when an id is unusable or differs from the one recorded.
     @discardableResult
     public func initializeForSync(userID: String, siteID: String? = nil) throws -> String {

@@ -13,8 +13,9 @@ struct Device {
     /// Runs syncs of this device.
     let syncer: Syncer
 
-    /// Sets up a device whose data lives under `container` and syncs as `user` through `bucket`.
-    init(name: String, container: URL, user: String, bucket: URL) throws {
+    /// Sets up a device whose data lives under `container` and syncs as `user` through `bucket` (`file:///…` or
+    /// `s3://bucket/prefix`; a cloud bucket needs the premium tier).
+    init(name: String, container: URL, user: String, bucket: String) throws {
         self.name = name
         let database = container.appendingPathComponent("Library/Application Support/tasks.sqlite")
         app = try AppDatabase(url: database)
@@ -36,12 +37,13 @@ struct Device {
         settings.backupIntervalMinutes = 0
         settings.keepBackups = 3
         location.settings = settings
+        if bucket.hasPrefix("s3://") { location.settings?.tier = .premium }
         self.location = location
 
         // Once per database: rtsync's bookkeeping and triggers, and the user it syncs as. Running it again is harmless.
         try SyncDatabase(path: database.path).initializeForSync(userID: user)
 
-        var syncer = Syncer(home: location, remote: try ObjectStoreRemote.open(bucket.path))
+        var syncer = Syncer(home: location, remote: try ObjectStoreRemote.open(bucket))
         syncer.resolvers["todo"] = TitleResolver.resolve
         self.syncer = syncer
     }

@@ -2,7 +2,9 @@ import BucketSync
 import Foundation
 import SyncEngine
 
-// Two devices of one user sync a to-do app through a local folder; see README "Using the library in an app".
+// Two devices of one user sync a to-do app through a local folder, and then through S3 when TASKS_APP_S3_URL names a
+// bucket (`s3://bucket/prefix`, with the AWS_* variables set; scripts/test.sh uses a loopback moto_server).
+// See README "Using the library in an app".
 
 /// Stops the example with a message when `condition` does not hold.
 func expect(_ condition: Bool, _ what: String) throws {
@@ -10,12 +12,13 @@ func expect(_ condition: Bool, _ what: String) throws {
     print("ok: \(what)")
 }
 
-func run() async throws {
+/// The whole story on two new devices syncing through `bucketURL`; `localBucket` is the folder when it is one.
+func run(bucketURL: String, localBucket: URL?) async throws {
+    print("== two devices through \(bucketURL)")
     let root = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-tasks-app-\(UUID().uuidString)")
     defer { try? FileManager.default.removeItem(at: root) }
-    let bucket = root.appendingPathComponent("shared-bucket")
-    let phone = try Device(name: "phone", container: root.appendingPathComponent("phone"), user: "user-42", bucket: bucket)
-    let laptop = try Device(name: "laptop", container: root.appendingPathComponent("laptop"), user: "user-42", bucket: bucket)
+    let phone = try Device(name: "phone", container: root.appendingPathComponent("phone"), user: "user-42", bucket: bucketURL)
+    let laptop = try Device(name: "laptop", container: root.appendingPathComponent("laptop"), user: "user-42", bucket: bucketURL)
 
     // 1. Work on the phone, sync both: the laptop has it.
     try phone.app.addProject(id: "p1", name: "Home")
@@ -61,17 +64,23 @@ func run() async throws {
 
     // 5. Sharing (code of the Sharing article): one project's to-dos go to another user's inbound folder.
     try await shareProject(SyncDatabase(path: phone.location.database.path), location: phone.location,
-                           bucket: try ObjectStoreRemote.open(bucket.path))
+                           bucket: try ObjectStoreRemote.open(bucketURL))
+    guard let bucket = localBucket else { return }
     let inbound = bucket.appendingPathComponent("user-77/inbound")
     let shared = try FileManager.default.contentsOfDirectory(atPath: inbound.path).filter { $0.hasSuffix(".sqlite") }
     try expect(shared.count == 1, "the share is in user-77's inbound folder")
     let summary = try describeDiff(at: inbound.appendingPathComponent(shared[0]))
     try expect(summary.hasPrefix("share ") && summary.contains("202 row(s)"), "the shared diff reads back: \(summary)")
-    print("tasks-app: all checks passed")
 }
 
 do {
-    try await run()
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-tasks-app-bucket-\(UUID().uuidString)")
+    defer { try? FileManager.default.removeItem(at: folder) }
+    try await run(bucketURL: folder.path, localBucket: folder)
+    if let s3 = ProcessInfo.processInfo.environment["TASKS_APP_S3_URL"], !s3.isEmpty {
+        try await run(bucketURL: s3, localBucket: nil)
+    }
+    print("tasks-app: all checks passed")
 } catch {
     FileHandle.standardError.write(Data("tasks-app: \(error)\n".utf8))
     exit(1)
