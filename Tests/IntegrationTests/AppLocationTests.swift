@@ -167,6 +167,46 @@ private struct AppDevice {
         #expect(try SyncDatabase(path: moved.database.path).checkLocation().looksCopied == false)
     }
 
+    @Test func databaseCopiedToAnotherDisk_confirmLocation_keepsItsSiteAndSyncs() async throws {
+        let dir = try TemporaryDirectory()
+        let bucket = dir.url.appendingPathComponent("bucket")
+        let a = try AppDevice(dir, "a"), b = try AppDevice(dir, "b")
+        try a.createSchema()
+        try SyncDatabase(path: a.database.path).initializeForSync(userID: "user-1")
+        _ = try await a.syncer(bucket).sync()
+        // A move across disks is a copy and a delete: another path and another inode.
+        try FileManager.default.copyItem(at: a.database, to: b.database)
+        try FileManager.default.removeItem(at: a.database)
+        let db = try SyncDatabase(path: b.database.path)
+        let site = try db.siteID()
+        #expect(try db.checkLocation().looksCopied)
+        try db.confirmLocation()
+        #expect(try db.checkLocation().looksCopied == false)
+        try b.write("INSERT INTO note VALUES ('n1', 'after the move', NULL)")
+        let report = try await b.syncer(bucket).sync()
+        #expect(report.ok, "\(report.phases)")
+        #expect(try db.siteID() == site)
+    }
+
+    @Test func appDatabaseFolder_restoreLeftovers_areRemovedBySync_andTheAppsOwnFilesStay() async throws {
+        let dir = try TemporaryDirectory()
+        let a = try AppDevice(dir, "a")
+        try a.createSchema()
+        try SyncDatabase(path: a.database.path).initializeForSync(userID: "user-1")
+        let folder = a.database.deletingLastPathComponent()
+        let leftovers = [".rtsync-restore-\(KSUID.generate().string).sqlite", ".notes.db.incoming", ".notes.db.restore-\(KSUID.generate().string)"]
+        let appFiles = [".download-1.sqlite", "attachments.sqlite", ".rtsync-restore-notes.txt"]
+        for name in leftovers + appFiles { try Data("x".utf8).write(to: folder.appendingPathComponent(name)) }
+        var syncer = try a.syncer(dir.url.appendingPathComponent("bucket"))
+        syncer.debrisAge = 0
+        let report = try await syncer.sync()
+        for name in leftovers {
+            #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path), "\(name) is left")
+            #expect(report.cleanedUp.contains(folder.appendingPathComponent(name).path))
+        }
+        for name in appFiles { #expect(FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path), "\(name) was removed") }
+    }
+
     @Test func cancellingTheSyncTask_stopsAtASafePoint_andTheNextRunFinishesWithNothingLost() async throws {
         let dir = try TemporaryDirectory()
         let bucket = dir.url.appendingPathComponent("bucket")
