@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import SyncEngine  // imported beside GRDB on purpose: the two must compile together in one file
 
 /// The app's own database layer: a GRDB `DatabasePool` (WAL) with its own schema, as an app already has it.
 struct AppDatabase {
