@@ -150,7 +150,7 @@ extension SyncDatabase {
                     guard p.lastOp == 3 || p.firstOp == 3 || existingBorn != nil else { continue }
                     // Inserted and deleted since the last export, and never seen elsewhere: nothing to send.
                     if p.firstOp == 1 && existingBorn == nil { continue }
-                    var deleted = [RTSQLite.SQLValue](repeating: .null, count: def.columns.count)
+                    var deleted = [SQLValue](repeating: .null, count: def.columns.count)
                     for (i, idx) in def.primaryKeyIndexes.enumerated() { deleted[idx] = keyValues[i] }
                     let b = existingBorn ?? .zero
                     let clock = ownClock(p.lastHLC)

@@ -190,7 +190,7 @@ extension SyncDatabase {
                 }
                 for (pk, d) in deleted.sorted(by: { $0.key < $1.key }) {
                     guard let keyValues = KeyCodec.decode(pk), keyValues.count == def.primaryKeyColumns.count else { continue }
-                    var values = [RTSQLite.SQLValue](repeating: .null, count: def.columns.count)
+                    var values = [SQLValue](repeating: .null, count: def.columns.count)
                     for (i, idx) in def.primaryKeyIndexes.enumerated() { values[idx] = keyValues[i] }
                     try writer.append(RowChange(table: def.name, operation: .delete, values: values, clock: d.clock, born: d.born))
                 }

@@ -106,3 +106,10 @@ func describeDiff(at url: URL) throws -> String {
     let rows = reader.counts.values.reduce(0) { $0 + $1.upserts + $1.deletes }
     return "\(m.kind) \(m.id) by \(m.authorUser)/\(m.authorSite): \(rows) row(s) in \(reader.tables.map(\.name))"
 }
+
+/// Values as an app names them: `SQLValue` comes with `import SyncEngine` (also in expressions, beside BucketClient).
+func emptyRow(columns: Int) -> [SQLValue] {
+    var row = [SQLValue](repeating: .null, count: columns)
+    if columns > 0 { row[0] = SQLValue.text("id") }
+    return row
+}
