@@ -14,6 +14,8 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        // `swift package generate-documentation` for the DocC catalogs (a command plugin: nothing of it is linked).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // The system libsqlite3 (libsqlite3-dev on Debian/Ubuntu; part of the SDK on Apple platforms).
@@ -26,14 +28,12 @@ let package = Package(
         .target(name: "RTSQLite", dependencies: ["CSQLite"]),
         // Copy-on-write file clone (FICLONE ioctl / clonefile), which Swift cannot call directly.
         .target(name: "CClone"),
-        // The bundled demo database, shipped as a SwiftPM resource straight from Fixtures/databases.
+        // The bundled demo database: its own folder holding only the Swift file and the one resource, so a stray
+        // -wal/-shm or a new fixture never becomes an "unhandled file" warning in apps that depend on the package.
+        // Fixtures/databases/build.sh writes the file here too; DemoAssetTests checks the two are the same bytes.
         .target(
             name: "DemoAsset",
-            path: "Fixtures/databases",
-            exclude: ["build.sh", "record-thing-demo.sql", "routines-logs.sql", "routine-records.sql",
-                      "routines-logs.sqlite", "routine-records.sqlite",
-                      "planner-v1.sql", "planner-v2.sql", "planner-v3.sql", "planner-v1.sqlite", "planner-v2.sqlite", "planner-v3.sqlite"],
-            sources: ["DemoAsset.swift"],
+            path: "Sources/DemoAsset",
             resources: [.copy("record-thing-demo.sqlite")]
         ),
         .target(
@@ -67,7 +67,7 @@ let package = Package(
         .testTarget(name: "DiffFormatTests", dependencies: ["DiffFormat", "RTSQLite"]),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "DiffFormat", "RTSQLite"]),
         .testTarget(name: "BucketClientTests", dependencies: ["BucketClient", "CChecksum", "RTSyncTestSupport"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "BucketClient", "BucketSync", "RTSyncTestSupport",
+        .testTarget(name: "IntegrationTests", dependencies: ["DiffFormat", "RTSQLite", "SyncEngine", "DemoAsset", "BucketClient", "BucketSync", "RTSyncTestSupport",
                                                            .product(name: "Crypto", package: "swift-crypto")]),
     ]
 )

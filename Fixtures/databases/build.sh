@@ -11,3 +11,6 @@ for sql in *.sql; do
   rm -f "$db-wal" "$db-shm"
   echo "built $db"
 done
+# The demo database is also the bundled asset of the DemoAsset target (its own folder: see Package.swift).
+cp record-thing-demo.sqlite ../../Sources/DemoAsset/record-thing-demo.sqlite
+echo "copied record-thing-demo.sqlite to Sources/DemoAsset"

@@ -107,6 +107,6 @@ extension BucketError: LocalizedError, CustomStringConvertible {
 
     /// Same as ``description``.
     public var errorDescription: String? { description }
-    /// Same as ``hint``.
-    public var recoverySuggestion: String? { hint }
+    /// ``hint`` worded for an app: without the command-line tool's commands and flags.
+    public var recoverySuggestion: String? { appHint }
 }

@@ -126,7 +126,8 @@ enum TemporaryOwner {
     /// This machine's name (letters, digits and dashes, at most 32) and this process's id.
     static let tag: String = {
         var buffer = [CChar](repeating: 0, count: 256)
-        let host = gethostname(&buffer, buffer.count) == 0 ? String(cString: buffer) : "host"
+        let host = gethostname(&buffer, buffer.count) == 0
+            ? String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "host"
         let safe = String(host.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) || $0 == "-" }.prefix(32).map(Character.init))
         return "\(safe.isEmpty ? "host" : safe)~\(getpid())"
     }()

@@ -96,10 +96,13 @@ public struct SigV4Signer: Sendable {
     /// Signs a request in the `Authorization` header.
     ///
     /// - Parameters:
+    ///   - method: the HTTP method (`GET`, `PUT`, ...).
     ///   - host: the `Host` header value (with `:port` when not the default).
     ///   - encodedPath: the path as sent, from ``encodePath(_:)`` (e.g. `/bucket/a%20b`).
     ///   - headers: extra headers to sign and send (`range`, `if-match`, `content-md5`, ...).
+    ///   - query: the query parameters, not yet encoded.
     ///   - payloadHash: hex SHA-256 of the body, or ``unsignedPayload``.
+    ///   - date: the signing time (`x-amz-date`).
     public func sign(method: String, host: String, encodedPath: String, query: [String: String] = [:],
                      headers: [String: String] = [:], payloadHash: String, date: Date) -> Signed {
         let amzDate = Self.amzDate(date)

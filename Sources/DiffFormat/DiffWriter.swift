@@ -28,7 +28,16 @@ public final class DiffWriter {
     private var finished = false
 
     /// Starts a diff in `directory`.
-    /// - Parameter expectedRows: a hint: small diffs use 512-byte pages so a one-row diff stays a few KB.
+    /// - Parameters:
+    ///   - directory: the folder the finished `<id>.sqlite` goes to.
+    ///   - id: the diff's id (also its file name).
+    ///   - kind: changes, share, request or snapshot.
+    ///   - authorUser: the user the diff speaks for.
+    ///   - authorSite: the site (device database) that wrote it.
+    ///   - sequence: the site's sequence numbers the diff covers, for gap detection.
+    ///   - createdAt: the creation time recorded in the metadata.
+    ///   - seen: the newest clock the author had seen per site.
+    ///   - expectedRows: a hint: small diffs use 512-byte pages so a one-row diff stays a few KB.
     /// - Throws: `DiffFormatError.writeFailed` when the folder is not writable.
     public init(directory: URL, id: KSUID = .generate(), kind: DiffKind, authorUser: String, authorSite: String,
                 sequence: ClosedRange<Int64>? = nil, createdAt: Date = Date(), seen: [String: Int64] = [:], expectedRows: Int = 0) throws {
@@ -133,7 +142,7 @@ public final class DiffWriter {
     /// columns, from the local user, never from a file) as upserts stamped with `clock`.
     /// - Returns: the number of rows appended.
     @discardableResult
-    public func appendRows(from source: Connection, table: TableDefinition, filter: String? = nil,
+    package func appendRows(from source: Connection, table: TableDefinition, filter: String? = nil,
                            arguments: [SQLValue] = [], clock: Clock, born: Clock = .zero) throws -> Int {
         try addTable(table)
         var sql = "SELECT " + table.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(table.name)

@@ -251,7 +251,7 @@ extension TableDefinition {
     /// Reads the definition of `table` from a database through SQLite's schema pragmas (from schema `main`,
     /// also when other databases are attached).
     /// - Returns: nil when the table does not exist.
-    public static func read(table: String, from db: Connection) throws -> TableDefinition? {
+    package static func read(table: String, from db: Connection) throws -> TableDefinition? {
         let info = try db.rows("SELECT name, type, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?, 'main')", [.text(table)])
         if info.isEmpty { return nil }
         let columns = info.compactMap { r -> ColumnDefinition? in

@@ -478,7 +478,7 @@ public struct BackupManager: Sendable {
             if prepDB.isTracked, try prepDB.pendingChangeCount() > 0 {
                 // Written before the restore commits: if the run stops before that, the next sync finds a diff the
                 // database does not record as its own and removes it, as for any export that did not commit.
-                _ = try prepDB.exportChanges(to: outbox ?? database.deletingLastPathComponent().appendingPathComponent("outbox"), signingKey: signingKey)
+                _ = try prepDB.exportChanges(to: outbox ?? home?.outbox ?? database.deletingLastPathComponent().appendingPathComponent("outbox"), signingKey: signingKey)
             }
         }
         do {

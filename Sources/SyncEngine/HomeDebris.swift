@@ -11,7 +11,9 @@ import Darwin
 ///
 /// - In the home: diff temp files in the outbox (`.<id>.sqlite.tmp`) and rtsync's hidden work files in support/
 ///   (`.cursor*.json`, `.download-*`, `.demo-*`, `.catch-up-*`, `.rtsync-restore-*` databases, `.primary.sqlite.incoming`). Every command that
-///   writes them holds the home's lock, so under that lock they are debris.
+///   writes them holds the home's lock, so under that lock they are debris. When the database lives outside the work
+///   folder (an app's `SyncLocation`), the restore and install temp files beside it too (`.rtsync-restore-*.sqlite`,
+///   `.<name>.incoming`, `.<name>.restore-*`), and nothing else of that folder.
 /// - In the backup folder: backup temp files, under the folder's own lock (every backup holds it while its temp
 ///   file exists); complete backups renamed into place but never listed are adopted (see `BackupManager.tidy()`).
 /// - In the system temp folder: `rtsync-apply-<pid>-<UUID>` folders whose process is gone, and any
@@ -37,6 +39,13 @@ public enum HomeDebris {
         for name in (try? fm.contentsOfDirectory(atPath: home.support.path)) ?? [] where isSupportWorkFile(name, database: home.database.lastPathComponent) {
             remove(home.support.appendingPathComponent(name))
         }
+        // An app's database may live outside the work folder: restore and init write their temp files beside it.
+        let databaseFolder = home.database.deletingLastPathComponent()
+        if databaseFolder.standardizedFileURL != home.support.standardizedFileURL {
+            for name in (try? fm.contentsOfDirectory(atPath: databaseFolder.path)) ?? [] where isDatabaseWorkFile(name, database: home.database.lastPathComponent) {
+                remove(databaseFolder.appendingPathComponent(name))
+            }
+        }
         let temp = fm.temporaryDirectory
         for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] where name.hasPrefix(applyFolderPrefix) {
             let url = temp.appendingPathComponent(name)
@@ -60,6 +69,16 @@ public enum HomeDebris {
         // Downloads go through `<name>.partial`, so those count too.
         if name.hasPrefix(".cursor-") && name.contains(".json") { return true }
         return [".download-", ".demo-", ".catch-up-", ".rtsync-restore-"].contains { name.hasPrefix($0) } && name.contains(".sqlite")
+    }
+
+    /// Hidden files a restore or an init writes beside the database and removes when it finishes (only these: the
+    /// database's folder is the app's own).
+    static func isDatabaseWorkFile(_ name: String, database: String) -> Bool {
+        if name == ".\(database).incoming" { return true }
+        if name.hasPrefix(".\(database).restore-") { return true }
+        guard name.hasPrefix(".rtsync-restore-") else { return false }
+        let rest = name.dropFirst(".rtsync-restore-".count)
+        return ["", "-wal", "-shm", "-journal"].contains { rest.hasSuffix(".sqlite" + $0) }
     }
 
     /// Whether an `rtsync-apply-*` folder may belong to a running apply: its pid (when named) is alive and it is

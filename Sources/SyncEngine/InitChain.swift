@@ -53,8 +53,11 @@ public struct InitChain: Sendable {
     public var remote: (any RemoteStore)?
     /// A user id to join (a new device of an existing user); else the one in settings.
     public var joinUser: String?
-    /// The bundled demo database (defaults to the package resource).
+    /// The starting database shipped with the app, the chain's last step (defaults to rtsync's demo database,
+    /// `DemoAsset.url`; an app names its own bundled file, or nil for none).
     public var bundledAsset: URL?
+    /// The bucket prefix of the demo database downloaded before the bundled one (default `demo/`; nil skips it).
+    public var demoPrefix: String? = "demo/"
     /// Retries of network steps.
     public var retry: RetryPolicy
     /// Tables a candidate must have (default: none beyond having tables).
@@ -65,8 +68,9 @@ public struct InitChain: Sendable {
 
     /// Makes an init chain.
     public init(home: RTSyncHome, remote: (any RemoteStore)? = nil, joinUser: String? = nil, bundledAsset: URL? = DemoAsset.url,
-                retry: RetryPolicy = RetryPolicy(), expectedTables: [String] = []) {
+                demoPrefix: String? = "demo/", retry: RetryPolicy = RetryPolicy(), expectedTables: [String] = []) {
         self.home = home
+        self.demoPrefix = demoPrefix
         self.remote = remote
         self.joinUser = joinUser
         self.bundledAsset = bundledAsset
@@ -120,9 +124,12 @@ public struct InitChain: Sendable {
         }
 
         // 2. The user's newest database in the bucket; 3. the bucket's demo database.
-        for (source, prefix) in [(InitSource.bucket, settings.userID.isEmpty ? nil : settings.userID + "/backups/"), (.demo, "demo/")] {
+        for (source, prefix) in [(InitSource.bucket, settings.userID.isEmpty ? nil : settings.userID + "/backups/"), (.demo, demoPrefix)] {
             guard let remote else { attempts.append(InitAttempt(source: source, outcome: "unavailable", detail: "no bucket configured")); continue }
-            guard let prefix else { attempts.append(InitAttempt(source: source, outcome: "unavailable", detail: "no user id set")); continue }
+            guard let prefix else {
+                attempts.append(InitAttempt(source: source, outcome: "unavailable", detail: source == .demo ? "no demo source named" : "no user id set"))
+                continue
+            }
             do {
                 progress("looking for the newest database under \(prefix) in the bucket")
                 let temp = home.support.appendingPathComponent(".download-\(KSUID.generate().string).sqlite")

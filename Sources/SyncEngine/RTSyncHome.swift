@@ -66,14 +66,85 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     }
 }
 
-/// The folders rtsync uses, mirroring an app's: support (primary database, outbox, cache), documents
-/// (recordings, images, backups) and a settings file that survives reinstall.
-public struct RTSyncHome: Sendable {
-    /// The root folder (`--home`, `RTSYNC_HOME`, or `~/.rtsync`).
-    public let root: URL
+/// The command-line tool's name for a ``SyncLocation``: `RTSyncHome(root:)` is the home-folder preset.
+public typealias RTSyncHome = SyncLocation
 
-    /// Uses `root` as the home folder.
-    public init(root: URL) { self.root = root }
+/// Where sync keeps everything for one database: the database file itself, the folders rtsync works in (outbox,
+/// inbox, quarantine, backups, cache, a private work folder), the media folder and the settings.
+///
+/// An app names its own paths with ``init(database:folder:)`` or ``init(database:outbox:inbox:quarantine:backups:cache:work:media:settingsFile:keys:)``;
+/// the command-line tool uses the home-folder preset ``init(root:)`` (`<root>/support/primary.sqlite`, …).
+/// Nothing here is created until a sync, backup or init needs it (``createFolders()``).
+public struct SyncLocation: Sendable, Equatable {
+    /// The folder holding the settings file and keys (the home folder of the CLI preset).
+    public let root: URL
+    /// The private work folder: the lock file, markers and scratch files of interrupted runs (`support/` in a home).
+    public let support: URL
+    /// The media folder: recordings and images (`documents/` in a home).
+    public let documents: URL
+    /// The database that is synced.
+    public let database: URL
+    /// Diffs exported but not yet uploaded.
+    public let outbox: URL
+    /// Downloaded diffs waiting to be applied.
+    public let inbox: URL
+    /// Rejected diffs.
+    public let quarantine: URL
+    /// Download cache for media URLs.
+    public let cache: URL
+    /// Local database backups.
+    public let backups: URL
+    /// The settings file (read when ``settings`` is nil).
+    public let settingsFile: URL
+    /// Private keys (readable only by the user).
+    public let keys: URL
+    /// Settings given in code: when set, ``loadSettings()`` returns them and the settings file is not read.
+    public var settings: RTSyncSettings?
+
+    /// The command-line tool's home-folder layout under `root`: `support/primary.sqlite`, `support/outbox`, …,
+    /// `documents/backups`, `settings.json`, `keys/`.
+    public init(root: URL) {
+        let support = root.appendingPathComponent("support")
+        let documents = root.appendingPathComponent("documents")
+        self.init(database: support.appendingPathComponent("primary.sqlite"), outbox: support.appendingPathComponent("outbox"),
+                  inbox: support.appendingPathComponent("inbox"), quarantine: support.appendingPathComponent("quarantine"),
+                  backups: documents.appendingPathComponent("backups"), cache: support.appendingPathComponent("cache"),
+                  work: support, media: documents, settingsFile: root.appendingPathComponent("settings.json"),
+                  keys: root.appendingPathComponent("keys"), root: root)
+    }
+
+    /// An app's layout: its database wherever it lives, and rtsync's folders under `folder` (`outbox`, `inbox`,
+    /// `quarantine`, `backups`, `cache`, `work`, `media`, `keys`, and `settings.json`).
+    public init(database: URL, folder: URL) {
+        self.init(database: database, outbox: folder.appendingPathComponent("outbox"), inbox: folder.appendingPathComponent("inbox"),
+                  quarantine: folder.appendingPathComponent("quarantine"), backups: folder.appendingPathComponent("backups"),
+                  cache: folder.appendingPathComponent("cache"), work: folder.appendingPathComponent("work"),
+                  media: folder.appendingPathComponent("media"), settingsFile: folder.appendingPathComponent("settings.json"),
+                  keys: folder.appendingPathComponent("keys"), root: folder)
+    }
+
+    /// Every path named by the app. `work` is private to rtsync (lock, markers, scratch files) and should not be the
+    /// database's own folder; `media` holds `recordings/` and `images/` for media sync.
+    public init(database: URL, outbox: URL, inbox: URL, quarantine: URL, backups: URL, cache: URL, work: URL, media: URL,
+                settingsFile: URL, keys: URL) {
+        self.init(database: database, outbox: outbox, inbox: inbox, quarantine: quarantine, backups: backups, cache: cache,
+                  work: work, media: media, settingsFile: settingsFile, keys: keys, root: settingsFile.deletingLastPathComponent())
+    }
+
+    private init(database: URL, outbox: URL, inbox: URL, quarantine: URL, backups: URL, cache: URL, work: URL, media: URL,
+                 settingsFile: URL, keys: URL, root: URL) {
+        self.root = root
+        self.support = work
+        self.documents = media
+        self.database = database
+        self.outbox = outbox
+        self.inbox = inbox
+        self.quarantine = quarantine
+        self.cache = cache
+        self.backups = backups
+        self.settingsFile = settingsFile
+        self.keys = keys
+    }
 
     /// The home from an explicit path, else `RTSYNC_HOME`, else `$HOME/.rtsync`.
     public static func resolve(_ explicit: String? = nil) -> RTSyncHome {
@@ -92,30 +163,9 @@ public struct RTSyncHome: Sendable {
         return RTSyncHome(root: file.deletingLastPathComponent().deletingLastPathComponent())
     }
 
-    /// Support folder: the primary database and working folders.
-    public var support: URL { root.appendingPathComponent("support") }
-    /// Documents folder: recordings, images, backups.
-    public var documents: URL { root.appendingPathComponent("documents") }
-    /// The primary database.
-    public var database: URL { support.appendingPathComponent("primary.sqlite") }
-    /// Diffs exported but not yet uploaded.
-    public var outbox: URL { support.appendingPathComponent("outbox") }
-    /// Downloaded diffs waiting to be applied.
-    public var inbox: URL { support.appendingPathComponent("inbox") }
-    /// Rejected diffs.
-    public var quarantine: URL { support.appendingPathComponent("quarantine") }
-    /// Download cache for media URLs.
-    public var cache: URL { support.appendingPathComponent("cache") }
-    /// Local database backups.
-    public var backups: URL { documents.appendingPathComponent("backups") }
-    /// The settings file.
-    public var settingsFile: URL { root.appendingPathComponent("settings.json") }
-    /// Private keys (readable only by the user).
-    public var keys: URL { root.appendingPathComponent("keys") }
-
     /// Creates the folders that do not exist yet.
     public func createFolders() throws {
-        for dir in [support, documents, outbox, inbox, quarantine, cache, backups] {
+        for dir in [database.deletingLastPathComponent(), support, documents, outbox, inbox, quarantine, cache, backups] {
             try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         }
     }
@@ -123,6 +173,7 @@ public struct RTSyncHome: Sendable {
     /// Reads the settings (defaults when the file does not exist).
     /// - Throws: `LifecycleError.invalidSettings` when the file is not valid JSON.
     public func loadSettings() throws -> RTSyncSettings {
+        if let settings { return settings }
         guard let data = try? Data(contentsOf: settingsFile) else { return RTSyncSettings() }
         do { return try JSONDecoder().decode(RTSyncSettings.self, from: data) } catch {
             throw LifecycleError.invalidSettings(file: settingsFile.path, reason: "\(error)")
@@ -139,15 +190,27 @@ public struct RTSyncHome: Sendable {
 }
 
 /// Why a lifecycle operation (init, backup, restore, demo, tier) failed.
-public enum LifecycleError: Error, Sendable, Equatable, CustomStringConvertible {
+///
+/// `description` names what failed and where; ``hint`` (also `recoverySuggestion`) says what the app or its user can
+/// do, without command-line flags (the `rtsync` tool prints its own).
+public enum LifecycleError: Error, Sendable, Equatable, CustomStringConvertible, LocalizedError {
+    /// The settings file is not valid JSON for ``RTSyncSettings``.
     case invalidSettings(file: String, reason: String)
+    /// No step of the init chain gave a database; each attempt is listed.
     case noSourceAvailable(attempts: [String])
+    /// A backup could not be made; existing backups are untouched.
     case backupFailed(path: String, reason: String)
+    /// No backup has this id.
     case backupNotFound(id: String)
+    /// The chosen backup fails verification; `nextGood` is the newest verified one, if any.
     case backupCorrupt(id: String, reason: String, nextGood: String?)
+    /// There is no verified backup to restore.
     case noGoodBackup
+    /// The user's tier does not allow the action.
     case tierRefused(tier: Tier, action: String)
+    /// Demo mode is on and the action would write or sync.
     case demoMode(action: String)
+    /// Another run (this process or another) holds the location's lock.
     case homeBusy(path: String, pid: Int32?)
 
     public var description: String {
@@ -164,18 +227,23 @@ public enum LifecycleError: Error, Sendable, Equatable, CustomStringConvertible 
         }
     }
 
-    /// What the user can do about it.
+    /// What the app or its user can do about it.
     public var hint: String? {
         switch self {
-        case .backupCorrupt(_, _, let next?): return "restore the next good backup instead: rtsync backup restore \(next)"
+        case .backupCorrupt(_, _, let next?): return "restore the next good backup instead (id \(next))"
         case .backupCorrupt: return "no other verified backup exists"
         case .backupFailed: return "check the backup folder exists, is writable and has free space; existing backups were not touched"
         case .tierRefused: return "upgrade to premium, or use a local-folder bucket (file:///...)"
-        case .demoMode: return "turn demo mode off with `rtsync demo off`"
+        case .demoMode: return "turn demo mode off first"
         case .homeBusy: return "wait for it to finish and run the command again (the lock goes with the process that holds it, also when it is killed)"
         case .noSourceAvailable: return "check the bucket URL and network, or reinstall to restore the bundled demo database"
         case .invalidSettings: return "fix or delete the settings file"
         default: return nil
         }
     }
+
+    /// `LocalizedError`: the one-line description.
+    public var errorDescription: String? { description }
+    /// `LocalizedError`: the hint.
+    public var recoverySuggestion: String? { hint }
 }

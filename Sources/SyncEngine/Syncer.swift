@@ -57,6 +57,9 @@ public struct Syncer: Sendable {
     public var trustedKeys: [[UInt8]]
     /// The user each trusted key (lower-case hex) speaks for; a signed diff whose author differs is refused.
     public var keyUsers: [String: String] = [:]
+    /// Custom resolvers for column conflicts, by table (tables with the default policy), used by every apply of the
+    /// run. A resolver must decide the same way on every device (see ``ConflictResolver``).
+    public var resolvers: [String: ConflictResolver] = [:]
     /// Media phase, supplied by the caller (BucketClient's media sync); nil skips it.
     public var media: (@Sendable () async throws -> String)?
     /// Told where the run is (phase, items done and in all, the current diff) as it goes, for a progress display;
@@ -86,8 +89,8 @@ public struct Syncer: Sendable {
 
     /// How long a sync waits for another run on the same home to finish before giving up.
     public var lockWait: TimeInterval = 30
-    /// Asked at safe points (between phases, diffs and uploads, and every few hundred rows of an export); when it
-    /// returns true the run stops there: an export in progress is rolled back and its temp file removed, a diff
+    /// Asked at safe points (between phases, diffs and uploads, and every few hundred rows of an export), as is the
+    /// cancellation of the task running the sync; when it returns true the run stops there: an export in progress is rolled back and its temp file removed, a diff
     /// being applied is finished, and the report lists what is left (`SyncReport.interrupted`).
     public var shouldStop: (@Sendable () -> Bool)?
     /// How old leftovers that cannot be tied to a process must be before a run removes them (`HomeDebris`).
@@ -97,20 +100,34 @@ public struct Syncer: Sendable {
     public static func pendingCursorMarker(_ home: RTSyncHome) -> URL { home.support.appendingPathComponent(".cursor-pending") }
 
     /// Runs one sync. With `dryRun`, only reports what would be uploaded and downloaded.
-    /// - Throws: only for refusals (demo mode, tier); network failures are reported in the phases.
+    ///
+    /// Cancelling the task that runs it (`Task.cancel()`) stops the run at its next safe point, as ``shouldStop``
+    /// does: an export in progress is rolled back, a diff being applied is finished, nothing is lost, and the report
+    /// comes back with `interrupted` set, listing what is left for the next run.
+    /// - Throws: only for refusals: demo mode, tier (`LifecycleError`), a database without a user id
+    ///   (`SyncEngineError.noUserID`) or one that looks copied from another device (`.databaseCopied`), another run
+    ///   holding the location's lock (`LifecycleError.homeBusy`); network failures are reported in the phases.
     public func sync(dryRun: Bool = false, progress: @Sendable (String) -> Void = { _ in }) async throws -> SyncReport {
         let settings = try home.loadSettings()
         try checkAllowed(settings)
         try home.createFolders()
+        let cancelled = CancellationFlag()
+        let asked = shouldStop
+        let stop: @Sendable () -> Bool = { cancelled.isSet || (asked?() ?? false) }
         // One run at a time per home: a second run's outbox clean-up would delete the diff this one has just
         // written and not yet recorded, and its export and apply would interleave with this one's. The
         // compaction and backup it runs reuse the lock.
-        return try await HomeLock.withLock(home, wait: lockWait) {
-            try await syncLocked(settings: settings, dryRun: dryRun, progress: progress)
+        return try await withTaskCancellationHandler {
+            try await HomeLock.withLock(home, wait: lockWait) {
+                try await syncLocked(settings: settings, dryRun: dryRun, stop: stop, progress: progress)
+            }
+        } onCancel: {
+            cancelled.set()
         }
     }
 
-    private func syncLocked(settings: RTSyncSettings, dryRun: Bool, progress text: @Sendable (String) -> Void) async throws -> SyncReport {
+    private func syncLocked(settings: RTSyncSettings, dryRun: Bool, stop: @escaping @Sendable () -> Bool,
+                            progress text: @Sendable (String) -> Void) async throws -> SyncReport {
         let onProgress = self.onProgress
         /// Tells both listeners: the structured one and the text one.
         func step(_ p: SyncProgress) {
@@ -118,13 +135,21 @@ public struct Syncer: Sendable {
             text(p.description)
         }
         let db = try SyncDatabase(path: home.database.path)
+        // A database never initialized for sync must not sync under an empty user (its keys would start with "/").
+        let recordedUser = db.isTracked ? try db.userID() : ""
+        let user = settings.userID.isEmpty ? recordedUser : settings.userID
+        guard !user.isEmpty else { throw SyncEngineError.noUserID(path: home.database.path) }
         if !db.isTracked { try db.trackAllTrackable() }
-        let user = settings.userID.isEmpty ? try db.userID() : settings.userID
+        // A copy of another device's database would sync under that device's site id.
+        let location = try db.checkLocation()
+        if location.looksCopied { throw SyncEngineError.databaseCopied(path: home.database.path, recordedPath: location.recordedPath ?? "") }
+        let shouldStop: (@Sendable () -> Bool)? = stop
+        for (table, resolver) in resolvers { db.setResolver(for: table, resolver) }
         let inbound = Self.inboundPrefix(user: user)
         let fm = FileManager.default
         var report = SyncReport()
         let startRequests = remote.requestsMade
-        let stopRequested = { shouldStop?() ?? false }
+        let stopRequested = { stop() }
         /// Ends the run at a safe point before `phase`, saying what stays for the next run.
         func stopped(before phase: String) -> SyncReport {
             var left: [String] = []
@@ -424,6 +449,16 @@ public struct Syncer: Sendable {
         }
         return nil
     }
+}
+
+/// Set once when the task running a sync is cancelled; read at the run's safe points, also from other threads.
+final class CancellationFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    /// Whether cancellation was asked for.
+    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
+    /// Records that cancellation was asked for.
+    func set() { lock.lock(); value = true; lock.unlock() }
 }
 
 extension SyncDatabase {

@@ -120,7 +120,7 @@ struct ErrorExplanation: Equatable {
             }
             return .init(what: e.description, hint: hint)
         default:
-            return .init(what: withSubject(e.description, nil), hint: e.hint)
+            return .init(what: withSubject(e.description, nil), hint: e.cliHint)
         }
     }
 
@@ -133,7 +133,7 @@ struct ErrorExplanation: Equatable {
         case .invalidSettings(let file, _):
             return .init(what: e.description, hint: "fix the JSON in \(file) (a backup of it is worth keeping: it holds this device's user id)")
         default:
-            return .init(what: e.description, hint: e.hint)
+            return .init(what: e.description, hint: e.cliHint)
         }
     }
 

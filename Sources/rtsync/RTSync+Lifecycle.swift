@@ -65,15 +65,34 @@ extension RTSync {
         @OptionGroup var options: HomeOptions
         @Option(help: "Join an existing user on this device (its database is fetched from the bucket).") var user: String?
         @Option(help: "Tier to record in settings: free or premium.") var tier: String?
+        @Flag(help: "Give the database (a copy of another device's, made with cp) its own site id; changes it holds that the old site had not exported are put in the outbox first, as the old site's.")
+        var newSite = false
         @Flag(help: "Print JSON.") var json = false
         @OptionGroup var progressOptions: ProgressOptions
 
         func validate() throws {
             if let tier, Tier(rawValue: tier) == nil { throw ValidationError("--tier must be free or premium") }
+            if newSite && (user != nil || tier != nil || options.bucket != nil) { throw ValidationError("--new-site takes no --user, --tier or --bucket") }
         }
 
         func run() async throws {
+            if newSite {
+                do { try options.locked { try giveNewSite() } } catch { throw report(error) }
+                return
+            }
             do { try await options.locked { try await initialize() } } catch { throw report(error) }
+        }
+
+        /// `--new-site`: a new identity for the existing database.
+        private func giveNewSite() throws {
+            let home = options.resolvedHome
+            let db = try SyncDatabase(path: home.database.path)
+            let old = try db.siteID()
+            let pending = try db.pendingChangeCount()
+            let site = try db.becomeNewSite(outbox: home.outbox, signingKey: try? DeviceKeys(home: home).signingKey())
+            if json { printJSON(["database": home.database.path, "oldSite": old, "site": site]); return }
+            if pending > 0 { print("exported \(pending) change(s) of site \(old) to the outbox (they upload with the next sync)") }
+            print("new site \(site) (was \(old)) for \(home.database.path)")
         }
 
         private func initialize() async throws {
