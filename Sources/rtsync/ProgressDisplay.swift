@@ -65,6 +65,16 @@ final class ProgressDisplay: @unchecked Sendable {
         set(progress.description)
     }
 
+    /// Prints a line on standard output without mixing it into the progress line (cleared first, redrawn by the
+    /// next tick).
+    func printAbove(_ line: String) {
+        lock.withLock {
+            if drawn && !finished { FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8)); drawn = false }
+            print(line)
+            fflush(stdout)
+        }
+    }
+
     /// Stops drawing and clears the line.
     func finish() {
         guard enabled else { return }

@@ -289,6 +289,7 @@ extension RTSync {
             @OptionGroup var options: HomeOptions
             @Argument(help: "Backup id (default: last-known-good).") var id: String?
             @Flag(help: "Print JSON: {backup, database, previous, catchUpPending}.") var json = false
+            @OptionGroup var progressOptions: ProgressOptions
 
             struct Output: Encodable {
                 var backup: BackupInfo
@@ -301,8 +302,12 @@ extension RTSync {
                 do {
                     try options.locked {
                         let home = options.resolvedHome
+                        let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+                        display.set("restore: copying the backup, exporting its unexported changes, new site id")
+                        defer { display.finish() }
                         let (b, aside) = try BackupCommand.manager(options).restore(id: id, outbox: home.outbox, signingKey: try? DeviceKeys(home: home).signingKey())
                         let catchUp = (try? SyncDatabase(path: home.database.path).needsCatchUp()) == true
+                        display.finish()
                         if json {
                             printJSON(Output(backup: b, database: home.database.path, previous: aside?.path, catchUpPending: catchUp))
                             return

@@ -226,6 +226,7 @@ extension RTSync.Media {
         @Option(name: .customLong("max-bytes"), help: "Evict least recently used files past this size.")
         var maxBytes: Int64 = 512 << 20
         @Flag(help: "Print results as JSON.") var json = false
+        @OptionGroup var progressOptions: ProgressOptions
 
         func validate() throws {
             if urls.isEmpty { throw ValidationError("give at least one URL") }
@@ -242,10 +243,13 @@ extension RTSync.Media {
             try await reportingBucketErrors {
                 let downloadCache = try DownloadCache(folder: URL(fileURLWithPath: cache, isDirectory: true), maxBytes: maxBytes)
                 var results: [DownloadCache.Result] = []
-                for text in urls {
-                    let result = try await downloadCache.fetch(URL(string: text)!)
+                let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+                defer { display.finish() }
+                for (index, text) in urls.enumerated() {
+                    display.set("fetch \(index + 1)/\(urls.count): \(text)")
+                    let result = try await TransferProgress.$current.withValue(display.transfers) { try await downloadCache.fetch(URL(string: text)!) }
                     results.append(result)
-                    if !json { print("\(result.status.rawValue)\t\(result.fileURL.path)\t\(result.url)") }
+                    if !json { display.printAbove("\(result.status.rawValue)\t\(result.fileURL.path)\t\(result.url)") }
                 }
                 if json { try printJSON(results) }
             }
