@@ -137,7 +137,7 @@ public struct MediaSync: Sendable {
             }
         } else {
             try await execute(actions, options: options, report: &report, manifest: &manifest)
-            if options.delete && options.trashDays > 0 && report.errors.isEmpty,
+            if options.delete && options.trashDays > 0 && report.errors.isEmpty && report.notStarted == 0 && options.shouldStop?() != true,
                manifest.trashPrunedAt.map({ Date().timeIntervalSince($0) >= 86_400 }) ?? true {
                 // At most once a day, so an idle run stays one listing.
                 do {
@@ -366,20 +366,27 @@ public struct MediaSync: Sendable {
         let progress = Progress(report: report, manifest: manifest, total: transfers.count, show: show,
                                 saveURL: options.dryRun ? nil : manifestURL)
         let window = max(1, options.concurrency)
-        await withTaskGroup(of: Void.self) { group in
+        let started = await withTaskGroup(of: Void.self, returning: Int.self) { group in
             var next = 0
             func addNext() {
                 let action = transfers[next]
                 next += 1
                 group.addTask { await self.transfer(action, options: options, progress: progress) }
             }
-            while next < transfers.count && next < window { addNext() }
+            let stop = { options.shouldStop?() ?? false }
+            while next < transfers.count && next < window && !stop() { addNext() }
             while await group.next() != nil {
-                if next < transfers.count { addNext() }
+                if next < transfers.count && !stop() { addNext() }
             }
+            return next
         }
         report = await progress.report
         manifest = await progress.manifest
+        if options.shouldStop?() == true {
+            // Stopped at a safe point: every finished transfer is in the manifest; the rest is the next run's.
+            report.notStarted = transfers.count - started + deletions.count
+            return
+        }
         guard !deletions.isEmpty else { return }
         if !report.errors.isEmpty {
             // Never delete on a run that had an I/O error: the listing or the local tree may be incomplete.

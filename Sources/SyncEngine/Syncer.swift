@@ -337,8 +337,11 @@ public struct Syncer: Sendable {
         if !dryRun, let listedIDs {
             if listedIDs.count >= settings.compactThreshold && !stopRequested() {
                 do {
-                    let c = try await Compactor(home: home, remote: remote, retry: retry).run()
-                    report.phases.append(SyncPhase(name: "compact", ok: true, summary: "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))
+                    var compactor = Compactor(home: home, remote: remote, retry: retry)
+                    compactor.shouldStop = shouldStop
+                    let c = try await compactor.run()
+                    report.phases.append(SyncPhase(name: "compact", ok: true, summary: c.stoppedBefore.map { "stopped before \($0)" }
+                        ?? "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))
                 } catch {
                     report.phases.append(SyncPhase(name: "compact", ok: false, summary: "compaction failed", error: "\(error)"))
                 }

@@ -140,7 +140,7 @@ extension RTSync {
         struct Create: AsyncParsableCommand {
             static let configuration = CommandConfiguration(
                 abstract: "Copy the database (copy-on-write clone where possible), verify it, rotate old backups.",
-                discussion: "Consistent while other processes write (WAL included). Cheap enough to run whenever an app goes to the background."
+                discussion: "Consistent while other processes write (WAL included). Cheap enough to run whenever an app goes to the background. Ctrl-C or SIGTERM stops at the next safe point (the copy is made whole or not at all; then before the upload, then before the bucket's rotation), says what is left and exits 130 or 143."
             )
             @OptionGroup var options: HomeOptions
             @Flag(help: "Also upload it to <user>/backups/ in the bucket (premium, or a local-folder bucket).") var upload = false
@@ -150,16 +150,28 @@ extension RTSync {
             @Flag(help: "Print JSON.") var json = false
 
             func run() async throws {
-                do { try await options.locked { try await createBackup() } } catch { throw report(error) }
+                // Caught from the start, so a signal while waiting for the home's lock stops before anything is made.
+                let signals = StopSignals()
+                do { try await options.locked { try await createBackup(signals) } } catch { throw report(error) }
             }
 
-            private func createBackup() async throws {
+            private func createBackup(_ signals: StopSignals) async throws {
                 do {
+                    let backups = options.resolvedHome.backups.path
+                    if let sig = signals.receivedSignal {
+                        throw StopSignals.stopped("backup create", by: sig, done: "nothing made", left: "the backup", path: backups)
+                    }
                     let manager = try BackupCommand.manager(options)
+                    // The copy is written to a temp file and renamed and listed only when whole: a signal meanwhile
+                    // waits for it.
                     var info = try manager.create(verification: verifyLater ? .deferred : .immediate)
                     var uploaded: String?
                     var rotated: [String] = []
                     if upload {
+                        if let sig = signals.receivedSignal {
+                            throw StopSignals.stopped("backup create", by: sig, done: "backup \(info.id) made", left: "its upload to the bucket",
+                                                      path: backups, hint: "nothing was lost; run rtsync backup create --upload again to upload a new backup")
+                        }
                         // Only a checked copy leaves the device.
                         if !info.verified { info = try manager.verify(id: info.id) }
                         guard info.verified else {
@@ -171,8 +183,17 @@ extension RTSync {
                         let key = settings.userID + "/backups/" + info.file
                         try await remote.upload(file: options.resolvedHome.backups.appendingPathComponent(info.file), key: key, ifAbsent: false)
                         uploaded = key
+                        if let sig = signals.receivedSignal {
+                            throw StopSignals.stopped("backup create", by: sig, done: "backup \(info.id) made and uploaded to \(key)",
+                                                      left: "removing older bucket backups beyond keepBackups (the next upload does it)",
+                                                      path: options.bucketURL(settings), hint: "nothing was lost; the next backup create --upload or sync rotates the bucket's backups")
+                        }
                         // Bucket backups rotate with the local rule (keepBackups), keeping the newest.
                         rotated = try await remote.rotateBackups(user: settings.userID, keep: settings.keepBackups)
+                    }
+                    if let sig = signals.receivedSignal {
+                        throw StopSignals.stopped("backup create", by: sig, done: "backup \(info.id) made\(uploaded.map { " and uploaded to \($0)" } ?? "")",
+                                                  left: "nothing", path: backups, hint: "nothing was lost; the backup is complete")
                     }
                     if json { printJSON(info); return }
                     let copied = String(format: "%.0f ms", info.copyMilliseconds ?? 0)
@@ -238,14 +259,23 @@ extension RTSync {
             @Argument(help: "Backup id (default: last-known-good).") var id: String?
 
             func run() throws {
+                // A restore is one step (prepared in a private copy, then swapped in): a signal waits for it to end.
+                let signals = StopSignals()
                 do {
                     try options.locked {
                         let home = options.resolvedHome
+                        if let sig = signals.receivedSignal {
+                            throw StopSignals.stopped("backup restore", by: sig, done: "nothing restored", left: "the restore", path: home.database.path)
+                        }
                         let (b, aside) = try BackupCommand.manager(options).restore(id: id, outbox: home.outbox, signingKey: try? DeviceKeys(home: home).signingKey())
                         print("restored backup \(b.id) to \(home.database.path)")
                         if let aside { print("previous database kept at \(aside.path)") }
                         if (try? SyncDatabase(path: home.database.path).needsCatchUp()) == true {
                             print("the restored database is a new site; its next sync catches up on what the bucket has that the backup lacks")
+                        }
+                        if let sig = signals.receivedSignal {
+                            throw StopSignals.stopped("backup restore", by: sig, done: "backup \(b.id) restored", left: "nothing", path: home.database.path,
+                                                      hint: "nothing was lost; the restore is complete")
                         }
                     }
                 } catch { throw report(error) }
