@@ -10,8 +10,9 @@ import Darwin
 /// when no live run can own them. Sync calls it when it starts, holding the home's lock.
 ///
 /// - In the home: diff temp files in the outbox (`.<id>.sqlite.tmp`) and rtsync's hidden work files in support/
-///   (`.cursor*.json`, `.download-*`, `.demo-*`, `.catch-up-*`, `.rtsync-restore-*` databases, `.primary.sqlite.incoming`). Every command that
-///   writes them holds the home's lock, so under that lock they are debris.
+///   (`.cursor*.json`, `.download-*`, `.demo-*`, `.catch-up-*`, `.rtsync-restore-*` databases, `.primary.sqlite.incoming`),
+///   and atomic-write temps (`.dat.nosync*`) there and in keys/. Every command that writes them holds the home's
+///   lock, so under that lock they are debris.
 /// - In the backup folder: backup temp files, under the folder's own lock (every backup holds it while its temp
 ///   file exists); complete backups renamed into place but never listed are adopted (see `BackupManager.tidy()`).
 /// - In the system temp folder: `rtsync-apply-<pid>-<UUID>` folders whose process is gone, and any
@@ -34,8 +35,15 @@ public enum HomeDebris {
         for name in (try? fm.contentsOfDirectory(atPath: home.outbox.path)) ?? [] where isDiffTemp(name) {
             remove(home.outbox.appendingPathComponent(name))
         }
-        for name in (try? fm.contentsOfDirectory(atPath: home.support.path)) ?? [] where isSupportWorkFile(name, database: home.database.lastPathComponent) {
+        for name in (try? fm.contentsOfDirectory(atPath: home.support.path)) ?? []
+        where isSupportWorkFile(name, database: home.database.lastPathComponent) || isAtomicWriteTemp(name) {
             remove(home.support.appendingPathComponent(name))
+        }
+        // Keys are written under the home's lock too (a new device key, `keys trust`).
+        for folder in [home.keys, home.keys.appendingPathComponent("trusted")] {
+            for name in (try? fm.contentsOfDirectory(atPath: folder.path)) ?? [] where isAtomicWriteTemp(name) || name.hasPrefix(DeviceKeys.tempPrefix) {
+                remove(folder.appendingPathComponent(name))
+            }
         }
         let temp = fm.temporaryDirectory
         for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] where name.hasPrefix(applyFolderPrefix) {
@@ -53,6 +61,10 @@ public enum HomeDebris {
         }
         return false
     }
+
+    /// Foundation's temp file of an atomic write (`Data.write(to:options: .atomic)`, `FileManager.createFile`),
+    /// `.dat.nosync<hex>.<random>`, which a run killed during the write leaves beside the file it was writing.
+    public static func isAtomicWriteTemp(_ name: String) -> Bool { name.hasPrefix(".dat.nosync") }
 
     /// Hidden files rtsync's locked commands write in support/ and remove when they finish.
     static func isSupportWorkFile(_ name: String, database: String) -> Bool {

@@ -33,7 +33,9 @@ extension RTSync {
             @Option(name: [.customLong("user"), .customLong("label")], help: "The user id this key speaks for (diffs it signs must name this user as author).") var label: String
             func run() throws {
                 do {
-                    try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: publicKey, label: label)
+                    // Under the home's lock, like every other write in the home (a sync's clean-up may then treat a
+                    // half-written key file as a killed run's leftover).
+                    try options.locked { try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: publicKey, label: label) }
                     print("trusted \(label)")
                 } catch { throw report(error) }
             }

@@ -27,18 +27,30 @@ struct HomeOptions: ParsableArguments {
     /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
     /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
     func locked<T>(_ body: () async throws -> T) async throws -> T {
+        announceWaitIfBusy(resolvedHome)
         do { return try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
     }
 
     /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
     /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
     func locked<T>(_ body: () throws -> T) throws -> T {
+        announceWaitIfBusy(resolvedHome)
         do { return try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
     }
 
     func loadSettings() throws -> RTSyncSettings {
         do { return try resolvedHome.loadSettings() } catch { throw report(error) }
     }
+}
+
+/// Says on standard error that the command waits for another run holding `home`'s lock (and for how long at most),
+/// so a waiting command is not taken for a hung one.
+func announceWaitIfBusy(_ home: RTSyncHome) {
+    guard !HomeLock.isHeld(home), FileManager.default.fileExists(atPath: HomeLock.lockFile(home)) else { return }
+    do { _ = try HomeLock.acquire(home, wait: 0) } catch LifecycleError.homeBusy(_, let pid) {
+        let wait = HomeLock.environmentWait
+        FileHandle.standardError.write(Data("waiting up to \(Int(wait)) s for another rtsync run on \(home.root.path)\(pid.map { " (pid \($0))" } ?? "") to finish\n".utf8))
+    } catch {}
 }
 
 extension RTSync {
