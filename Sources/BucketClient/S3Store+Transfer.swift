@@ -268,12 +268,12 @@ extension S3Store {
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)
         var state: MultipartState? = nil
         let saved = (try? Data(contentsOf: stateURL)).flatMap { try? JSONDecoder().decode(MultipartState.self, from: $0) }
-        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key),
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty,
            (saved.fileSize != st.size || saved.fileMtimeNanoseconds != st.mtimeNanoseconds || saved.partSize != partSize) {
             // The file changed since the interrupted upload: drop its parts on the server.
             try? await abortMultipartUpload(key: key, uploadId: saved.uploadId)
         }
-        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty, saved.fileSize == st.size,
            saved.fileMtimeNanoseconds == st.mtimeNanoseconds, saved.partSize == partSize {
             // Trust only what the server still has.
             let uploaded: [Int: (etag: String, size: Int64)]?
@@ -300,6 +300,11 @@ extension S3Store {
             }
         }
         if state == nil {
+            // Recorded before the upload exists (no id yet): a process killed before the id below is saved leaves
+            // this, so a later clean-up knows an upload of this key may be open (`abandonInterruptedUpload`).
+            let intent = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: "", fileSize: st.size,
+                                        fileMtimeNanoseconds: st.mtimeNanoseconds, partSize: partSize, parts: [:])
+            try? JSONEncoder().encode(intent).write(to: stateURL, options: .atomic)
             var request = Request(method: "POST", key: key, operation: "CreateMultipartUpload")
             request.query = ["uploads": ""]
             request.headers["content-type"] = "application/octet-stream"
@@ -439,7 +444,7 @@ extension S3Store {
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)
         guard let stateStat = FileStat.of(stateURL.path),
               let saved = (try? Data(contentsOf: stateURL)).flatMap({ try? JSONDecoder().decode(MultipartState.self, from: $0) }),
-              saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
+              saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty, saved.fileSize == st.size,
               saved.fileMtimeNanoseconds == st.mtimeNanoseconds else { return nil }
         do {
             _ = try await listParts(key: key, uploadId: saved.uploadId)

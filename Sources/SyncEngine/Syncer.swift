@@ -150,6 +150,8 @@ public struct Syncer: Sendable {
                 report.cleanedUp += tidied.removed + tidied.adopted.map { "adopted backup \($0)" }
             }
             report.cleanedUp += await remote.removeStaleTemporaryFiles(prefixes: [inbound, user + "/backups/", user + "/devices/"], olderThan: debrisAge)
+            // A backup upload cut short leaves its multipart upload open in the bucket (stored, billed, never listed).
+            report.cleanedUp += await remote.abandonInterruptedUploads(in: home.backups, keyPrefix: user + "/backups/")
             if !report.cleanedUp.isEmpty {
                 report.phases.append(SyncPhase(name: "cleanup", ok: true, summary: "removed or adopted \(report.cleanedUp.count) leftover(s) of interrupted runs"))
             }

@@ -1,0 +1,68 @@
+import BucketSync
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import RTSyncTestSupport
+import SyncEngine
+import Testing
+
+// Issue 15 §6, found by the S3 kill -9 trials: a `backup create --upload` killed inside a multipart upload left the
+// upload open in the bucket (stored and billed, never listed) and its resume file beside the backup, forever.
+
+@Suite("open multipart uploads of killed backup uploads", .enabled(if: !LTMoto.skipRequested, "RTSYNC_SKIP_S3=1"))
+struct InterruptedUploadTests {
+    /// Starts a multipart upload of `key` (relative to the bucket URL's prefix) on moto and returns its id.
+    func openUpload(_ moto: LTMoto, bucketURL: String, key: String) async throws -> String {
+        let prefix = bucketURL.dropFirst("s3://\(LTMoto.bucket)/".count)
+        var components = URLComponents(url: moto.endpoint.appendingPathComponent(LTMoto.bucket).appendingPathComponent(String(prefix))
+            .appendingPathComponent(key), resolvingAgainstBaseURL: false)!
+        components.queryItems = [URLQueryItem(name: "uploads", value: "")]
+        var request = URLRequest(url: components.url!)
+        request.httpMethod = "POST"
+        let (data, _) = try await URLSession.shared.data(for: request)
+        let text = String(decoding: data, as: UTF8.self)
+        return try #require(text.components(separatedBy: "<UploadId>").dropFirst().first?.components(separatedBy: "</UploadId>").first, "\(text)")
+    }
+
+    /// Writes the resume file an upload of `file` to `key` keeps beside the file.
+    func writeResumeFile(for file: URL, bucketURL: String, key: String, uploadId: String) throws {
+        let prefix = String(bucketURL.dropFirst("s3://\(LTMoto.bucket)/".count))
+        let size = (try FileManager.default.attributesOfItem(atPath: file.path)[.size] as? NSNumber)?.int64Value ?? 0
+        let state: [String: Any] = ["bucket": LTMoto.bucket, "key": prefix + "/" + key, "uploadId": uploadId, "fileSize": size,
+                                    "fileMtimeNanoseconds": 0, "partSize": 8 << 20, "parts": [String: String]()]
+        try JSONSerialization.data(withJSONObject: state).write(to: file.deletingLastPathComponent().appendingPathComponent(".\(file.lastPathComponent).rtsync-upload.json"))
+    }
+
+    @Test func sync_afterBackupUploadsKilledMidMultipart_abortsTheirOpenUploads_andRemovesTheirResumeFiles() async throws {
+        let moto = try await LTMoto.shared.value
+        let dir = try TemporaryDirectory()
+        let bucketURL = moto.freshBucketURL()
+        defer { let remote = try? moto.remote(bucketURL); Task { await knEmpty(remote, bucketURL) } }
+        let home = ltHome(dir, "A")
+        try ltEditSettings(home) { $0.tier = .premium; $0.bucket = bucketURL }
+        let remote = try moto.remote(bucketURL)
+        let user = try await InitChain(home: home, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run().userId
+        let manager = BackupManager(home: home)
+        // One upload killed after its id was saved, one killed before (its resume file has no id yet).
+        let saved = try manager.create(), unsaved = try manager.create()
+        let savedKey = "\(user)/backups/\(saved.file)", unsavedKey = "\(user)/backups/\(unsaved.file)"
+        let savedID = try await openUpload(moto, bucketURL: bucketURL, key: savedKey)
+        _ = try await openUpload(moto, bucketURL: bucketURL, key: unsavedKey)
+        try writeResumeFile(for: home.backups.appendingPathComponent(saved.file), bucketURL: bucketURL, key: savedKey, uploadId: savedID)
+        try writeResumeFile(for: home.backups.appendingPathComponent(unsaved.file), bucketURL: bucketURL, key: unsavedKey, uploadId: "")
+        // Another device's upload in progress under the same prefix is none of this device's business.
+        let othersKey = "\(user)/backups/3MbOtherDeviceBackup0000000000.sqlite"
+        _ = try await openUpload(moto, bucketURL: bucketURL, key: othersKey)
+        try #require(try await moto.unfinishedUploads(under: bucketURL).count == 3)
+
+        let report = try await Syncer(home: home, remote: remote, retry: ltShortRetry).sync()
+        #expect(report.ok, "\(report.phases)")
+        let left = try await moto.unfinishedUploads(under: bucketURL)
+        #expect(left.map { $0.hasSuffix(othersKey) } == [true], "\(left)")
+        #expect(report.cleanedUp.contains("unfinished upload of \(savedKey)"), "\(report.cleanedUp)")
+        #expect(report.cleanedUp.contains("unfinished upload of \(unsavedKey)"), "\(report.cleanedUp)")
+        let resumeFiles = try FileManager.default.contentsOfDirectory(atPath: home.backups.path).filter { $0.hasSuffix(".rtsync-upload.json") }
+        #expect(resumeFiles.isEmpty, "\(resumeFiles)")
+    }
+}
