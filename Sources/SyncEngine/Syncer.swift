@@ -149,7 +149,8 @@ public struct Syncer: Sendable {
             if let tidied = try? BackupManager(home: home, keep: settings.keepBackups).tidy() {
                 report.cleanedUp += tidied.removed + tidied.adopted.map { "adopted backup \($0)" }
             }
-            report.cleanedUp += await remote.removeStaleTemporaryFiles(prefixes: [inbound, user + "/backups/", user + "/devices/"], olderThan: debrisAge)
+            // The user's folder itself too: compaction writes <user>/snapshot.json there.
+            report.cleanedUp += await remote.removeStaleTemporaryFiles(prefixes: [inbound, user + "/backups/", user + "/devices/", user + "/"], olderThan: debrisAge)
             // A backup upload cut short leaves its multipart upload open in the bucket (stored, billed, never listed).
             report.cleanedUp += await remote.abandonInterruptedUploads(in: home.backups, keyPrefix: user + "/backups/")
             if !report.cleanedUp.isEmpty {

@@ -66,3 +66,32 @@ struct InterruptedUploadTests {
         #expect(resumeFiles.isEmpty, "\(resumeFiles)")
     }
 }
+
+@Suite("leftovers of killed writes in a local-folder bucket")
+struct LocalBucketLeftoverTests {
+    /// Compaction writes `<user>/snapshot.json` through a temp file in the user's folder itself; one a killed
+    /// process left there went unremoved (the kill -9 trials found it: seed 11, compact).
+    @Test func sync_removesADeadProcessesTempFileInTheUsersFolder() async throws {
+        let dir = try TemporaryDirectory()
+        let bucket = dir.url.appendingPathComponent("bucket")
+        let home = ltHome(dir, "A")
+        try ltEditSettings(home) { $0.tier = .free; $0.bucket = "file://" + bucket.path }
+        let remote = try ObjectStoreRemote.open("file://" + bucket.path)
+        let user = try await InitChain(home: home, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run().userId
+        let ended = Process()
+        ended.executableURL = URL(fileURLWithPath: "/bin/sh")
+        ended.arguments = ["-c", "exit 0"]
+        try ended.run()
+        ended.waitUntilExit()
+        var buffer = [CChar](repeating: 0, count: 256)
+        let hostName = gethostname(&buffer, buffer.count) == 0 ? String(cString: buffer) : "host"
+        let host = String(hostName.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) || $0 == "-" }.prefix(32).map(Character.init))
+        let leftover = bucket.appendingPathComponent(user).appendingPathComponent(".rtsync-tmp-\(host.isEmpty ? "host" : host)~\(ended.processIdentifier)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: leftover.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data("{}".utf8).write(to: leftover)
+
+        let report = try await Syncer(home: home, remote: remote, retry: ltShortRetry).sync()
+        #expect(report.ok, "\(report.phases)")
+        #expect(!FileManager.default.fileExists(atPath: leftover.path), "\(report.cleanedUp)")
+    }
+}
