@@ -276,4 +276,70 @@ struct StopSignalTests {
         #expect(again.stdout.contains("3 diff(s): 3 applied"), "\(again.stdout)")
         #expect(try ltScalar(b.database, "SELECT count(*) FROM things WHERE id LIKE 'hand-%'")?.int64 == 3)
     }
+
+    /// `media sync` stopped while one upload is held: running uploads finish and are recorded, no other starts,
+    /// exit 130 with what is left; the re-run uploads only the files not started (PUTs counted at the proxy).
+    @Test func mediaSync_SIGINTDuringAnUpload_startsNoMoreTransfers_exits130_andTheRerunSendsOnlyWhatWasLeft() async throws {
+        let u = try await LTProxiedUser.make()
+        _ = try mfWriteRecordings(u.a, count: 12)
+        try await u.proxy.set(.init(hold: "PUT " + u.userPath + "recordings/"))
+        // One transfer at a time would make "left" exact; the default window of 8 still leaves 4 never started.
+        let child = try LTChild(["media", "sync", "--home", u.a.root.path], environment: u.environment, in: u.dir)
+        let held = try await child.wait { try await u.proxy.held() > 0 }
+        try #require(held, "no upload reached the proxy: \(child.stderr)")
+        child.signal(SIGINT)
+        _ = try await child.wait { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        try await u.proxy.release()
+        let status = await child.finish()
+        #expect(status == 130, "stderr: \(child.stderr)")
+        let errors = ltErrorLines(child.stderr)
+        #expect(errors.count == 1, "\(child.stderr)")
+        #expect(errors.first?.contains("media sync interrupted by SIGINT at a safe point: ") == true, "\(errors)")
+        let first = mfMediaPuts(try await u.proxy.stats().puts)
+        #expect(first.values.allSatisfy { $0 == 1 } && first.count < 12, "\(first)")
+        #expect(errors.first?.contains("\(first.count) uploaded, 0 downloaded; left: \(12 - first.count) transfer(s) or deletion(s) not started") == true,
+                "\(errors) \(first)")
+        #expect(ltHiddenLeftovers(u.a.documents).isEmpty, "\(ltHiddenLeftovers(u.a.documents))")
+
+        try await u.proxy.resetCounts()
+        let again = try await ltRTSync(["media", "sync", "--home", u.a.root.path], environment: u.environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        let second = mfMediaPuts(try await u.proxy.stats().puts)
+        #expect(Set(second.keys).isDisjoint(with: first.keys) && second.count + first.count == 12, "first \(first), then \(second)")
+    }
+
+    /// `diff create` stopped while it waits for another run's lock exports nothing (no file, every change still
+    /// pending) and exits 143; the re-run exports the changes.
+    @Test func diffCreate_SIGTERMWhileWaitingForTheHome_exportsNothing_exits143() async throws {
+        let dir = try TemporaryDirectory()
+        let a = ltHome(dir, "A")
+        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
+        try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
+        let remote = try ObjectStoreRemote.open(bucket)
+        _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+        try #require(try await Syncer(home: a, remote: remote, retry: ltShortRetry).sync().ok)
+        try SyncDatabase(path: a.database.path).execute("INSERT INTO things(id, account_id, title) VALUES ('stop-create', (SELECT account_id FROM owners LIMIT 1), 'x')")
+        let pending = try SyncDatabase(path: a.database.path).pendingChangeCount()
+        try #require(pending > 0)
+        let out = dir.url.appendingPathComponent("out", isDirectory: true)
+
+        var lock: HomeLock? = try HomeLock.acquire(a, wait: 0)
+        let child = try LTChild(["diff", "create", "--db", a.database.path, "--out", out.path], environment: ["RTSYNC_LOCK_WAIT": "120"], in: dir)
+        let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(a.root.path)") }
+        try #require(waiting, "\(child.stderr)")
+        child.signal(SIGTERM)
+        _ = try await child.wait { child.stderr.contains("SIGTERM: stopping at the next safe point") }
+        withExtendedLifetime(lock) {}
+        lock = nil
+        let status = await child.finish()
+        #expect(status == 143, "stderr: \(child.stderr)")
+        #expect(ltErrorLines(child.stderr) == ["error: diff create interrupted by SIGTERM at a safe point: nothing exported (rolled back, no file written); left: every change, still pending (\(a.database.path))"],
+                "\(child.stderr)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: out.path)) ?? []).isEmpty)
+        #expect(try SyncDatabase(path: a.database.path).pendingChangeCount() == pending)
+
+        let again = try await ltRTSync(["diff", "create", "--db", a.database.path, "--out", out.path])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try SyncDatabase(path: a.database.path).pendingChangeCount() == 0)
+    }
 }
