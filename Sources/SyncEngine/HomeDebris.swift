@@ -15,11 +15,13 @@ import Darwin
 ///   lock, so under that lock they are debris.
 /// - In the backup folder: backup temp files, under the folder's own lock (every backup holds it while its temp
 ///   file exists); complete backups renamed into place but never listed are adopted (see `BackupManager.tidy()`).
-/// - In the system temp folder: `rtsync-apply-<pid>-<UUID>` folders whose process is gone, and any
-///   `rtsync-apply-*` folder older than `age` (older versions did not name the pid).
+/// - In the system temp folder: `rtsync-apply-<pid>-<UUID>` folders and `rtsync-snapshot-<pid>-*` files whose
+///   process is gone, and any `rtsync-apply-*` folder older than `age` (older versions did not name the pid).
 public enum HomeDebris {
     /// The name start of the private folders apply copies large diffs into.
     public static let applyFolderPrefix = "rtsync-apply-"
+    /// The name start of the temp files the snapshot pointer goes through (`rtsync-snapshot-<pid>-…`).
+    public static let snapshotTempPrefix = "rtsync-snapshot-"
     /// How old an unowned leftover must be before it is removed when its owner cannot be checked.
     public static let defaultAge: TimeInterval = 600
 
@@ -46,9 +48,15 @@ public enum HomeDebris {
             }
         }
         let temp = fm.temporaryDirectory
-        for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] where name.hasPrefix(applyFolderPrefix) {
+        for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] {
             let url = temp.appendingPathComponent(name)
-            if !applyFolderMayBeLive(name: name, modified: modificationDate(url), age: age) { remove(url) }
+            if name.hasPrefix(applyFolderPrefix) {
+                if !applyFolderMayBeLive(name: name, modified: modificationDate(url), age: age) { remove(url) }
+            } else if name.hasPrefix(snapshotTempPrefix) {
+                // Only files named with a process id that is gone (and their `.partial` downloads).
+                let rest = name.dropFirst(snapshotTempPrefix.count)
+                if let dash = rest.firstIndex(of: "-"), let pid = Int32(rest[..<dash]), pid > 0, !processIsAlive(pid) { remove(url) }
+            }
         }
         return removed
     }

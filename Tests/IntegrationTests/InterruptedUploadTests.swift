@@ -95,3 +95,29 @@ struct LocalBucketLeftoverTests {
         #expect(!FileManager.default.fileExists(atPath: leftover.path), "\(report.cleanedUp)")
     }
 }
+
+@Suite("leftovers of killed snapshot pointer writes")
+struct SnapshotPointerLeftoverTests {
+    /// Compaction and catch-up pass `<user>/snapshot.json` through a temp file in the system temp folder; the one a
+    /// killed process left (found by the S3 kill trials, seed 578, compact) goes at the next clean-up, a live
+    /// process's stays.
+    @Test func homeDebrisClean_removesADeadProcessesSnapshotPointerTemp_andKeepsALiveOnes() throws {
+        let dir = try TemporaryDirectory()
+        let home = ltHome(dir, "A")
+        try FileManager.default.createDirectory(at: home.support, withIntermediateDirectories: true)
+        let ended = Process()
+        ended.executableURL = URL(fileURLWithPath: "/bin/sh")
+        ended.arguments = ["-c", "exit 0"]
+        try ended.run()
+        ended.waitUntilExit()
+        let temp = FileManager.default.temporaryDirectory
+        let dead = temp.appendingPathComponent(HomeDebris.snapshotTempPrefix + "\(ended.processIdentifier)-\(UUID().uuidString).json.partial")
+        let live = temp.appendingPathComponent(HomeDebris.snapshotTempPrefix + "\(getpid())-\(UUID().uuidString).json")
+        for url in [dead, live] { try Data("{}".utf8).write(to: url) }
+        defer { for url in [dead, live] { try? FileManager.default.removeItem(at: url) } }
+        let removed = HomeDebris.clean(home)
+        #expect(removed.contains(dead.path), "\(removed)")
+        #expect(!FileManager.default.fileExists(atPath: dead.path))
+        #expect(FileManager.default.fileExists(atPath: live.path))
+    }
+}

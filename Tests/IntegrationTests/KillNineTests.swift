@@ -482,7 +482,7 @@ final class KNTrialRun {
             guard let walk = fm.enumerator(at: root, includingPropertiesForKeys: nil) else { continue }
             for case let url as URL in walk {
                 let name = url.lastPathComponent
-                if (name.hasPrefix(".") && !Self.keptHiddenFiles.contains(name)) || name.hasPrefix("rtsync-apply-") {
+                if (name.hasPrefix(".") && !Self.keptHiddenFiles.contains(name)) || name.hasPrefix("rtsync-apply-") || name.hasPrefix("rtsync-snapshot-") {
                     found.append(url.path.replacingOccurrences(of: dir.url.path + "/", with: ""))
                     walk.skipDescendants()
                 }
@@ -512,7 +512,7 @@ final class KNTrialRun {
         if parts.first == "bucket", base.hasPrefix(".rtsync-tmp-") { return true }
         if base.hasPrefix(".dat.nosync") { return true }  // Foundation's temp file of an atomic write (a manifest, a cursor)
         if path.hasSuffix(" (not listed)"), folder == "documents/backups" || path.contains("/documents/backups/") { return true }
-        return parts.count == 2 && parts[0] == "tmp" && base.hasPrefix("rtsync-apply-")
+        return parts.count == 2 && parts[0] == "tmp" && (base.hasPrefix("rtsync-apply-") || base.hasPrefix("rtsync-snapshot-"))
     }
 
     /// After a compaction, a new device joining from the bucket (snapshot plus later diffs) has every ledger row.
