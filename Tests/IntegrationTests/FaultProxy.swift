@@ -30,8 +30,6 @@ struct LTFaultProxy: Sendable {
         /// The first GET of each object is cut off halfway through the answer's body with a reset (its retry goes
         /// through).
         var resetFirstGet = false
-        /// Every Nth request of any kind that no rule above takes gets 503 once (0: never).
-        var flaky503Every = 0
         /// Requests (method and path, e.g. `PUT /bucket/user/backups/`) containing this wait until `release`.
         var hold: String? = nil
     }
@@ -97,7 +95,7 @@ struct LTFaultProxy: Sendable {
     import http.client, http.server, json, os, socket, struct, sys, threading, time, urllib.parse
     parent, up_host, up_port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     lock = threading.Lock()
-    state = {"rules": {}, "puts": {}, "faults": 0, "n_any": 0, "held": 0, "seen_put": set(), "seen_get": set()}
+    state = {"rules": {}, "puts": {}, "faults": 0, "held": 0, "seen_put": set(), "seen_get": set()}
     gate = threading.Event(); gate.set()
     HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
     class H(http.server.BaseHTTPRequestHandler):
@@ -119,7 +117,7 @@ struct LTFaultProxy: Sendable {
                     state["rules"] = json.loads(body or b"{}")
                     if state["rules"].get("hold"): gate.clear()
                 elif name == "reset":
-                    state["puts"] = {}; state["faults"] = 0; state["n_any"] = 0; state["seen_put"] = set(); state["seen_get"] = set()
+                    state["puts"] = {}; state["faults"] = 0; state["seen_put"] = set(); state["seen_get"] = set()
                 elif name == "release":
                     state["rules"]["hold"] = None; gate.set()
                 out = {"puts": state["puts"], "faults": state["faults"], "held": state["held"]}
@@ -133,7 +131,6 @@ struct LTFaultProxy: Sendable {
             rules = state["rules"]
             is_object = plain.count("/") >= 2 and not plain.endswith("/")
             with lock:
-                state["n_any"] += 1; n_any = state["n_any"]
                 first_put = self.command == "PUT" and plain not in state["seen_put"]
                 if self.command == "PUT": state["seen_put"].add(plain)
                 first_get = self.command == "GET" and is_object and plain not in state["seen_get"]
@@ -154,11 +151,6 @@ struct LTFaultProxy: Sendable {
                     self.rfile.read(length // 2)
                     with lock: state["faults"] += 1
                     return self.reset()
-            every = rules.get("flaky503Every", 0)
-            if not lose and every and n_any % every == 0:
-                self.rfile.read(length)
-                with lock: state["faults"] += 1
-                return self.reply(503, b"<Error><Code>ServiceUnavailable</Code><Message>injected</Message></Error>")
             body = self.rfile.read(length) if length else None
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP and k.lower() != "host"}
             headers["Host"] = "%s:%d" % (up_host, up_port)
