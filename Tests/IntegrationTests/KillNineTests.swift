@@ -497,24 +497,6 @@ final class KNTrialRun {
         return found.sorted()
     }
 
-    /// Debris of the kinds issue 15 §4 reports (a killed export's `.<id>.sqlite.tmp` in the outbox, a killed
-    /// backup's in the backups folder, a killed restore's `.rtsync-restore-*`, a killed apply's `rtsync-apply-*`,
-    /// a killed upload's `.rtsync-tmp-*` in the local-folder bucket), with their `-wal`, `-shm` and `-journal` files,
-    /// Foundation's `.dat.nosync*` temp files of atomic writes (the backup list, a cursor), and a backup a killed
-    /// `backup create` renamed into place but never listed (so never rotated).
-    static func isKnownDebris(_ path: String) -> Bool {
-        let parts = path.split(separator: "/").map(String.init)
-        guard let name = parts.last else { return false }
-        let base = ["-wal", "-shm", "-journal"].reduce(name) { $0.hasSuffix($1) ? String($0.dropLast($1.count)) : $0 }
-        let folder = parts.dropLast().suffix(2).joined(separator: "/")
-        if base.hasPrefix("."), base.hasSuffix(".sqlite.tmp"), folder == "support/outbox" || folder == "documents/backups" { return true }
-        if base.hasPrefix(".rtsync-restore-"), base.hasSuffix(".sqlite"), parts.dropLast().last == "support" { return true }
-        if parts.first == "bucket", base.hasPrefix(".rtsync-tmp-") { return true }
-        if base.hasPrefix(".dat.nosync") { return true }  // Foundation's temp file of an atomic write (a manifest, a cursor)
-        if path.hasSuffix(" (not listed)"), folder == "documents/backups" || path.contains("/documents/backups/") { return true }
-        return parts.count == 2 && parts[0] == "tmp" && (base.hasPrefix("rtsync-apply-") || base.hasPrefix("rtsync-snapshot-"))
-    }
-
     /// After a compaction, a new device joining from the bucket (snapshot plus later diffs) has every ledger row.
     func checkNewDevice() async throws {
         let c = ltHome(dir, "C")
@@ -581,16 +563,12 @@ struct KillNineTests {
             print("kill -9 \(run.label)\n  \(run.events.joined(separator: "\n  "))\n  debris before \(before.count), after \(after.count): \(after)")
         }
         let left = after.filter { !before.contains($0) }
-        let known = left.filter(KNTrialRun.isKnownDebris), unknown = left.filter { !KNTrialRun.isKnownDebris($0) }
-        #expect(unknown.isEmpty, "\(run.label)\ndebris the runs after the kill did not remove: \(unknown)\nlog:\n  \(run.events.joined(separator: "\n  "))")
-        // The kinds sync's clean-up removes (a killed export's temp diff in the outbox, a killed backup's temp copy,
-        // a killed restore's prepared copy, a killed apply's folder in TMPDIR, a killed write's temp file in the
-        // local-folder bucket, atomic-write temps, a complete backup never listed): one that survives is recorded as
-        // an intermittent known issue, in case a kill lands where no later run cleans. Other debris, and on S3 any
-        // open multipart upload, fails above.
-        withKnownIssue("issue #15 §4: a temp file of a killed run survived the runs after it", isIntermittent: true) {
-            #expect(known.isEmpty, "\(run.label)\ndebris the runs after the kill did not remove: \(known)")
-        }
+        // Every kind a killed run may leave (a killed export's temp diff in the outbox, a killed backup's temp copy,
+        // a killed restore's prepared copy, a killed apply's folder or snapshot pointer in TMPDIR, a killed write's
+        // temp file in the local-folder bucket, atomic-write temps, a complete backup never listed, and on S3 an open
+        // multipart upload with its resume file) is removed by the next sync's clean-up, which the settling runs
+        // include: anything left is a failure.
+        #expect(left.isEmpty, "\(run.label)\ndebris the runs after the kill did not remove: \(left)\nlog:\n  \(run.events.joined(separator: "\n  "))")
     }
 }
 
