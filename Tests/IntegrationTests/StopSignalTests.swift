@@ -342,4 +342,36 @@ struct StopSignalTests {
         #expect(again.status == 0, "\(again.stderr)")
         #expect(try SyncDatabase(path: a.database.path).pendingChangeCount() == 0)
     }
+
+    /// `backup restore` stopped while it waits for another run's lock restores nothing (the database and the
+    /// backup list as they were) and exits 130; the re-run restores.
+    @Test func backupRestore_SIGINTWhileWaitingForTheHome_restoresNothing_exits130() async throws {
+        let dir = try TemporaryDirectory()
+        let a = ltHome(dir, "A")
+        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
+        try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
+        let remote = try ObjectStoreRemote.open(bucket)
+        _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+        let backup = try BackupManager(home: a).create()
+        try SyncDatabase(path: a.database.path).execute("INSERT INTO things(id, account_id, title) VALUES ('after-backup', (SELECT account_id FROM owners LIMIT 1), 'x')")
+
+        var lock: HomeLock? = try HomeLock.acquire(a, wait: 0)
+        let child = try LTChild(["backup", "restore", "--home", a.root.path, backup.id], environment: ["RTSYNC_LOCK_WAIT": "120"], in: dir)
+        let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(a.root.path)") }
+        try #require(waiting, "\(child.stderr)")
+        child.signal(SIGINT)
+        _ = try await child.wait { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        withExtendedLifetime(lock) {}
+        lock = nil
+        let status = await child.finish()
+        #expect(status == 130, "stderr: \(child.stderr)")
+        #expect(ltErrorLines(child.stderr) == ["error: backup restore interrupted by SIGINT at a safe point: nothing restored; left: the restore (\(a.database.path))"],
+                "\(child.stderr)")
+        #expect(try ltScalar(a.database, "SELECT count(*) FROM things WHERE id = 'after-backup'")?.int64 == 1)
+        #expect(ltHiddenLeftovers(a.root).isEmpty, "\(ltHiddenLeftovers(a.root))")
+
+        let again = try await ltRTSync(["backup", "restore", "--home", a.root.path, backup.id])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try ltScalar(a.database, "SELECT count(*) FROM things WHERE id = 'after-backup'")?.int64 == 0)
+    }
 }
