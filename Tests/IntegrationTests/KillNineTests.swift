@@ -20,11 +20,11 @@ import Darwin
 // that no debris of the killed run outlives the runs after it.
 //
 // The same trials run through S3 too (the loopback moto server; the child runs get its AWS_* environment), where
-// every second group of seeds also lowers the multipart threshold to 1 MiB, so kills land inside multipart uploads
+// every second group of eight seeds also lowers the multipart threshold to 1 MiB, so kills land inside multipart uploads
 // of diffs and backups; the bucket's debris check then lists unfinished multipart uploads under the trial's prefix.
 //
-// RTSYNC_KILL_TRIALS=N runs N local-folder trials (default 35: 5 per command, seeds 1...N; RTSYNC_KILL_FIRST_SEED
-// moves the start); RTSYNC_KILL_S3_TRIALS=N runs N S3 trials (default 7, one per command; RTSYNC_KILL_S3_FIRST_SEED
+// RTSYNC_KILL_TRIALS=N runs N local-folder trials (default 40: 5 per command, seeds 1...N; RTSYNC_KILL_FIRST_SEED
+// moves the start); RTSYNC_KILL_S3_TRIALS=N runs N S3 trials (default 8, one per command; RTSYNC_KILL_S3_FIRST_SEED
 // moves the start; 0 runs none, as RTSYNC_SKIP_S3=1 does); RTSYNC_KILL_SEED=S replays seed S on both (RTSYNC_KILL_TRIALS
 // times, default once). A seed fixes the command, the edits and the kill delay; where in the command the kill lands
 // still depends on the machine's load, so a timing-sensitive failure may need a few repetitions of its seed.
@@ -59,10 +59,10 @@ struct KNTrial: Sendable, CustomTestStringConvertible {
                 .map { KNTrial(seed: seed, repetition: $0, bucket: bucket) }
         }
         let first = env[prefix + "FIRST_SEED"].flatMap { UInt64($0) } ?? 1
-        return (0..<(count ?? (bucket == .s3 ? 7 : 35))).map { KNTrial(seed: first + UInt64($0), repetition: 0, bucket: bucket) }
+        return (0..<(count ?? (bucket == .s3 ? 8 : 40))).map { KNTrial(seed: first + UInt64($0), repetition: 0, bucket: bucket) }
     }
 
-    /// S3 trials of every second group of seven seeds (each group covers every command once) upload files above
+    /// S3 trials of every second group of eight seeds (each group covers every command once) upload files above
     /// 1 MiB in parts, so kills also land inside multipart uploads.
     var smallMultipartThreshold: Bool { bucket == .s3 && (seed / UInt64(KNCommand.allCases.count)) % 2 == 1 }
 }
@@ -96,6 +96,9 @@ enum KNCommand: String, CaseIterable, Sendable {
     case diffCreate = "diff create"
     /// `rtsync diff apply` on B of A's large diff (B's sync later downloads the same diff and must skip it).
     case diffApply = "diff apply"
+    /// `rtsync media sync` on A pushing new recordings (some above the multipart threshold on S3 trials that lower
+    /// it); B then pulls them and must get every file byte for byte.
+    case mediaSync = "media sync"
 
     /// Consecutive seeds cycle through every command.
     static func forSeed(_ seed: UInt64) -> KNCommand { allCases[Int(seed % UInt64(allCases.count))] }
@@ -304,6 +307,35 @@ final class KNTrialRun {
         try insert(home, count: Int.random(in: 1...5, using: &rng), payload: 8)
     }
 
+    /// Recordings written on `home`: their names and bytes, to compare with what the other device pulls.
+    var media: [String: Data] = [:]
+
+    /// Writes `count` recordings of 20 KB to 2.5 MB of seeded bytes into `home`'s documents.
+    func writeMedia(_ home: RTSyncHome, count: Int) throws {
+        let folder = home.documents.appendingPathComponent("recordings", isDirectory: true)
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        for i in 0..<count {
+            let size = Int.random(in: 20_000...2_500_000, using: &rng)
+            var words = [UInt64](repeating: 0, count: (size + 7) / 8)
+            for j in words.indices { words[j] = rng.next() }
+            let data = words.withUnsafeBytes { Data($0.prefix(size)) }
+            let name = "kn-\(i).m4a"
+            try data.write(to: folder.appendingPathComponent(name))
+            media[name] = data
+        }
+        events.append("wrote \(count) recording(s) of \(media.values.map(\.count).reduce(0, +)) bytes on \(home.root.lastPathComponent)")
+    }
+
+    /// B has every recording A wrote, byte for byte, and no other.
+    func checkMedia() {
+        let folder = b.documents.appendingPathComponent("recordings", isDirectory: true)
+        let names = Set(((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).filter { !$0.hasPrefix(".") })
+        if names != Set(media.keys) { fail("B's recordings \(names.sorted()) are not A's \(media.keys.sorted())") }
+        for (name, data) in media where (try? Data(contentsOf: folder.appendingPathComponent(name))) != data {
+            fail("B's \(name) differs from A's")
+        }
+    }
+
     // MARK: Running commands
 
     /// Runs a command normally; it must exit 0 within the time limit.
@@ -412,6 +444,12 @@ final class KNTrialRun {
             let apply = ["diff", "apply", "--db", db(b), hand.path]
             try await killed(apply)
             try await normal(apply)
+        case .mediaSync:
+            try writeMedia(a, count: Int.random(in: 3...8, using: &rng))
+            let push = ["media", "sync", "--home", a.root.path]
+            try await killed(push)
+            try await normal(push)
+            try await normal(["media", "sync", "--home", b.root.path])
         }
         // More edits after the kill, on both sides, so recovery also carries new work.
         try insertSmall(a)
@@ -522,6 +560,7 @@ final class KNTrialRun {
             if pending != 0 { fail("\(name) still has \(pending) change(s) to export after settling") }
         }
         if command == .compact { try await checkNewDevice() }
+        if command == .mediaSync { checkMedia() }
     }
 }
 
