@@ -96,6 +96,46 @@ struct LocalBucketLeftoverTests {
     }
 }
 
+/// The temp-file name a killed process of this machine would have left (its pid is gone).
+func ltOrphanTempName() throws -> String {
+    let ended = Process()
+    ended.executableURL = URL(fileURLWithPath: "/bin/sh")
+    ended.arguments = ["-c", "exit 0"]
+    try ended.run()
+    ended.waitUntilExit()
+    var buffer = [CChar](repeating: 0, count: 256)
+    let hostName = gethostname(&buffer, buffer.count) == 0 ? String(cString: buffer) : "host"
+    let host = String(hostName.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) || $0 == "-" }.prefix(32).map(Character.init))
+    return ".rtsync-tmp-\(host.isEmpty ? "host" : host)~\(ended.processIdentifier)-\(UUID().uuidString)"
+}
+
+@Suite("leftovers of killed media runs")
+struct MediaLeftoverTests {
+    /// A killed `media sync` left its uploads' temp files in a local-folder bucket's recordings/ (subfolders too)
+    /// and its manifest's beside the manifest (the kill -9 trials found both, seed 23); the next run removes them,
+    /// and a live process's temp file stays.
+    @Test func mediaSync_removesAKilledRunsTempFilesInTheBucketAndBesideTheManifest_keepsLiveOnes() async throws {
+        let dir = try TemporaryDirectory()
+        let bucket = dir.url.appendingPathComponent("bucket"), documents = dir.url.appendingPathComponent("documents")
+        let nested = bucket.appendingPathComponent("u1/recordings/trip/day1", isDirectory: true)
+        try FileManager.default.createDirectory(at: nested, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: documents.appendingPathComponent("recordings"), withIntermediateDirectories: true)
+        try Data("a".utf8).write(to: documents.appendingPathComponent("recordings/a.m4a"))
+        let inBucket = nested.appendingPathComponent(try ltOrphanTempName())
+        let besideManifest = documents.appendingPathComponent(try ltOrphanTempName())
+        // This test process is alive: a temp file it names is a write in progress.
+        let live = bucket.appendingPathComponent("u1/recordings").appendingPathComponent(".rtsync-tmp-\(try ltOrphanTempName().dropFirst(".rtsync-tmp-".count).split(separator: "~")[0])~\(getpid())-\(UUID().uuidString)")
+        for url in [inBucket, besideManifest, live] { try Data("partial".utf8).write(to: url) }
+
+        let r = try await ltRTSync(["media", "sync", "--bucket", "file://" + bucket.path, "--documents", documents.path, "--user", "u1"])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: inBucket.path))
+        #expect(!FileManager.default.fileExists(atPath: besideManifest.path))
+        #expect(FileManager.default.fileExists(atPath: live.path))
+        #expect(FileManager.default.fileExists(atPath: bucket.appendingPathComponent("u1/recordings/a.m4a").path))
+    }
+}
+
 @Suite("leftovers of killed snapshot pointer writes")
 struct SnapshotPointerLeftoverTests {
     /// Compaction and catch-up pass `<user>/snapshot.json` through a temp file in the system temp folder; the one a
