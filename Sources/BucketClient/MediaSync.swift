@@ -616,7 +616,8 @@ public struct MediaSync: Sendable {
         for name in names {
             // A download a killed run of this machine left (its process is gone); others' stay.
             if removingOrphans, TemporaryOwner.isOrphan(name, prefix: ".rtsync-tmp-") { unlink(folder.appendingPathComponent(name).path) }
-            if name.hasPrefix(".rtsync-") || name.hasSuffix(".partial") || name.hasSuffix(".partial.etag")
+            // Foundation's temp file of an atomic write in progress (an app's, or an older rtsync's) is no media.
+            if name.hasPrefix(".rtsync-") || name.hasPrefix(".dat.nosync") || name.hasSuffix(".partial") || name.hasSuffix(".partial.etag")
                 || name.hasSuffix(".rtsync-upload.json") { continue }
             let url = folder.appendingPathComponent(name)
             // Symbolic links are skipped: they could lead outside the documents folder.

@@ -51,3 +51,18 @@ extension S3Store {
         return ids.sorted()
     }
 }
+
+extension LocalFolderStore {
+    /// Removes the temp files (`.rtsync-tmp-<host>~<pid>-…`) that processes of this machine which are gone left
+    /// directly in `folder` (resume files being written, for example); returns the paths removed.
+    @discardableResult
+    public static func removeOrphanedTemporaryFiles(in folder: URL) -> [String] {
+        var removed: [String] = []
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
+        where TemporaryOwner.isOrphan(name, prefix: temporaryPrefix) {
+            let url = folder.appendingPathComponent(name)
+            if unlink(url.path) == 0 { removed.append(url.path) }
+        }
+        return removed
+    }
+}

@@ -8,7 +8,8 @@ extension ObjectStoreRemote {
     /// their resume files; returns the keys given up. A failure leaves the resume file for the next run.
     public func abandonInterruptedUploads(in folder: URL, keyPrefix: String) async -> [String] {
         guard let s3 = store as? S3Store else { return [] }
-        var given: [String] = []
+        // Resume files being written when their process was killed.
+        var given = LocalFolderStore.removeOrphanedTemporaryFiles(in: folder)
         let suffix = ".rtsync-upload.json"
         for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [] where name.hasPrefix(".") && name.hasSuffix(suffix) {
             let file = String(name.dropFirst().dropLast(suffix.count))
