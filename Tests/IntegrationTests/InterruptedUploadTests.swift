@@ -114,7 +114,7 @@ struct MediaLeftoverTests {
     /// A killed `media sync` left its uploads' temp files in a local-folder bucket's recordings/ (subfolders too)
     /// and its manifest's beside the manifest (the kill -9 trials found both, seed 23); the next run removes them,
     /// and a live process's temp file stays.
-    @Test func mediaSync_removesAKilledRunsTempFilesInTheBucketAndBesideTheManifest_keepsLiveOnes() async throws {
+    @Test func mediaSync_removesAKilledRunsTempFilesInTheBucketAndBesideTheManifest_keepsLiveOnes_andUploadsNoAtomicWriteTemp() async throws {
         let dir = try TemporaryDirectory()
         let bucket = dir.url.appendingPathComponent("bucket"), documents = dir.url.appendingPathComponent("documents")
         let nested = bucket.appendingPathComponent("u1/recordings/trip/day1", isDirectory: true)
@@ -126,6 +126,10 @@ struct MediaLeftoverTests {
         // This test process is alive: a temp file it names is a write in progress.
         let live = bucket.appendingPathComponent("u1/recordings").appendingPathComponent(".rtsync-tmp-\(try ltOrphanTempName().dropFirst(".rtsync-tmp-".count).split(separator: "~")[0])~\(getpid())-\(UUID().uuidString)")
         for url in [inBucket, besideManifest, live] { try Data("partial".utf8).write(to: url) }
+        // An atomic write in progress beside a recording (an app's, or a resume file's before this version) is no
+        // recording: the S3 kill trials saw one uploaded to every device.
+        let atomicTemp = documents.appendingPathComponent("recordings/.dat.nosync1A2B.Xy9zQw")
+        try Data("half a resume file".utf8).write(to: atomicTemp)
 
         let r = try await ltRTSync(["media", "sync", "--bucket", "file://" + bucket.path, "--documents", documents.path, "--user", "u1"])
         #expect(r.status == 0, "\(r.stderr)")
@@ -133,6 +137,7 @@ struct MediaLeftoverTests {
         #expect(!FileManager.default.fileExists(atPath: besideManifest.path))
         #expect(FileManager.default.fileExists(atPath: live.path))
         #expect(FileManager.default.fileExists(atPath: bucket.appendingPathComponent("u1/recordings/a.m4a").path))
+        #expect(!FileManager.default.fileExists(atPath: bucket.appendingPathComponent("u1/recordings/.dat.nosync1A2B.Xy9zQw").path))
     }
 }
 
