@@ -228,6 +228,22 @@ public struct LocalFolderStore: ObjectStore {
         return removed
     }
 
+    /// The same for the folder `prefix` names and every folder below it (media folders have subfolders).
+    @discardableResult
+    public func removeStaleTemporaryFiles(under prefix: String, olderThan age: TimeInterval) -> [String] {
+        var folders = [prefix.hasSuffix("/") ? prefix : prefix + "/"]
+        var removed: [String] = []
+        while let next = folders.popLast() {
+            removed += removeStaleTemporaryFiles(prefixes: [next], olderThan: age)
+            guard let segs = try? SafeKey.segments(of: String(next.dropLast())) else { continue }
+            let folder = segs.reduce(root) { $0.appendingPathComponent($1, isDirectory: true) }
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [] where !name.hasPrefix(".") {
+                if FileStat.of(folder.appendingPathComponent(name).path, followSymlinks: false)?.isDirectory == true { folders.append(next + name + "/") }
+            }
+        }
+        return removed
+    }
+
     /// Removes an object and any folders it leaves empty; a missing key is not an error.
     public func delete(key: String) async throws {
         requestCounter.record("DeleteObject")

@@ -64,6 +64,17 @@ public struct MediaSync: Sendable {
         // Remote side: one listing of every wanted kind folder together (one LIST per 1,000 objects when
         // nothing lies between them; see ObjectStore.listFolders).
         let kinds = MediaKind.allCases.filter { options.kinds.contains($0) }
+        if !options.dryRun {
+            // Temp files a killed run of this machine left: of the manifest beside it, and of uploads in a
+            // local-folder bucket (a live writer's are kept; the kind folders' downloads go in `walk`).
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: manifestURL.deletingLastPathComponent().path)) ?? []
+            where TemporaryOwner.isOrphan(name, prefix: ".rtsync-tmp-") {
+                unlink(manifestURL.deletingLastPathComponent().appendingPathComponent(name).path)
+            }
+            if let local = store as? LocalFolderStore {
+                for kind in kinds { local.removeStaleTemporaryFiles(under: folder(of: kind), olderThan: 600) }
+            }
+        }
         // Keyed by bytes: names that differ only in Unicode normalization are different objects.
         var remoteByKind: [MediaKind: [ExactPath: ObjectInfo]] = [:]
         for object in try await store.listFolders(kinds.map(folder(of:))) {
@@ -86,7 +97,7 @@ public struct MediaSync: Sendable {
             var local: [ExactPath: LocalFile] = [:]
             let kindFolder = documents.appendingPathComponent(kind.rawValue, isDirectory: true)
             if FileStat.of(kindFolder.path) != nil {
-                walk(kindFolder, relative: kind.rawValue, issues: &report.errors) { path, file in
+                walk(kindFolder, relative: kind.rawValue, removingOrphans: !options.dryRun, issues: &report.errors) { path, file in
                     if options.accepts(path) { local[ExactPath(path)] = file }
                 }
             }
@@ -137,7 +148,7 @@ public struct MediaSync: Sendable {
             }
         } else {
             try await execute(actions, options: options, report: &report, manifest: &manifest)
-            if options.delete && options.trashDays > 0 && report.errors.isEmpty,
+            if options.delete && options.trashDays > 0 && report.errors.isEmpty && report.notStarted == 0 && options.shouldStop?() != true,
                manifest.trashPrunedAt.map({ Date().timeIntervalSince($0) >= 86_400 }) ?? true {
                 // At most once a day, so an idle run stays one listing.
                 do {
@@ -369,20 +380,27 @@ public struct MediaSync: Sendable {
         let progress = Progress(report: report, manifest: manifest, total: transfers.count, show: show,
                                 saveURL: options.dryRun ? nil : manifestURL)
         let window = max(1, options.concurrency)
-        await withTaskGroup(of: Void.self) { group in
+        let started = await withTaskGroup(of: Void.self, returning: Int.self) { group in
             var next = 0
             func addNext() {
                 let action = transfers[next]
                 next += 1
                 group.addTask { await self.transfer(action, options: options, progress: progress) }
             }
-            while next < transfers.count && next < window { addNext() }
+            let stop = { options.shouldStop?() ?? false }
+            while next < transfers.count && next < window && !stop() { addNext() }
             while await group.next() != nil {
-                if next < transfers.count { addNext() }
+                if next < transfers.count && !stop() { addNext() }
             }
+            return next
         }
         report = await progress.report
         manifest = await progress.manifest
+        if options.shouldStop?() == true {
+            // Stopped at a safe point: every finished transfer is in the manifest; the rest is the next run's.
+            report.notStarted = transfers.count - started + deletions.count
+            return
+        }
         guard !deletions.isEmpty else { return }
         if !report.errors.isEmpty {
             // Never delete on a run that had an I/O error: the listing or the local tree may be incomplete.
@@ -589,7 +607,8 @@ public struct MediaSync: Sendable {
     }
 
     /// Visits regular files below `folder`; an unreadable folder is an I/O error (it must not look like deletions).
-    func walk(_ folder: URL, relative: String, issues: inout [MediaSyncReport.FileIssue], _ visit: (String, LocalFile) -> Void) {
+    func walk(_ folder: URL, relative: String, removingOrphans: Bool = false, issues: inout [MediaSyncReport.FileIssue],
+              _ visit: (String, LocalFile) -> Void) {
         let names: [String]
         do {
             names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
@@ -598,13 +617,16 @@ public struct MediaSync: Sendable {
             return
         }
         for name in names {
-            if name.hasPrefix(".rtsync-") || name.hasSuffix(".partial") || name.hasSuffix(".partial.etag")
+            // A download a killed run of this machine left (its process is gone); others' stay.
+            if removingOrphans, TemporaryOwner.isOrphan(name, prefix: ".rtsync-tmp-") { unlink(folder.appendingPathComponent(name).path) }
+            // Foundation's temp file of an atomic write in progress (an app's, or an older rtsync's) is no media.
+            if name.hasPrefix(".rtsync-") || name.hasPrefix(".dat.nosync") || name.hasSuffix(".partial") || name.hasSuffix(".partial.etag")
                 || name.hasSuffix(".rtsync-upload.json") { continue }
             let url = folder.appendingPathComponent(name)
             // Symbolic links are skipped: they could lead outside the documents folder.
             guard let st = FileStat.of(url.path, followSymlinks: false) else { continue }
             if st.isDirectory {
-                walk(url, relative: relative + "/" + name, issues: &issues, visit)
+                walk(url, relative: relative + "/" + name, removingOrphans: removingOrphans, issues: &issues, visit)
             } else if st.isRegularFile {
                 visit(relative + "/" + name, LocalFile(url: url, stat: st))
             }

@@ -29,6 +29,9 @@ public struct MediaSyncOptions: Sendable {
     public var showProgress = false
     /// Transfers running at the same time.
     public var concurrency = 8
+    /// Asked before each transfer starts; when it says true no more transfers start (those running finish and are
+    /// recorded), no deletion is made, and the report counts what was left (``MediaSyncReport/notStarted``).
+    public var shouldStop: (@Sendable () -> Bool)?
     /// Names this device in conflict copies (`name (conflict <device> <date>).ext`); `rtsync sync` uses the site id.
     public var device: String = MediaSyncOptions.hostDevice
 

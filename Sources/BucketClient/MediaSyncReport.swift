@@ -38,6 +38,8 @@ public struct MediaSyncReport: Codable, Sendable {
     public var errors: [FileIssue] = []
     /// True when `--delete` was asked but deletions were skipped because of errors in this run.
     public var deletionsSkipped = false
+    /// Transfers and deletions not started because ``MediaSyncOptions/shouldStop`` asked the run to stop.
+    public var notStarted = 0
     /// Bytes sent.
     public var bytesUploaded: Int64 = 0
     /// Bytes received.
@@ -63,6 +65,7 @@ public struct MediaSyncReport: Codable, Sendable {
         if !refused.isEmpty { parts.append("\(refused.count) refused") }
         if !errors.isEmpty { parts.append("\(errors.count) failed") }
         if deletionsSkipped { parts.append("deletions skipped after errors") }
+        if notStarted > 0 { parts.append("\(notStarted) not started (stopped)") }
         return "media sync\(dryRun ? " (dry run)" : ""): " + parts.joined(separator: ", ")
             + String(format: " in %.2f s, %d request%@", seconds, requests, requests == 1 ? "" : "s")
     }

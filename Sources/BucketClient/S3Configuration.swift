@@ -93,7 +93,8 @@ public struct S3Configuration: Sendable {
     /// when there are no credentials), and
     /// `RTSYNC_S3_ADDRESSING_STYLE` (`path` or `virtual`), `RTSYNC_S3_TRANSPORT` (`urlsession` sends every
     /// request through URLSession, turning off the direct libcurl path for uploads on Linux) and
-    /// `RTSYNC_S3_PART_CHECKSUM` (`crc32`, the default, or `none` for servers that reject S3's additional checksums).
+    /// `RTSYNC_S3_PART_CHECKSUM` (`crc32`, the default, or `none` for servers that reject S3's additional checksums) and
+    /// `RTSYNC_S3_MULTIPART_THRESHOLD` (bytes above which a file is uploaded in parts; default 16 MiB).
     public static func fromEnvironment(bucket: String, prefix: String = "",
                                        environment: [String: String] = ProcessInfo.processInfo.environment) throws -> S3Configuration {
         let chain = try AWSCredentialChain(environment: environment).resolve()
@@ -128,6 +129,12 @@ public struct S3Configuration: Sendable {
         case "none", "off": configuration.partChecksum = .off
         case let other?:
             throw BucketError.unsupportedURL(url: "RTSYNC_S3_PART_CHECKSUM=\(other)", reason: "RTSYNC_S3_PART_CHECKSUM must be crc32 or none")
+        }
+        if let text = environment["RTSYNC_S3_MULTIPART_THRESHOLD"], !text.isEmpty {
+            guard let bytes = Int(text), bytes >= 0 else {
+                throw BucketError.unsupportedURL(url: "RTSYNC_S3_MULTIPART_THRESHOLD=\(text)", reason: "RTSYNC_S3_MULTIPART_THRESHOLD must be a number of bytes")
+            }
+            configuration.multipartThreshold = bytes
         }
         return configuration
     }

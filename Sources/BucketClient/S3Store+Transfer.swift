@@ -311,9 +311,15 @@ actor MultipartStateFile {
     }
 
     func save() {
-        if let data = try? JSONEncoder().encode(state) {
-            try? data.write(to: url, options: .atomic)
-        }
+        if let data = try? JSONEncoder().encode(state) { Self.write(data, to: url) }
+    }
+
+    /// Writes a resume file through a temp file named with this machine and process (`.rtsync-tmp-…`), renamed into
+    /// place: a process killed meanwhile leaves a temp file the next run removes, never a half-written resume file
+    /// (nor Foundation's `.dat.nosync*`, which nothing could tie to its owner, and which media sync would upload).
+    static func write(_ data: Data, to url: URL) {
+        let temp = LocalFiles.temporaryURL(beside: url)
+        do { try data.write(to: temp); try LocalFiles.moveAtomically(temp, to: url) } catch { try? FileManager.default.removeItem(at: temp) }
     }
 
     func remove() { try? FileManager.default.removeItem(at: url) }
@@ -364,12 +370,12 @@ extension S3Store {
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)
         var state: MultipartState? = nil
         let saved = (try? Data(contentsOf: stateURL)).flatMap { try? JSONDecoder().decode(MultipartState.self, from: $0) }
-        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key),
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty,
            (saved.fileSize != st.size || saved.fileMtimeNanoseconds != st.mtimeNanoseconds || saved.partSize != partSize) {
             // The file changed since the interrupted upload: drop its parts on the server.
             try? await abortMultipartUpload(key: key, uploadId: saved.uploadId)
         }
-        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty, saved.fileSize == st.size,
            saved.fileMtimeNanoseconds == st.mtimeNanoseconds, saved.partSize == partSize {
             // Trust only what the server still has.
             let uploaded: [Int: (etag: String, size: Int64)]?
@@ -395,7 +401,20 @@ extension S3Store {
                 state = resumed
             }
         }
+        if state == nil, let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.uploadId.isEmpty {
+            // An earlier process was killed between CreateMultipartUpload and saving its id: the upload it may have
+            // opened can only be found by its key. Every open upload of exactly this key is given up (another
+            // writer's upload of the same key at the same moment fails once and is retried by its next run).
+            for upload in (try? await unfinishedUploads(prefix: key)) ?? [] where upload.key == key {
+                try? await abortMultipartUpload(key: key, uploadId: upload.uploadId)
+            }
+        }
         if state == nil {
+            // Recorded before the upload exists (no id yet): a process killed before the id below is saved leaves
+            // this, so a later clean-up knows an upload of this key may be open (`abandonInterruptedUpload`).
+            let intent = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: "", fileSize: st.size,
+                                        fileMtimeNanoseconds: st.mtimeNanoseconds, partSize: partSize, parts: [:])
+            if let data = try? JSONEncoder().encode(intent) { MultipartStateFile.write(data, to: stateURL) }
             var request = Request(method: "POST", key: key, operation: "CreateMultipartUpload")
             request.query = ["uploads": ""]
             request.headers["content-type"] = "application/octet-stream"
@@ -535,7 +554,7 @@ extension S3Store {
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)
         guard let stateStat = FileStat.of(stateURL.path),
               let saved = (try? Data(contentsOf: stateURL)).flatMap({ try? JSONDecoder().decode(MultipartState.self, from: $0) }),
-              saved.bucket == configuration.bucket, saved.key == fullKey(key), saved.fileSize == st.size,
+              saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty, saved.fileSize == st.size,
               saved.fileMtimeNanoseconds == st.mtimeNanoseconds else { return nil }
         do {
             _ = try await listParts(key: key, uploadId: saved.uploadId)

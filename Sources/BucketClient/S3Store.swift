@@ -49,6 +49,9 @@ public struct S3Store: ObjectStore {
         var payloadHash: String? = nil
         /// Send through ``CurlTransport`` when it is available and enabled, whatever the body size.
         var preferDirect = false
+        /// Asked before a retry: the answer to use instead of sending again when the request turns out to have
+        /// taken effect already (an upload the server stored before its answer was lost).
+        var alreadyDone: (@Sendable () async -> Response?)? = nil
     }
 
     struct Response {
@@ -135,6 +138,7 @@ public struct S3Store: ObjectStore {
                 }
                 if RetryPolicy.isRetryable(status: http.statusCode), attempt + 1 < configuration.retry.maxAttempts {
                     try await configuration.retry.wait(beforeRetry: attempt)
+                    if let done = await request.alreadyDone?() { return done }
                     attempt += 1
                     continue
                 }
@@ -169,6 +173,7 @@ public struct S3Store: ObjectStore {
             } catch {
                 if RetryPolicy.isRetryable(error), attempt + 1 < configuration.retry.maxAttempts {
                     try await configuration.retry.wait(beforeRetry: attempt)
+                    if let done = await request.alreadyDone?() { return done }
                     attempt += 1
                     continue
                 }
@@ -435,6 +440,18 @@ public struct S3Store: ObjectStore {
             request.headers["x-amz-sdk-checksum-algorithm"] = "CRC32"
         }
         if ifNoneMatch { request.headers["if-none-match"] = "*" }
+        if !ifNoneMatch {
+            // A 5xx or a dropped connection may come after the server stored the object: before sending the body
+            // again, HEAD the key, and take an object of this size whose ETag is this body's MD5 (a plain PutObject's
+            // ETag on S3, MinIO, moto) as this upload. Other ETag schemes (SSE-KMS) never match and are sent again.
+            // (A conditional put needs no check: its retry answers 412, which the caller takes as already there.)
+            let md5 = Hashing.md5Hex(data), size = data.count
+            request.alreadyDone = { [self] in
+                guard let head = try? await send(Request(method: "HEAD", key: key, operation: "HeadObject")),
+                      Self.unquote(head.header("ETag")) == md5, head.header("Content-Length").flatMap({ Int($0) }) == size else { return nil }
+                return head
+            }
+        }
         let response = try await send(request)
         return ObjectInfo(key: key, size: Int64(data.count), etag: Self.unquote(response.header("ETag")),
                           lastModified: Self.parseHTTPDate(response.header("Last-Modified")) ?? Date())

@@ -209,6 +209,11 @@ public struct BackupManager: Sendable {
         var removed: [String] = [], adopted: [String] = []
         for name in names.sorted() {
             let url = folder.appendingPathComponent(name)
+            // A list save cut short (every save holds the folder's lock).
+            if HomeDebris.isAtomicWriteTemp(name) {
+                if (try? fm.removeItem(at: url)) != nil { removed.append(url.path) }
+                continue
+            }
             if name.hasPrefix("."), let range = name.range(of: ".sqlite.tmp"),
                (try? KSUID(string: String(name[name.index(after: name.startIndex)..<range.lowerBound]))) != nil {
                 if (try? fm.removeItem(at: url)) != nil { removed.append(url.path) }

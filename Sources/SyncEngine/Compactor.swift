@@ -22,6 +22,8 @@ public struct CompactionReport: Sendable, Codable {
     public var pruned: [String]
     /// Inbound diffs kept because some known device has not applied them.
     public var kept: Int
+    /// What was left undone when `Compactor.shouldStop` stopped the run at a safe point (nil: it finished).
+    public var stoppedBefore: String? = nil
 }
 
 /// Compaction: upload a snapshot of the database, then delete inbound diffs that every known device has
@@ -36,6 +38,11 @@ public struct Compactor: Sendable {
 
     /// How long a compaction waits for another run on the same home to finish.
     public var lockWait: TimeInterval = 30
+
+    /// Asked between steps (before the snapshot is made, before it is uploaded, before cursors are read, before each
+    /// pruned diff); when it says true the run stops there and its report names what is left (`stoppedBefore`).
+    /// Every step it finished stands on its own: a later compaction redoes nothing it needs.
+    public var shouldStop: (@Sendable () -> Bool)?
 
     /// Makes a compactor.
     public init(home: RTSyncHome, remote: any RemoteStore, retry: RetryPolicy = RetryPolicy()) {
@@ -74,10 +81,17 @@ public struct Compactor: Sendable {
         let listed = try await retry.run { try await remote.list(prefix: inbound) }
             .compactMap { o -> String? in DiffFile.diffID(fromFileName: String(o.key.dropFirst(inbound.count))).map(\.string) }
 
+        let stop = { shouldStop?() ?? false }
+        if stop() { return CompactionReport(snapshotKey: "", devices: [], pruned: [], kept: listed.count, stoppedBefore: "the snapshot, then pruning") }
+
         // 1. The snapshot: a verified backup of this database, which has applied everything it lists as applied.
         try FileManager.default.createDirectory(at: home.backups, withIntermediateDirectories: true)
         let backup = try BackupManager(home: home, keep: settings.keepBackups).create()
         let snapshotKey = "\(user)/backups/\(backup.file)"
+        if stop() {
+            return CompactionReport(snapshotKey: "", devices: [], pruned: [], kept: listed.count,
+                                    stoppedBefore: "uploading the snapshot (kept as local backup \(backup.id)), then pruning")
+        }
         try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(backup.file), key: snapshotKey, ifAbsent: false) }
         // Recorded before anything is pruned: a device that joins or restores later catches up from this one, not
         // from whichever backup's name sorts last (another device's older backup may, by its clock).
@@ -85,6 +99,8 @@ public struct Compactor: Sendable {
         try await Self.publishCursor(db: db, user: user, listed: listed, remote: remote, home: home)
         // The snapshot is the newest backup, so rotation keeps it (and what init picks).
         try await remote.rotateBackups(user: user, keep: settings.keepBackups, retry: retry)
+
+        if stop() { return CompactionReport(snapshotKey: snapshotKey, devices: [], pruned: [], kept: listed.count, stoppedBefore: "pruning") }
 
         // 2. Every known device's cursor.
         var sets: [String: Set<String>] = [:]
@@ -102,7 +118,12 @@ public struct Compactor: Sendable {
 
         // 3. Prune what everyone has applied.
         var pruned: [String] = []
-        for id in listed where !sets.isEmpty && sets.values.allSatisfy({ $0.contains(id) }) {
+        let prunable = listed.filter { id in !sets.isEmpty && sets.values.allSatisfy({ $0.contains(id) }) }
+        for id in prunable {
+            if stop() {
+                return CompactionReport(snapshotKey: snapshotKey, devices: sets.keys.sorted(), pruned: pruned, kept: listed.count - pruned.count,
+                                        stoppedBefore: "pruning \(prunable.count - pruned.count) of \(prunable.count) applied diff(s)")
+            }
             let key = inbound + id + ".sqlite"
             try await retry.run { try await remote.delete(key: key) }
             pruned.append(key)

@@ -1,6 +1,11 @@
 import Crypto
 import Foundation
 import RTSQLite
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The device's Ed25519 signing key and the public keys it trusts, kept in `<home>/keys/` outside the
 /// database: the private key file is readable only by the user (0600, folder 0700).
@@ -16,24 +21,39 @@ public struct DeviceKeys: Sendable {
     var trustedFolder: URL { folder.appendingPathComponent("trusted") }
 
     /// The device key, created on first use.
+    ///
+    /// The new key is written to a private temp file (0600) and renamed into place, so a run killed meanwhile
+    /// leaves no empty or partial key file (which would fail every later run); an empty key file, which only an
+    /// interrupted creation by an older version leaves, is replaced the same way.
     public func signingKey() throws -> Curve25519.Signing.PrivateKey {
         let fm = FileManager.default
-        if let data = try? Data(contentsOf: privateKeyFile) {
+        if let data = try? Data(contentsOf: privateKeyFile), !data.isEmpty {
             return try Curve25519.Signing.PrivateKey(rawRepresentation: data)
         }
         try fm.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: folder.path)
         let key = Curve25519.Signing.PrivateKey()
-        // Create the file with owner-only permissions before writing the secret into it.
-        guard fm.createFile(atPath: privateKeyFile.path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
-            throw CocoaError(.fileWriteNoPermission, userInfo: [NSFilePathErrorKey: privateKeyFile.path])
+        let temp = folder.appendingPathComponent(Self.tempPrefix + "\(getpid())-\(UUID().uuidString)")
+        // Created with owner-only permissions before the secret is written into it.
+        let fd = open(temp.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CocoaError(.fileWriteNoPermission, userInfo: [NSFilePathErrorKey: temp.path]) }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        do {
+            try handle.write(contentsOf: key.rawRepresentation)
+            try handle.synchronize()
+            try handle.close()
+            guard rename(temp.path, privateKeyFile.path) == 0 else {
+                throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: privateKeyFile.path])
+            }
+        } catch {
+            unlink(temp.path)
+            throw error
         }
-        let handle = try FileHandle(forWritingTo: privateKeyFile)
-        try handle.write(contentsOf: key.rawRepresentation)
-        try handle.synchronize()
-        try handle.close()
         return key
     }
+
+    /// The name start of a key being written (`HomeDebris` removes those a killed run left).
+    static let tempPrefix = ".device.ed25519.tmp-"
 
     /// This device's public key as lower-case hex (safe to share).
     public func publicKeyHex() throws -> String { Array(try signingKey().publicKey.rawRepresentation).hexString }

@@ -10,17 +10,20 @@ import Darwin
 /// when no live run can own them. Sync calls it when it starts, holding the home's lock.
 ///
 /// - In the home: diff temp files in the outbox (`.<id>.sqlite.tmp`) and rtsync's hidden work files in support/
-///   (`.cursor*.json`, `.download-*`, `.demo-*`, `.catch-up-*`, `.rtsync-restore-*` databases, `.primary.sqlite.incoming`). Every command that
-///   writes them holds the home's lock, so under that lock they are debris. When the database lives outside the work
-///   folder (an app's `SyncLocation`), the restore and install temp files beside it too (`.rtsync-restore-*.sqlite`,
+///   (`.cursor*.json`, `.download-*`, `.demo-*`, `.catch-up-*`, `.rtsync-restore-*` databases, `.primary.sqlite.incoming`),
+///   and atomic-write temps (`.dat.nosync*`) there and in keys/. Every command that writes them holds the home's
+///   lock, so under that lock they are debris. When the database lives outside the work folder (an app's
+///   `SyncLocation`), the restore and install temp files beside it too (`.rtsync-restore-*.sqlite`,
 ///   `.<name>.incoming`, `.<name>.restore-*`), and nothing else of that folder.
 /// - In the backup folder: backup temp files, under the folder's own lock (every backup holds it while its temp
 ///   file exists); complete backups renamed into place but never listed are adopted (see `BackupManager.tidy()`).
-/// - In the system temp folder: `rtsync-apply-<pid>-<UUID>` folders whose process is gone, and any
-///   `rtsync-apply-*` folder older than `age` (older versions did not name the pid).
+/// - In the system temp folder: `rtsync-apply-<pid>-<UUID>` folders and `rtsync-snapshot-<pid>-*` files whose
+///   process is gone, and any `rtsync-apply-*` folder older than `age` (older versions did not name the pid).
 public enum HomeDebris {
     /// The name start of the private folders apply copies large diffs into.
     public static let applyFolderPrefix = "rtsync-apply-"
+    /// The name start of the temp files the snapshot pointer goes through (`rtsync-snapshot-<pid>-…`).
+    public static let snapshotTempPrefix = "rtsync-snapshot-"
     /// How old an unowned leftover must be before it is removed when its owner cannot be checked.
     public static let defaultAge: TimeInterval = 600
 
@@ -36,7 +39,8 @@ public enum HomeDebris {
         for name in (try? fm.contentsOfDirectory(atPath: home.outbox.path)) ?? [] where isDiffTemp(name) {
             remove(home.outbox.appendingPathComponent(name))
         }
-        for name in (try? fm.contentsOfDirectory(atPath: home.support.path)) ?? [] where isSupportWorkFile(name, database: home.database.lastPathComponent) {
+        for name in (try? fm.contentsOfDirectory(atPath: home.support.path)) ?? []
+        where isSupportWorkFile(name, database: home.database.lastPathComponent) || isAtomicWriteTemp(name) {
             remove(home.support.appendingPathComponent(name))
         }
         // An app's database may live outside the work folder: restore and init write their temp files beside it.
@@ -46,10 +50,22 @@ public enum HomeDebris {
                 remove(databaseFolder.appendingPathComponent(name))
             }
         }
+        // Keys are written under the home's lock too (a new device key, `keys trust`).
+        for folder in [home.keys, home.keys.appendingPathComponent("trusted")] {
+            for name in (try? fm.contentsOfDirectory(atPath: folder.path)) ?? [] where isAtomicWriteTemp(name) || name.hasPrefix(DeviceKeys.tempPrefix) {
+                remove(folder.appendingPathComponent(name))
+            }
+        }
         let temp = fm.temporaryDirectory
-        for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] where name.hasPrefix(applyFolderPrefix) {
+        for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] {
             let url = temp.appendingPathComponent(name)
-            if !applyFolderMayBeLive(name: name, modified: modificationDate(url), age: age) { remove(url) }
+            if name.hasPrefix(applyFolderPrefix) {
+                if !applyFolderMayBeLive(name: name, modified: modificationDate(url), age: age) { remove(url) }
+            } else if name.hasPrefix(snapshotTempPrefix) {
+                // Only files named with a process id that is gone (and their `.partial` downloads).
+                let rest = name.dropFirst(snapshotTempPrefix.count)
+                if let dash = rest.firstIndex(of: "-"), let pid = Int32(rest[..<dash]), pid > 0, !processIsAlive(pid) { remove(url) }
+            }
         }
         return removed
     }
@@ -62,6 +78,10 @@ public enum HomeDebris {
         }
         return false
     }
+
+    /// Foundation's temp file of an atomic write (`Data.write(to:options: .atomic)`, `FileManager.createFile`),
+    /// `.dat.nosync<hex>.<random>`, which a run killed during the write leaves beside the file it was writing.
+    public static func isAtomicWriteTemp(_ name: String) -> Bool { name.hasPrefix(".dat.nosync") }
 
     /// Hidden files rtsync's locked commands write in support/ and remove when they finish.
     static func isSupportWorkFile(_ name: String, database: String) -> Bool {

@@ -1,5 +1,10 @@
 import DiffFormat
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 extension RemoteStore {
     /// The prefix of a user's backups in the bucket (`<user>/backups/`), where init looks for the newest one.
@@ -30,6 +35,12 @@ extension RemoteStore {
         return deleted
     }
 
+    /// A private temp file for the snapshot pointer in the system temp folder, named with this process's id
+    /// (`rtsync-snapshot-<pid>-<KSUID>.json`) so `HomeDebris` removes what a killed process left.
+    static func snapshotPointerTemp() -> URL {
+        FileManager.default.temporaryDirectory.appendingPathComponent(HomeDebris.snapshotTempPrefix + "\(getpid())-\(KSUID.generate().string).json")
+    }
+
     /// Where compaction records the key of its snapshot (`<user>/snapshot.json`).
     public static func snapshotPointerKey(user: String) -> String { user + "/snapshot.json" }
 
@@ -38,7 +49,7 @@ extension RemoteStore {
     public func latestSnapshotKey(user: String, retry: RetryPolicy = RetryPolicy()) async throws -> String? {
         let key = Self.snapshotPointerKey(user: user)
         guard let object = try await retry.run({ try await list(prefix: key) }).first(where: { $0.key == key }) else { return nil }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-snapshot-\(KSUID.generate().string).json")
+        let file = Self.snapshotPointerTemp()
         defer { try? FileManager.default.removeItem(at: file) }
         try await retry.run { try await download(object, to: file) }
         guard let data = try? Data(contentsOf: file), let pointer = try? JSONDecoder().decode([String: String].self, from: data),
@@ -48,9 +59,10 @@ extension RemoteStore {
 
     /// Records `key` as the last compaction's snapshot.
     public func recordSnapshot(user: String, key: String, retry: RetryPolicy = RetryPolicy()) async throws {
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-snapshot-\(KSUID.generate().string).json")
+        let file = Self.snapshotPointerTemp()
         defer { try? FileManager.default.removeItem(at: file) }
-        try JSONEncoder().encode(["key": key, "at": ISO8601.format(Date(), fractional: true)]).write(to: file, options: .atomic)
+        // A private temp file, written plainly (an atomic write would leave a second temp if killed).
+        try JSONEncoder().encode(["key": key, "at": ISO8601.format(Date(), fractional: true)]).write(to: file)
         try await retry.run { try await upload(file: file, key: Self.snapshotPointerKey(user: user), ifAbsent: false) }
     }
 }

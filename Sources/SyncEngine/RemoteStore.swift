@@ -66,6 +66,10 @@ public protocol RemoteStore: Sendable {
     /// Removes temp files that interrupted writes left in the folders `prefixes` name, once unchanged for `age`
     /// seconds; returns what it removed. Only a local-folder store has any (an S3 put is all or nothing).
     func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String]
+    /// Gives up the uploads of files in `folder` (to `keyPrefix` + file name) that a stopped run left open on the
+    /// server, named by their resume files there; returns what it aborted or removed. Call it only for files
+    /// whose keys no other writer uses (backups), holding the home's lock. Only an S3 store has any.
+    func abandonInterruptedUploads(in folder: URL, keyPrefix: String) async -> [String]
 }
 
 extension RemoteStore {
@@ -85,6 +89,8 @@ extension RemoteStore {
 
     /// Nothing to remove (stores without temp files of their own).
     public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String] { [] }
+    /// Nothing to abort (stores without multipart uploads).
+    public func abandonInterruptedUploads(in folder: URL, keyPrefix: String) async -> [String] { [] }
 }
 
 /// Exponential backoff with full jitter and a bound on total time, for network steps.

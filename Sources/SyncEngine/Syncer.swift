@@ -188,7 +188,10 @@ public struct Syncer: Sendable {
             if let tidied = try? BackupManager(home: home, keep: settings.keepBackups).tidy() {
                 report.cleanedUp += tidied.removed + tidied.adopted.map { "adopted backup \($0)" }
             }
-            report.cleanedUp += await remote.removeStaleTemporaryFiles(prefixes: [inbound, user + "/backups/", user + "/devices/"], olderThan: debrisAge)
+            // The user's folder itself too: compaction writes <user>/snapshot.json there.
+            report.cleanedUp += await remote.removeStaleTemporaryFiles(prefixes: [inbound, user + "/backups/", user + "/devices/", user + "/"], olderThan: debrisAge)
+            // A backup upload cut short leaves its multipart upload open in the bucket (stored, billed, never listed).
+            report.cleanedUp += await remote.abandonInterruptedUploads(in: home.backups, keyPrefix: user + "/backups/")
             if !report.cleanedUp.isEmpty {
                 report.phases.append(SyncPhase(name: "cleanup", ok: true, summary: "removed or adopted \(report.cleanedUp.count) leftover(s) of interrupted runs"))
             }
@@ -390,8 +393,11 @@ public struct Syncer: Sendable {
             if listedIDs.count >= settings.compactThreshold && !stopRequested() {
                 do {
                     step(SyncProgress(phase: .compact))
-                    let c = try await Compactor(home: home, remote: remote, retry: retry).run()
-                    report.phases.append(SyncPhase(name: "compact", ok: true, summary: "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))
+                    var compactor = Compactor(home: home, remote: remote, retry: retry)
+                    compactor.shouldStop = shouldStop
+                    let c = try await compactor.run()
+                    report.phases.append(SyncPhase(name: "compact", ok: true, summary: c.stoppedBefore.map { "stopped before \($0)" }
+                        ?? "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))
                 } catch {
                     report.phases.append(SyncPhase(name: "compact", ok: false, summary: "compaction failed", error: "\(error)"))
                 }

@@ -70,8 +70,7 @@ final class ProgressDisplay: @unchecked Sendable {
     func printAbove(_ line: String) {
         lock.withLock {
             if drawn && !finished { FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8)); drawn = false }
-            print(line)
-            fflush(stdout)
+            FileHandle.standardOutput.write(Data((line + "\n").utf8))
         }
     }
 

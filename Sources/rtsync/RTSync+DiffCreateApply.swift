@@ -8,20 +8,34 @@ extension RTSync.Diff {
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Export every change not yet exported as one diff file.",
-            discussion: "Prints the path of the new <KSUID>.sqlite. With nothing to export it says so, writes no file and exits 0."
+            discussion: "Prints the path of the new <KSUID>.sqlite. With nothing to export it says so, writes no file and exits 0. Ctrl-C or SIGTERM during the export rolls it back (no file, every change still pending) and exits 130 or 143."
         )
         @OptionGroup var database: DatabaseOptions
         @Option(help: "Folder to write the diff into (created if missing).") var out: String
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
-            try database.lockingHome { try export() }
+            let signals = StopSignals()
+            try database.lockingHome { try export(signals) }
         }
 
-        private func export() throws {
+        private func export(_ signals: StopSignals) throws {
             let db = try database.open()
             do {
-                let result = try db.exportChanges(to: URL(fileURLWithPath: out))
+                let result: ExportResult?
+                do {
+                    if signals.stopRequested { throw SyncEngineError.interrupted(operation: "export", path: out) }
+                    result = try db.exportChanges(to: URL(fileURLWithPath: out), shouldStop: { signals.stopRequested })
+                } catch SyncEngineError.interrupted {
+                    throw StopSignals.stopped("diff create", by: signals.receivedSignal ?? SIGINT, done: "nothing exported (rolled back, no file written)",
+                                              left: "every change, still pending", path: database.db)
+                }
+                if let sig = signals.receivedSignal {
+                    // The signal came after the last check: the diff is whole and recorded.
+                    if let result { print(result.file) }
+                    throw StopSignals.stopped("diff create", by: sig, done: result.map { "diff \($0.file) written" } ?? "nothing to export", left: "nothing",
+                                              path: database.db, hint: "nothing was lost; the export is complete")
+                }
                 if json {
                     if let result { printJSON(result) } else { print(#"{"file": null, "rows": 0}"#) }
                 } else if let result {
@@ -37,7 +51,7 @@ extension RTSync.Diff {
     struct Apply: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Apply diff files (or folders of them) in KSUID order.",
-            discussion: "Each diff is one transaction and is applied at most once (re-applying reports 'skipped'). A rejected diff changes nothing; the file stays where it is and a copy goes to the quarantine folder. An untracked database is refused before any diff is read. Exit status 1 when any diff was rejected."
+            discussion: "Each diff is one transaction and is applied at most once (re-applying reports 'skipped'). A rejected diff changes nothing; the file stays where it is and a copy goes to the quarantine folder. An untracked database is refused before any diff is read. Exit status 1 when any diff was rejected. Ctrl-C or SIGTERM lets the diff being applied finish, applies no more, says how many are left and exits 130 or 143."
         )
         @OptionGroup var database: DatabaseOptions
         @Argument(help: "Diff files or folders containing <KSUID>.sqlite files.") var paths: [String]
@@ -46,10 +60,11 @@ extension RTSync.Diff {
         @OptionGroup var progressOptions: ProgressOptions
 
         func run() throws {
-            try database.lockingHome { try applyAll() }
+            let signals = StopSignals()
+            try database.lockingHome { try applyAll(signals) }
         }
 
-        private func applyAll() throws {
+        private func applyAll(_ signals: StopSignals) throws {
             let db = try database.open()
             // Refused before any diff is touched: an untracked database would reject every diff.
             guard db.isTracked else {
@@ -70,8 +85,9 @@ extension RTSync.Diff {
             let q = URL(fileURLWithPath: quarantine ?? URL(fileURLWithPath: database.db).deletingLastPathComponent().appendingPathComponent("quarantine").path)
             // The files are the user's: a rejected one is copied into quarantine, never moved.
             let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+            // Each diff is one transaction: a signal lets the current one finish and starts no other.
             var reports = display.run {
-                db.apply(diffs: files, quarantine: nil, onDiff: { done, total, next in
+                db.apply(diffs: files, quarantine: nil, shouldStop: { signals.stopRequested }, onDiff: { done, total, next in
                     display.set("apply \(done + 1)/\(total) diffs: \(next.lastPathComponent)")
                 })
             }
@@ -105,6 +121,11 @@ extension RTSync.Diff {
                 }
                 let c = Dictionary(grouping: reports, by: \.status).mapValues(\.count)
                 print("\(reports.count) diff(s): \(c[.applied] ?? 0) applied, \(c[.skipped] ?? 0) skipped, \(c[.rejected] ?? 0) rejected" + (c[.deferred].map { ", \($0) deferred" } ?? ""))
+            }
+            if let sig = signals.receivedSignal {
+                let handled = Set(reports.map(\.file)), left = files.filter { !handled.contains($0.path) }.count
+                throw StopSignals.stopped("diff apply", by: sig, done: "\(reports.count) of \(files.count) diff(s) handled (\(reports.filter { $0.status == .applied }.count) applied)",
+                                          left: left == 0 ? "nothing" : "\(left) diff(s) not started, files untouched", path: database.db)
             }
             if reports.contains(where: { $0.status == .rejected || $0.status == .deferred }) { throw ExitCode(1) }
         }

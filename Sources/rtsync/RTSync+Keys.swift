@@ -48,7 +48,9 @@ extension RTSync {
                                hint: "copy the whole line that `rtsync keys show` prints on the other device")
                 }
                 do {
-                    try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: hex, label: label)
+                    // Under the home's lock, like every other write in the home (a sync's clean-up may then treat a
+                    // half-written key file as a killed run's leftover).
+                    try options.locked { try DeviceKeys(home: options.resolvedHome).trust(publicKeyHex: hex, label: label) }
                     print("trusted \(label)")
                 } catch { throw report(error) }
             }

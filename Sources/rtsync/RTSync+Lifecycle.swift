@@ -29,12 +29,14 @@ struct HomeOptions: ParsableArguments {
     /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
     /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
     func locked<T>(_ body: () async throws -> T) async throws -> T {
+        announceWaitIfBusy(resolvedHome)
         do { return try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
     }
 
     /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
     /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
     func locked<T>(_ body: () throws -> T) throws -> T {
+        announceWaitIfBusy(resolvedHome)
         do { return try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
     }
 
@@ -48,6 +50,16 @@ struct HomeOptions: ParsableArguments {
         }
         do { return try resolvedHome.loadSettings() } catch { throw report(error, subject: root) }
     }
+}
+
+/// Says on standard error that the command waits for another run holding `home`'s lock (and for how long at most),
+/// so a waiting command is not taken for a hung one.
+func announceWaitIfBusy(_ home: RTSyncHome) {
+    guard !HomeLock.isHeld(home), FileManager.default.fileExists(atPath: HomeLock.lockFile(home)) else { return }
+    do { _ = try HomeLock.acquire(home, wait: 0) } catch LifecycleError.homeBusy(_, let pid) {
+        let wait = HomeLock.environmentWait
+        FileHandle.standardError.write(Data("waiting up to \(Int(wait)) s for another rtsync run on \(home.root.path)\(pid.map { " (pid \($0))" } ?? "") to finish\n".utf8))
+    } catch {}
 }
 
 extension RTSync {
@@ -170,7 +182,7 @@ extension RTSync {
         struct Create: AsyncParsableCommand {
             static let configuration = CommandConfiguration(
                 abstract: "Copy the database (copy-on-write clone where possible), verify it, rotate old backups.",
-                discussion: "Consistent while other processes write (WAL included). Cheap enough to run whenever an app goes to the background."
+                discussion: "Consistent while other processes write (WAL included). Cheap enough to run whenever an app goes to the background. Ctrl-C or SIGTERM stops at the next safe point (the copy is made whole or not at all; then before the upload, then before the bucket's rotation), says what is left and exits 130 or 143."
             )
             @OptionGroup var options: HomeOptions
             @Flag(help: "Also upload it to <user>/backups/ in the bucket (premium, or a local-folder bucket).") var upload = false
@@ -181,19 +193,31 @@ extension RTSync {
             @OptionGroup var progressOptions: ProgressOptions
 
             func run() async throws {
-                do { try await options.locked { try await createBackup() } } catch { throw report(error) }
+                // Caught from the start, so a signal while waiting for the home's lock stops before anything is made.
+                let signals = StopSignals()
+                do { try await options.locked { try await createBackup(signals) } } catch { throw report(error) }
             }
 
-            private func createBackup() async throws {
+            private func createBackup(_ signals: StopSignals) async throws {
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
                 defer { display.finish() }
                 do {
+                    let backups = options.resolvedHome.backups.path
+                    if let sig = signals.receivedSignal {
+                        throw StopSignals.stopped("backup create", by: sig, done: "nothing made", left: "the backup", path: backups)
+                    }
                     let manager = try BackupCommand.manager(options)
                     display.set(verifyLater ? "backup: copying" : "backup: copying and verifying (quick_check)")
+                    // The copy is written to a temp file and renamed and listed only when whole: a signal meanwhile
+                    // waits for it.
                     var info = try manager.create(verification: verifyLater ? .deferred : .immediate)
                     var uploaded: String?
                     var rotated: [String] = []
                     if upload {
+                        if let sig = signals.receivedSignal {
+                            throw StopSignals.stopped("backup create", by: sig, done: "backup \(info.id) made", left: "its upload to the bucket",
+                                                      path: backups, hint: "nothing was lost; run rtsync backup create --upload again to upload a new backup")
+                        }
                         // Only a checked copy leaves the device.
                         if !info.verified { display.set("backup: verifying (quick_check)"); info = try manager.verify(id: info.id) }
                         guard info.verified else {
@@ -209,11 +233,20 @@ extension RTSync {
                             try await remote.upload(file: options.resolvedHome.backups.appendingPathComponent(info.file), key: key, ifAbsent: false)
                         }
                         uploaded = key
+                        if let sig = signals.receivedSignal {
+                            throw StopSignals.stopped("backup create", by: sig, done: "backup \(info.id) made and uploaded to \(key)",
+                                                      left: "removing older bucket backups beyond keepBackups (the next upload does it)",
+                                                      path: options.bucketURL(settings), hint: "nothing was lost; the next backup create --upload or sync rotates the bucket's backups")
+                        }
                         // Bucket backups rotate with the local rule (keepBackups), keeping the newest.
                         display.set("backup: rotating old bucket backups")
                         rotated = try await remote.rotateBackups(user: settings.userID, keep: settings.keepBackups)
                     }
                     display.finish()
+                    if let sig = signals.receivedSignal {
+                        throw StopSignals.stopped("backup create", by: sig, done: "backup \(info.id) made\(uploaded.map { " and uploaded to \($0)" } ?? "")",
+                                                  left: "nothing", path: backups, hint: "nothing was lost; the backup is complete")
+                    }
                     if json { printJSON(info); return }
                     let copied = String(format: "%.0f ms", info.copyMilliseconds ?? 0)
                     if info.verified {
@@ -299,9 +332,14 @@ extension RTSync {
             }
 
             func run() throws {
+                // A restore is one step (prepared in a private copy, then swapped in): a signal waits for it to end.
+                let signals = StopSignals()
                 do {
                     try options.locked {
                         let home = options.resolvedHome
+                        if let sig = signals.receivedSignal {
+                            throw StopSignals.stopped("backup restore", by: sig, done: "nothing restored", left: "the restore", path: home.database.path)
+                        }
                         let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
                         display.set("restore: copying the backup, exporting its unexported changes, new site id")
                         defer { display.finish() }
@@ -316,6 +354,10 @@ extension RTSync {
                         if let aside { print("previous database kept at \(aside.path)") }
                         if catchUp {
                             print("the restored database is a new site; its next sync catches up on what the bucket has that the backup lacks")
+                        }
+                        if let sig = signals.receivedSignal {
+                            throw StopSignals.stopped("backup restore", by: sig, done: "backup \(b.id) restored", left: "nothing", path: home.database.path,
+                                                      hint: "nothing was lost; the restore is complete")
                         }
                     }
                 } catch { throw report(error) }

@@ -32,7 +32,9 @@ extension RTSync.Media {
             since the last sync keeps the newer version under its name and the other beside it as \
             'name (conflict <device> <UTC date>).ext', here and in the bucket; `rtsync conflicts media` lists them. An unchanged tree costs one \
             LIST per 1,000 objects for both folders together (one more for each other folder between \
-            them, such as inbound/) and no uploads or hashing.
+            them, such as inbound/) and no uploads or hashing. A run with failed files ends with one error line counting \
+            them and a hint; finished transfers are recorded as they finish, so the next run redoes only what is left. \
+            Ctrl-C or SIGTERM lets running transfers finish, starts no more, says what is left and exits 130 or 143.
             """
         )
 
@@ -81,6 +83,7 @@ extension RTSync.Media {
         }
 
         func run() async throws {
+            let signals = StopSignals()
             let rtHome = home.map { RTSyncHome(root: URL(fileURLWithPath: $0)) }
             let settings: RTSyncSettings?
             do { settings = try rtHome?.loadSettings() } catch { throw report(error) }
@@ -111,6 +114,7 @@ extension RTSync.Media {
             options.delete = options.delete || delete
             // The command's own display draws progress (bytes, rate, ETA), not the library's per-file line.
             options.showProgress = false
+            options.shouldStop = { signals.stopRequested }
             let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
             display.set("media sync")
             let documentsURL = URL(fileURLWithPath: documents, isDirectory: true)
@@ -130,11 +134,12 @@ extension RTSync.Media {
                 printError("refused bucket key: \(refused.reason) (\(refused.path))",
                            hint: nil)
             }
-            for failure in report.errors {
-                printError("\(failure.reason) (\(failure.path))", hint: nil)
+            // A few failures by name; the run's one `error:` line below counts them all.
+            for failure in report.errors.prefix(Self.failuresShown) {
+                FileHandle.standardError.write(Data("failed: \(terminalSafe(failure.path)): \(terminalSafe(failure.reason, limit: 500))\n".utf8))
             }
-            if report.deletionsSkipped {
-                FileHandle.standardError.write(Data("hint: deletions were skipped because of the errors above; fix them and run again\n".utf8))
+            if report.errors.count > Self.failuresShown {
+                FileHandle.standardError.write(Data("failed: and \(report.errors.count - Self.failuresShown) more (--json lists them)\n".utf8))
             }
             for c in report.conflictCopies {
                 FileHandle.standardError.write(Data("conflict: \(c.path) changed on both sides; the \(c.loser == .local ? "local" : "bucket's") version is kept as \(c.copy.debugDescription)\n".utf8))
@@ -148,7 +153,37 @@ extension RTSync.Media {
             } else {
                 print(report.summary)
             }
-            if !report.succeeded { throw ExitCode.failure }
+            let bucket = (try? bucketOptions.bucketURL()) ?? settings?.bucket ?? documents
+            if let sig = signals.receivedSignal {
+                throw StopSignals.stopped("media sync", by: sig, done: "\(report.uploaded.count) uploaded, \(report.downloaded.count) downloaded",
+                                          left: "\(report.notStarted) transfer(s) or deletion(s) not started" + (report.errors.isEmpty ? "" : ", \(report.errors.count) failed"),
+                                          path: bucket, hint: "nothing was lost; run the same command again: finished files are not sent again")
+            }
+            if !report.succeeded { throw fail(Self.incomplete(report, bucket: bucket), hint: Self.retryHint(report)) }
+        }
+
+        /// Failed files named one by one before the summary.
+        static let failuresShown = 3
+
+        /// The one error line of a run with failed files: how many failed, and what finished.
+        static func incomplete(_ report: MediaSyncReport, bucket: String) -> String {
+            "media sync incomplete: \(report.errors.count) file(s) failed; \(report.uploaded.count) uploaded and \(report.downloaded.count) downloaded "
+                + "in this run are recorded and will not be sent again (\(bucket))"
+        }
+
+        /// The hint of a run with failed files.
+        static func retryHint(_ report: MediaSyncReport) -> String {
+            let network = report.errors.contains { isNetworkReason($0.reason) }
+            return (network ? "the bucket did not answer every request (server errors or dropped connections); " : "")
+                + "run the same command again to retry the \(report.errors.count) failed file(s) only"
+                + (report.deletionsSkipped ? "; deletions were skipped and run then too" : "")
+        }
+
+        /// Whether a failure reason is the network's or the server's (not a local file's).
+        static func isNetworkReason(_ reason: String) -> Bool {
+            let r = reason.lowercased()
+            return ["http 5", "status 5", "server error", "internalerror", "service unavailable", "slowdown", "transport", "connection",
+                    "timed out", "network"].contains { r.contains($0) }
         }
     }
 

@@ -70,7 +70,8 @@ extension RTSync {
                 if media || delete || settings.syncMedia {
                     var mediaSettings = settings
                     if delete { mediaSettings.mediaDeletes = true }
-                    syncer.media = try RTSync.mediaPhase(home: home, remote: remote, settings: mediaSettings, keeping: mediaReport)
+                    syncer.media = try RTSync.mediaPhase(home: home, remote: remote, settings: mediaSettings, keeping: mediaReport,
+                                                         shouldStop: { signals.stopRequested })
                 }
                 syncer.onProgress = { display.set($0) }
                 let report = try await display.run { try await syncer.sync(dryRun: dryRun) }
@@ -104,7 +105,7 @@ extension RTSync {
     struct Compact: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Upload a snapshot and prune inbound diffs that every known device has applied.",
-            discussion: "A new device then starts from the snapshot plus the recent diffs. Devices are known once they have published a cursor (every sync that changes something does). Sync also compacts by itself when inbound holds more than compactThreshold diffs (settings.json)."
+            discussion: "A new device then starts from the snapshot plus the recent diffs. Devices are known once they have published a cursor (every sync that changes something does). Sync also compacts by itself when inbound holds more than compactThreshold diffs (settings.json). Ctrl-C or SIGTERM stops between steps (snapshot, upload, each pruned diff), says what is left and exits 130 or 143."
         )
         @OptionGroup var options: HomeOptions
         @Flag(help: "Print JSON.") var json = false
@@ -113,12 +114,21 @@ extension RTSync {
         func run() async throws {
             do {
                 let settings = try options.loadSettings()
+                let signals = StopSignals()
                 var compactor = Compactor(home: options.resolvedHome, remote: try options.openRemote(settings))
                 compactor.lockWait = HomeLock.environmentWait
+                compactor.shouldStop = { signals.stopRequested }
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
                 display.set("compact: snapshot, upload, prune")
                 let r = try await display.run { try await compactor.run() }
-                if json { printJSON(r); return }
+                if json { printJSON(r) }
+                if let sig = signals.receivedSignal {
+                    // Each step stands alone (the snapshot is a listed backup, pruned diffs are gone for good), so
+                    // stopping between them leaves nothing half-done; the next compaction does the rest.
+                    let done = r.snapshotKey.isEmpty ? "no snapshot uploaded" : "snapshot \(r.snapshotKey) uploaded, \(r.pruned.count) diff(s) pruned"
+                    throw StopSignals.stopped("compact", by: sig, done: done, left: r.stoppedBefore ?? "nothing", path: options.bucketURL(settings))
+                }
+                if json { return }
                 print("snapshot \(r.snapshotKey); \(r.devices.count) known device(s); pruned \(r.pruned.count) diff(s), kept \(r.kept)")
             } catch { throw report(error) }
         }
@@ -130,10 +140,13 @@ extension RTSync {
     /// On the free tier with a cloud bucket it only downloads (uploads to a personal cloud prefix are premium).
     /// - Throws: `LifecycleError.invalidSettings` when the media settings are invalid (before anything syncs).
     static func mediaPhase(home: RTSyncHome, remote: ObjectStoreRemote, settings: RTSyncSettings,
-                           keeping box: MediaReportBox? = nil) throws -> @Sendable () async throws -> String {
+                           keeping box: MediaReportBox? = nil,
+                           shouldStop: (@Sendable () -> Bool)? = nil) throws -> @Sendable () async throws -> String {
         let options = try settings.mediaSyncOptions(file: home.settingsFile.path)
         return {
             var options = options
+            // A stop lets running transfers finish and starts no more (each finished one is in the manifest).
+            options.shouldStop = shouldStop
             let canUpload = (try? settings.tier.require(.uploadMedia(cloud: !remote.isLocal, community: false, privateRecording: false))) != nil
             options.direction = canUpload ? .both : .pull
             // Conflict copies name this device by the random end of its site id (a KSUID starts with the time).

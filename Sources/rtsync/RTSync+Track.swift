@@ -31,6 +31,7 @@ struct DatabaseOptions: ParsableArguments {
     /// `RTSYNC_LOCK_WAIT` seconds), or without a lock for a database outside a home.
     func lockingHome<T>(_ body: () throws -> T) throws -> T {
         guard let home = RTSyncHome.containing(database: URL(fileURLWithPath: db)) else { return try body() }
+        announceWaitIfBusy(home)
         do { return try HomeLock.withLock(home, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
     }
 }

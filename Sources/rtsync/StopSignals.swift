@@ -1,3 +1,4 @@
+import ArgumentParser
 import Dispatch
 import Foundation
 #if canImport(Glibc)
@@ -53,4 +54,13 @@ final class StopSignals: @unchecked Sendable {
 
     /// The signal's name.
     static func name(_ sig: Int32) -> String { sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal \(sig)" }
+}
+
+extension StopSignals {
+    /// Ends a command that stopped at a safe point after `sig`: one `error:` line saying what was finished and
+    /// what is left, a `hint:` line, and exit status 130 (SIGINT) or 143 (SIGTERM).
+    static func stopped(_ command: String, by sig: Int32, done: String, left: String, path: String,
+                        hint: String = "nothing was lost; run the same command again to finish what is left") -> ExitCode {
+        fail("\(command) interrupted by \(name(sig)) at a safe point: \(done); left: \(left) (\(path))", hint: hint, code: exitStatus(sig))
+    }
 }

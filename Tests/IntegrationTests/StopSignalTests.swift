@@ -1,0 +1,377 @@
+import BucketSync
+import Foundation
+import RTSyncTestSupport
+import RTSQLite
+import SyncEngine
+import Testing
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// Issue 15 §4: SIGINT and SIGTERM stop every long command at a safe point. Each test sends a real signal to the
+// built binary while it is provably in the middle of its work (an upload or a delete held by the fault proxy, or
+// the wait for the home's lock), then checks the exit status (130 or 143), the one `error:` line saying what was
+// finished and what is left, that nothing is half-done or left behind, and that running the command again finishes.
+
+/// A running `rtsync` child whose output goes to files the test can read while it runs.
+final class LTChild {
+    let process = Process()
+    let out: URL
+    let err: URL
+    private let handles: [FileHandle]
+
+    init(_ arguments: [String], environment: [String: String] = [:], in dir: TemporaryDirectory) throws {
+        let binary = try #require(RTSyncBinary.url, "rtsync binary not found; build it or set RTSYNC_BIN")
+        let name = UUID().uuidString
+        out = dir.url.appendingPathComponent(name + ".out")
+        err = dir.url.appendingPathComponent(name + ".err")
+        for url in [out, err] { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
+        handles = [try FileHandle(forWritingTo: out), try FileHandle(forWritingTo: err)]
+        process.executableURL = binary
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env["RTSYNC_HOME"] = nil
+        env.merge(environment) { $1 }
+        process.environment = env
+        process.standardOutput = handles[0]
+        process.standardError = handles[1]
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+    }
+
+    var stderr: String { String(decoding: (try? Data(contentsOf: err)) ?? Data(), as: UTF8.self) }
+    var stdout: String { String(decoding: (try? Data(contentsOf: out)) ?? Data(), as: UTF8.self) }
+
+    /// Waits (polling, up to `limit` seconds as a safety net, not an assertion) until `condition` holds or the
+    /// child ended; returns whether it holds.
+    func wait(upTo limit: Double = 120, until condition: () async throws -> Bool) async throws -> Bool {
+        let deadline = Date().addingTimeInterval(limit)
+        while Date() < deadline {
+            if try await condition() { return true }
+            if !process.isRunning { return try await condition() }
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        return false
+    }
+
+    func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
+
+    /// Waits for the end; returns the exit status, or nil when a signal ended the process (it did not stop itself).
+    func finish() async -> Int32? {
+        await waitForExit(process)
+        for h in handles { try? h.close() }
+        return process.terminationReason == .exit ? process.terminationStatus : nil
+    }
+}
+
+/// Two devices of one user on a fresh moto prefix reached through a fault proxy.
+struct LTProxiedUser {
+    let dir: TemporaryDirectory
+    let proxy: LTFaultProxy
+    let bucketURL: String
+    let environment: [String: String]
+    let a: RTSyncHome
+    let b: RTSyncHome
+    let user: String
+
+    /// The bucket's path prefix as the proxy sees it: `/<bucket>/<prefix>/<user>/`.
+    var userPath: String { "/" + bucketURL.dropFirst("s3://".count) + "/" + user + "/" }
+
+    static func make() async throws -> LTProxiedUser {
+        let moto = try await LTMoto.shared.value
+        let proxy = try await LTFaultProxy.start(upstream: moto.endpoint)
+        let dir = try TemporaryDirectory()
+        let bucketURL = moto.freshBucketURL()
+        let environment = proxy.environment(moto.environment)
+        let asset = try LTFixture.demoCopy(in: dir)
+        var user: String?
+        let a = ltHome(dir, "A"), b = ltHome(dir, "B")
+        for home in [a, b] {
+            try ltEditSettings(home) { $0.tier = .premium; $0.bucket = bucketURL }
+            let remote = try moto.remote(bucketURL)
+            let result = try await InitChain(home: home, remote: remote, joinUser: user, bundledAsset: asset, retry: ltShortRetry).run()
+            user = result.userId
+            let first = try await Syncer(home: home, remote: remote, retry: ltShortRetry).sync()
+            try #require(first.ok, "first sync: \(first.phases)")
+        }
+        return LTProxiedUser(dir: dir, proxy: proxy, bucketURL: bucketURL, environment: environment, a: a, b: b, user: user!)
+    }
+
+    func remote() async throws -> ObjectStoreRemote { try await LTMoto.shared.value.remote(bucketURL) }
+
+    func insert(_ home: RTSyncHome, _ prefix: String, count: Int) throws {
+        try SyncDatabase(path: home.database.path).execute("""
+            WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)
+            INSERT INTO things(id, account_id, title) SELECT printf('%s%05d', ?, i), (SELECT account_id FROM owners LIMIT 1), 'stop test' FROM n
+            """, [.integer(Int64(count)), .text(prefix)])
+    }
+
+    func count(_ home: RTSyncHome, _ prefix: String) throws -> Int64 {
+        try ltScalar(home.database, "SELECT count(*) FROM things WHERE id LIKE ?", [.text(prefix + "%")])?.int64 ?? -1
+    }
+
+    func sync(_ home: RTSyncHome) async throws {
+        let r = try await ltRTSync(["sync", "--home", home.root.path], environment: environment)
+        try #require(r.status == 0, "sync \(home.root.lastPathComponent): \(r.stderr)")
+    }
+}
+
+/// Hidden files rtsync leaves only while it works (temp diffs and backups, multipart resume files, atomic-write
+/// temps) anywhere under `root`, besides the home's lock and the media manifest.
+func ltHiddenLeftovers(_ root: URL) -> [String] {
+    var found: [String] = []
+    guard let walk = FileManager.default.enumerator(at: root, includingPropertiesForKeys: nil) else { return [] }
+    for case let url as URL in walk where url.lastPathComponent.hasPrefix(".")
+        && ![".rtsync.lock", ".rtsync-media-manifest.json"].contains(url.lastPathComponent) {
+        found.append(url.path)
+    }
+    return found
+}
+
+/// The `error:` lines of a command's standard error.
+func ltErrorLines(_ stderr: String) -> [String] {
+    stderr.split(separator: "\n").map(String.init).filter { $0.hasPrefix("error:") }
+}
+
+@Suite("SIGINT and SIGTERM stop long commands at a safe point",
+       .enabled(if: RTSyncBinary.url != nil && !LTMoto.skipRequested, "needs the rtsync binary and moto"))
+struct StopSignalTests {
+    /// `backup create --upload` is stopped while its upload is on the wire: the upload finishes, the bucket's
+    /// rotation is left for later, the backup is whole (listed, verified, in the bucket) and nothing is left over.
+    @Test func backupCreateUpload_SIGINTDuringUpload_finishesTheUpload_exits130_andSaysRotationIsLeft() async throws {
+        let u = try await LTProxiedUser.make()
+        try await u.proxy.set(.init(hold: "PUT " + u.userPath + "backups/"))
+        let child = try LTChild(["backup", "create", "--home", u.a.root.path, "--upload"], environment: u.environment, in: u.dir)
+        let held = try await child.wait { try await u.proxy.held() > 0 }
+        try #require(held, "the upload never reached the proxy: \(child.stderr)")
+        child.signal(SIGINT)
+        // The signal is handled before the upload may go on.
+        _ = try await child.wait { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        try await u.proxy.release()
+        let status = await child.finish()
+        #expect(status == 130, "stderr: \(child.stderr)")
+        let errors = ltErrorLines(child.stderr)
+        #expect(errors.count == 1, "\(child.stderr)")
+        #expect(errors.first?.contains("backup create interrupted by SIGINT at a safe point: backup ") == true, "\(errors)")
+        #expect(errors.first?.contains("made and uploaded to \(u.user)/backups/") == true, "\(errors)")
+        #expect(errors.first?.contains("left: removing older bucket backups") == true, "\(errors)")
+        #expect(child.stderr.contains("\nhint: "), "\(child.stderr)")
+
+        let list = BackupManager(database: u.a.database, folder: u.a.backups).list()
+        let newest = try #require(list.first)
+        #expect(newest.verified)
+        let keys = try await u.remote().list(prefix: u.user + "/backups/").map(\.key)
+        #expect(keys.contains(u.user + "/backups/" + newest.file), "\(keys)")
+        #expect(ltHiddenLeftovers(u.a.root).isEmpty, "\(ltHiddenLeftovers(u.a.root))")
+        let moto = try await LTMoto.shared.value
+        #expect(try await moto.unfinishedUploads(under: u.bucketURL).isEmpty)
+
+        // Run again, nothing held: it finishes, rotation included.
+        let again = try await ltRTSync(["backup", "create", "--home", u.a.root.path, "--upload"], environment: u.environment)
+        #expect(again.status == 0, "\(again.stderr)")
+    }
+
+    /// `compact` is stopped while it deletes the first pruned diff: that delete finishes, no other diff is
+    /// pruned, the exit status is 143 and the message counts what is left; the next compaction prunes the rest and a
+    /// new device still gets every row.
+    @Test func compact_SIGTERMDuringPruning_prunesNoMore_exits143_andTheNextCompactionFinishes() async throws {
+        let u = try await LTProxiedUser.make()
+        // Several diffs that both devices apply.
+        for round in 0..<3 {
+            try u.insert(u.a, "stop-a\(round)-", count: 20)
+            try await u.sync(u.a)
+            try u.insert(u.b, "stop-b\(round)-", count: 20)
+            try await u.sync(u.b)
+        }
+        try await u.sync(u.a)
+        try await u.sync(u.b)
+        let inbound = u.user + "/inbound/"
+        let before = try await u.remote().list(prefix: inbound).count
+        try #require(before >= 3, "only \(before) diff(s) in inbound")
+
+        try await u.proxy.set(.init(hold: "DELETE " + u.userPath + "inbound/"))
+        let child = try LTChild(["compact", "--home", u.a.root.path], environment: u.environment, in: u.dir)
+        let held = try await child.wait { try await u.proxy.held() > 0 }
+        try #require(held, "compaction never deleted a diff: \(child.stderr) \(child.stdout)")
+        child.signal(SIGTERM)
+        _ = try await child.wait { child.stderr.contains("SIGTERM: stopping at the next safe point") }
+        try await u.proxy.release()
+        let status = await child.finish()
+        #expect(status == 143, "stderr: \(child.stderr)")
+        let errors = ltErrorLines(child.stderr)
+        #expect(errors.count == 1, "\(child.stderr)")
+        #expect(errors.first?.contains("compact interrupted by SIGTERM at a safe point: snapshot \(u.user)/backups/") == true, "\(errors)")
+        #expect(try await u.remote().list(prefix: inbound).count == before - 1)
+        #expect(ltHiddenLeftovers(u.a.root).isEmpty, "\(ltHiddenLeftovers(u.a.root))")
+
+        let again = try await ltRTSync(["compact", "--home", u.a.root.path, "--json"], environment: u.environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        let rest = try #require(try jsonObject(again.stdout)["pruned"] as? [String]).count
+        #expect(rest >= 1, "\(again.stdout)")
+        // The stopped run counted exactly what the next one pruned as left.
+        #expect(errors.first?.contains("uploaded, 1 diff(s) pruned; left: pruning \(rest) of \(rest + 1) applied diff(s)") == true, "\(errors)")
+        #expect(try await u.remote().list(prefix: inbound).count == before - 1 - rest)
+
+        // A device joining now starts from the snapshot and has every row.
+        let c = ltHome(u.dir, "C")
+        let joined = try await ltRTSync(["init", "--home", c.root.path, "--bucket", u.bucketURL, "--user", u.user, "--tier", "premium"], environment: u.environment)
+        try #require(joined.status == 0, "\(joined.stderr)")
+        try await u.sync(c)
+        for round in 0..<3 {
+            #expect(try u.count(c, "stop-a\(round)-") == 20)
+            #expect(try u.count(c, "stop-b\(round)-") == 20)
+        }
+    }
+
+    /// `diff apply` stopped while it waits for another run's lock on the home applies nothing (files untouched,
+    /// no temp folder), exits 130 and says how many diffs are left; the same command then applies them all.
+    @Test func diffApply_SIGINTWhileWaitingForTheHome_appliesNothing_exits130_thenTheRerunAppliesAll() async throws {
+        let dir = try TemporaryDirectory()
+        let a = ltHome(dir, "A"), b = ltHome(dir, "B")
+        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
+        let asset = try LTFixture.demoCopy(in: dir)
+        var user: String?
+        for home in [a, b] {
+            try ltEditSettings(home) { $0.tier = .free; $0.bucket = bucket }
+            let remote = try ObjectStoreRemote.open(bucket)
+            user = try await InitChain(home: home, remote: remote, joinUser: user, bundledAsset: asset, retry: ltShortRetry).run().userId
+            try #require(try await Syncer(home: home, remote: remote, retry: ltShortRetry).sync().ok)
+        }
+        let hand = dir.url.appendingPathComponent("hand", isDirectory: true)
+        for i in 0..<3 {
+            try SyncDatabase(path: a.database.path).execute("""
+                INSERT INTO things(id, account_id, title) VALUES (?, (SELECT account_id FROM owners LIMIT 1), 'by hand')
+                """, [.text("hand-\(i)")])
+            let made = try await ltRTSync(["diff", "create", "--db", a.database.path, "--out", hand.path])
+            try #require(made.status == 0, "\(made.stderr)")
+        }
+        let files = try FileManager.default.contentsOfDirectory(atPath: hand.path).sorted()
+        try #require(files.count == 3)
+
+        // Another run holds B's home: the apply waits for it, says so, and is stopped meanwhile.
+        let tmp = dir.url.appendingPathComponent("tmp", isDirectory: true)
+        try FileManager.default.createDirectory(at: tmp, withIntermediateDirectories: true)
+        var lock: HomeLock? = try HomeLock.acquire(b, wait: 0)
+        let child = try LTChild(["diff", "apply", "--db", b.database.path, hand.path], environment: ["RTSYNC_LOCK_WAIT": "120", "TMPDIR": tmp.path], in: dir)
+        let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(b.root.path) (pid \(getpid())) to finish") }
+        try #require(waiting, "\(child.stderr)")
+        child.signal(SIGINT)
+        _ = try await child.wait { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        withExtendedLifetime(lock) {}
+        lock = nil
+        let status = await child.finish()
+        #expect(status == 130, "stderr: \(child.stderr)")
+        let errors = ltErrorLines(child.stderr)
+        #expect(errors == ["error: diff apply interrupted by SIGINT at a safe point: 0 of 3 diff(s) handled (0 applied); left: 3 diff(s) not started, files untouched (\(b.database.path))"],
+                "\(child.stderr)")
+        #expect(child.stderr.contains("\nhint: nothing was lost; run the same command again"), "\(child.stderr)")
+        #expect(try ltScalar(b.database, "SELECT count(*) FROM things WHERE id LIKE 'hand-%'")?.int64 == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: hand.path).sorted() == files)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: tmp.path).isEmpty)
+
+        let again = try await ltRTSync(["diff", "apply", "--db", b.database.path, hand.path])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(again.stdout.contains("3 diff(s): 3 applied"), "\(again.stdout)")
+        #expect(try ltScalar(b.database, "SELECT count(*) FROM things WHERE id LIKE 'hand-%'")?.int64 == 3)
+    }
+
+    /// `media sync` stopped while one upload is held: running uploads finish and are recorded, no other starts,
+    /// exit 130 with what is left; the re-run uploads only the files not started (PUTs counted at the proxy).
+    @Test func mediaSync_SIGINTDuringAnUpload_startsNoMoreTransfers_exits130_andTheRerunSendsOnlyWhatWasLeft() async throws {
+        let u = try await LTProxiedUser.make()
+        _ = try mfWriteRecordings(u.a, count: 12)
+        try await u.proxy.set(.init(hold: "PUT " + u.userPath + "recordings/"))
+        // One transfer at a time would make "left" exact; the default window of 8 still leaves 4 never started.
+        let child = try LTChild(["media", "sync", "--home", u.a.root.path], environment: u.environment, in: u.dir)
+        let held = try await child.wait { try await u.proxy.held() > 0 }
+        try #require(held, "no upload reached the proxy: \(child.stderr)")
+        child.signal(SIGINT)
+        _ = try await child.wait { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        try await u.proxy.release()
+        let status = await child.finish()
+        #expect(status == 130, "stderr: \(child.stderr)")
+        let errors = ltErrorLines(child.stderr)
+        #expect(errors.count == 1, "\(child.stderr)")
+        #expect(errors.first?.contains("media sync interrupted by SIGINT at a safe point: ") == true, "\(errors)")
+        let first = mfMediaPuts(try await u.proxy.stats().puts)
+        #expect(first.values.allSatisfy { $0 == 1 } && first.count < 12, "\(first)")
+        #expect(errors.first?.contains("\(first.count) uploaded, 0 downloaded; left: \(12 - first.count) transfer(s) or deletion(s) not started") == true,
+                "\(errors) \(first)")
+        #expect(ltHiddenLeftovers(u.a.documents).isEmpty, "\(ltHiddenLeftovers(u.a.documents))")
+
+        try await u.proxy.resetCounts()
+        let again = try await ltRTSync(["media", "sync", "--home", u.a.root.path], environment: u.environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        let second = mfMediaPuts(try await u.proxy.stats().puts)
+        #expect(Set(second.keys).isDisjoint(with: first.keys) && second.count + first.count == 12, "first \(first), then \(second)")
+    }
+
+    /// `diff create` stopped while it waits for another run's lock exports nothing (no file, every change still
+    /// pending) and exits 143; the re-run exports the changes.
+    @Test func diffCreate_SIGTERMWhileWaitingForTheHome_exportsNothing_exits143() async throws {
+        let dir = try TemporaryDirectory()
+        let a = ltHome(dir, "A")
+        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
+        try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
+        let remote = try ObjectStoreRemote.open(bucket)
+        _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+        try #require(try await Syncer(home: a, remote: remote, retry: ltShortRetry).sync().ok)
+        try SyncDatabase(path: a.database.path).execute("INSERT INTO things(id, account_id, title) VALUES ('stop-create', (SELECT account_id FROM owners LIMIT 1), 'x')")
+        let pending = try SyncDatabase(path: a.database.path).pendingChangeCount()
+        try #require(pending > 0)
+        let out = dir.url.appendingPathComponent("out", isDirectory: true)
+
+        var lock: HomeLock? = try HomeLock.acquire(a, wait: 0)
+        let child = try LTChild(["diff", "create", "--db", a.database.path, "--out", out.path], environment: ["RTSYNC_LOCK_WAIT": "120"], in: dir)
+        let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(a.root.path)") }
+        try #require(waiting, "\(child.stderr)")
+        child.signal(SIGTERM)
+        _ = try await child.wait { child.stderr.contains("SIGTERM: stopping at the next safe point") }
+        withExtendedLifetime(lock) {}
+        lock = nil
+        let status = await child.finish()
+        #expect(status == 143, "stderr: \(child.stderr)")
+        #expect(ltErrorLines(child.stderr) == ["error: diff create interrupted by SIGTERM at a safe point: nothing exported (rolled back, no file written); left: every change, still pending (\(a.database.path))"],
+                "\(child.stderr)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: out.path)) ?? []).isEmpty)
+        #expect(try SyncDatabase(path: a.database.path).pendingChangeCount() == pending)
+
+        let again = try await ltRTSync(["diff", "create", "--db", a.database.path, "--out", out.path])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try SyncDatabase(path: a.database.path).pendingChangeCount() == 0)
+    }
+
+    /// `backup restore` stopped while it waits for another run's lock restores nothing (the database and the
+    /// backup list as they were) and exits 130; the re-run restores.
+    @Test func backupRestore_SIGINTWhileWaitingForTheHome_restoresNothing_exits130() async throws {
+        let dir = try TemporaryDirectory()
+        let a = ltHome(dir, "A")
+        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
+        try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
+        let remote = try ObjectStoreRemote.open(bucket)
+        _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+        let backup = try BackupManager(home: a).create()
+        try SyncDatabase(path: a.database.path).execute("INSERT INTO things(id, account_id, title) VALUES ('after-backup', (SELECT account_id FROM owners LIMIT 1), 'x')")
+
+        var lock: HomeLock? = try HomeLock.acquire(a, wait: 0)
+        let child = try LTChild(["backup", "restore", "--home", a.root.path, backup.id], environment: ["RTSYNC_LOCK_WAIT": "120"], in: dir)
+        let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(a.root.path)") }
+        try #require(waiting, "\(child.stderr)")
+        child.signal(SIGINT)
+        _ = try await child.wait { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        withExtendedLifetime(lock) {}
+        lock = nil
+        let status = await child.finish()
+        #expect(status == 130, "stderr: \(child.stderr)")
+        #expect(ltErrorLines(child.stderr) == ["error: backup restore interrupted by SIGINT at a safe point: nothing restored; left: the restore (\(a.database.path))"],
+                "\(child.stderr)")
+        #expect(try ltScalar(a.database, "SELECT count(*) FROM things WHERE id = 'after-backup'")?.int64 == 1)
+        #expect(ltHiddenLeftovers(a.root).isEmpty, "\(ltHiddenLeftovers(a.root))")
+
+        let again = try await ltRTSync(["backup", "restore", "--home", a.root.path, backup.id])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try ltScalar(a.database, "SELECT count(*) FROM things WHERE id = 'after-backup'")?.int64 == 0)
+    }
+}
