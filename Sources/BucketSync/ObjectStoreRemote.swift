@@ -51,7 +51,7 @@ public struct ObjectStoreRemote: RemoteStore {
     }
 
     public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String] {
-        (store as? LocalFolderStore)?.removeStaleTemporaryFiles(prefixes: prefixes, olderThan: age) ?? []
+        (((store as? EncryptingStore)?.inner ?? store) as? LocalFolderStore)?.removeStaleTemporaryFiles(prefixes: prefixes, olderThan: age) ?? []
     }
 
     public func delete(key: String) async throws {

@@ -20,7 +20,8 @@ struct HomeOptions: ParsableArguments {
     /// Opens the bucket as SyncEngine's remote store.
     func openRemote(_ settings: RTSyncSettings) throws -> ObjectStoreRemote {
         let url = bucketURL(settings)
-        do { return try ObjectStoreRemote.open(url) } catch {
+        do { return try ObjectStoreRemote.open(url, home: resolvedHome, settings: settings) } catch {
+            if let e = error as? EncryptionError { throw fail(e.description, hint: e.hint) }
             let explained = ErrorExplanation(error, subject: url)
             throw fail("cannot open bucket: " + explained.what, hint: explained.hint ?? "use s3://bucket/prefix or file:///absolute/path")
         }
@@ -65,6 +66,7 @@ extension RTSync {
         @OptionGroup var options: HomeOptions
         @Option(help: "Join an existing user on this device (its database is fetched from the bucket).") var user: String?
         @Option(help: "Tier to record in settings: free or premium.") var tier: String?
+        @OptionGroup var keyOptions: ContentKeyOptions
         @Flag(help: "Print JSON.") var json = false
         @OptionGroup var progressOptions: ProgressOptions
 
@@ -82,10 +84,14 @@ extension RTSync {
             // A local bucket path is stored absolute: a relative one would mean another folder from elsewhere.
             if let bucket = options.bucket { settings.bucket = Self.absoluteBucket(bucket) }
             if let tier { settings.tier = Tier(rawValue: tier)! }
-            if options.bucket != nil || tier != nil {
+            // A joining device imports the user's content key first, so what it fetches decrypts.
+            let importedKey = try keyOptions.importKey(into: home, settings: &settings)
+            if options.bucket != nil || tier != nil || importedKey {
                 do { try home.saveSettings(settings) } catch { throw report(error) }
             }
-            let remote = try options.openRemote(settings)
+            var joining = settings
+            if let user, joining.userID.isEmpty { joining.userID = user }
+            let remote = try options.openRemote(joining)
             let chain = InitChain(home: home, remote: remote, joinUser: user)
             do {
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))

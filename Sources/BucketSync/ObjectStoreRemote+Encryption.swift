@@ -1,0 +1,67 @@
+import BucketClient
+import Foundation
+import SyncEngine
+
+/// What client-side encryption can cover, as named in `settings.json` (`"encryption": ["inbound", ...]`).
+public enum EncryptedKind: String, CaseIterable, Sendable {
+    /// Diffs in `<user>/inbound/`.
+    case inbound
+    /// Backups and compaction snapshots in `<user>/backups/`.
+    case backups
+    /// Recordings in `<user>/recordings/` (and their deleted copies in `<user>/trash/`).
+    case recordings
+    /// Images in `<user>/images/` (and their deleted copies in `<user>/trash/`).
+    case images
+
+    /// The kinds of a comma-separated list ("all": every kind).
+    /// - Throws: ``EncryptionError/keyFile(path:reason:)`` naming an unknown kind.
+    public static func parse(_ text: String) throws -> [EncryptedKind] {
+        if text == "all" { return allCases }
+        return try text.split(separator: ",").map { part in
+            let name = part.trimmingCharacters(in: .whitespaces)
+            guard let kind = EncryptedKind(rawValue: name) else {
+                throw EncryptionError.keyFile(path: name, reason: "unknown kind; use inbound, backups, recordings, images or all")
+            }
+            return kind
+        }
+    }
+}
+
+extension RTSyncHome {
+    /// The user's content keys, or nil when this home has none.
+    public func contentKeyring(passphrase: String? = nil) throws -> ContentKeyring? {
+        try ContentKeyring.load(file: contentKeysFile, passphrase: passphrase)
+    }
+
+    /// Where uploads are encrypted before they go and downloads are decrypted after they arrive.
+    public var encryptionStaging: URL { support.appendingPathComponent("encryption-staging") }
+
+    /// The key prefixes `settings.encryption` covers for `user` (trash too when media is encrypted, since deleted
+    /// media moves there as it is).
+    public static func encryptedPrefixes(user: String, kinds: [String]) -> [String] {
+        var out = kinds.compactMap { EncryptedKind(rawValue: $0) }.map { "\(user)/\($0.rawValue)/" }
+        if kinds.contains("recordings") || kinds.contains("images") { out.append("\(user)/trash/") }
+        return out
+    }
+
+    /// `store`, wrapped in an ``EncryptingStore`` when the settings turn encryption on.
+    /// - Throws: ``EncryptionError/premiumRequired`` on the free tier, ``EncryptionError/noContentKey(file:)`` when
+    ///   this home has no key; never returns an unencrypted store when encryption is on.
+    public func encrypting(_ store: any ObjectStore, settings: RTSyncSettings) throws -> any ObjectStore {
+        guard !settings.encryption.isEmpty, !(store is EncryptingStore) else { return store }
+        guard settings.tier == .premium else { throw EncryptionError.premiumRequired }
+        guard !settings.userID.isEmpty else { return store }
+        guard let keyring = try contentKeyring() else { throw EncryptionError.noContentKey(file: contentKeysFile.path) }
+        return EncryptingStore(inner: store, keyring: keyring, prefixes: Self.encryptedPrefixes(user: settings.userID, kinds: settings.encryption),
+                               staging: encryptionStaging, rejected: quarantine)
+    }
+}
+
+extension ObjectStoreRemote {
+    /// Opens the store a bucket URL names for `home`, encrypting what `settings.encryption` covers.
+    /// - Throws: `BucketError.unsupportedURL`, or an ``EncryptionError`` when encryption is on but cannot be used.
+    public static func open(_ url: String, home: RTSyncHome, settings: RTSyncSettings) throws -> ObjectStoreRemote {
+        let raw = try makeObjectStore(urlString: url)
+        return ObjectStoreRemote(store: try home.encrypting(raw, settings: settings), isLocal: raw is LocalFolderStore)
+    }
+}

@@ -1,0 +1,159 @@
+import BucketClient
+import BucketSync
+import Foundation
+import RTSQLite
+import SyncEngine
+import Testing
+
+/// Issue #21 through the built binary: with encryption on, a full two-device sync (diffs, backups, a compaction
+/// snapshot, media) leaves no plaintext in the bucket, the second device (key imported at init, passphrase-protected)
+/// converges, and a device holding another key fails clearly and changes nothing.
+@Suite("client-side encryption CLI", .enabled(if: RTSyncBinary.url != nil, "the rtsync binary is not built"))
+struct EncryptionCLITests {
+    /// Every object's bytes in the bucket, by key.
+    func objects(_ bucket: String, environment: [String: String]) async throws -> [String: Data] {
+        let store = try makeObjectStore(urlString: bucket, environment: environment)
+        var out: [String: Data] = [:]
+        for info in try await store.listAll(prefix: "") { out[info.key] = try await store.get(key: info.key) }
+        return out
+    }
+
+    func run(_ args: [String], _ env: [String: String]) async throws -> CommandResult {
+        try await ltRTSync(args, environment: env)
+    }
+
+    func scenario(bucket: String, environment env: [String: String]) async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B"), c = dir.url.appendingPathComponent("C")
+
+        // Device A: premium, encryption on for everything.
+        let initA = try await run(["init", "--home", a.path, "--bucket", bucket, "--tier", "premium"], env)
+        try #require(initA.status == 0, "\(initA.stderr)")
+        let on = try await run(["keys", "encrypt", "all", "--home", a.path], env)
+        try #require(on.status == 0, "\(on.stderr)")
+        let user = try RTSyncHome(root: a).loadSettings().userID
+
+        // The corpus: a row value and media bytes that must never appear in the bucket.
+        let secret = "ENC-SECRET-\(UUID().uuidString)"
+        let id = "2siEySuKO1wK4XiJHWQ0YxhLx\(Int.random(in: 10...99))"
+        try SyncDatabase(path: RTSyncHome(root: a).database.path).execute(
+            "INSERT INTO things(id, account_id, title) VALUES (?, (SELECT account_id FROM owners LIMIT 1), ?)", [.text(id), .text(secret)])
+        let recording = Data((0..<200_000).map { _ in UInt8.random(in: 0...255) })
+        let image = Data((0..<5_000).map { _ in UInt8.random(in: 0...255) })
+        for (path, bytes) in [("recordings/take.m4a", recording), ("images/photo.jpg", image)] {
+            let url = a.appendingPathComponent("documents/" + path)
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try bytes.write(to: url)
+        }
+        let pushed = try await run(["sync", "--home", a.path, "--media"], env)
+        try #require(pushed.status == 0, "\(pushed.stdout) \(pushed.stderr)")
+        let backup = try await run(["backup", "create", "--upload", "--home", a.path], env)
+        try #require(backup.status == 0, "\(backup.stdout) \(backup.stderr)")
+        let compact = try await run(["compact", "--home", a.path], env)
+        try #require(compact.status == 0, "\(compact.stdout) \(compact.stderr)")
+
+        // Device B joins with the passphrase-protected key file.
+        let passphrase = dir.url.appendingPathComponent("pass.txt")
+        try Data("tr0ub4dor & 3\n".utf8).write(to: passphrase)
+        let keyFile = dir.url.appendingPathComponent("user.key")
+        let exported = try await run(["keys", "export", keyFile.path, "--passphrase-file", passphrase.path, "--home", a.path], env)
+        try #require(exported.status == 0, "\(exported.stderr)")
+        let joined = try await run(["init", "--home", b.path, "--bucket", bucket, "--tier", "premium", "--user", user,
+                                    "--key-file", keyFile.path, "--passphrase-file", passphrase.path], env)
+        try #require(joined.status == 0, "\(joined.stdout) \(joined.stderr)")
+        #expect(try RTSyncHome(root: b).loadSettings().encryption == ["inbound", "backups", "recordings", "images"])
+        let pulled = try await run(["sync", "--home", b.path, "--media"], env)
+        #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
+        #expect(try ltScalar(RTSyncHome(root: b).database, "SELECT title FROM things WHERE id = ?", [.text(id)])?.string == secret)
+        #expect(try Data(contentsOf: b.appendingPathComponent("documents/recordings/take.m4a")) == recording)
+        #expect(try Data(contentsOf: b.appendingPathComponent("documents/images/photo.jpg")) == image)
+
+        // B edits, A pulls: both converge.
+        try SyncDatabase(path: RTSyncHome(root: b).database.path).execute("UPDATE things SET title = ? WHERE id = ?", [.text(secret + "-B"), .text(id)])
+        #expect(try await run(["sync", "--home", b.path], env).status == 0)
+        let back = try await run(["sync", "--home", a.path], env)
+        #expect(back.status == 0, "\(back.stdout) \(back.stderr)")
+        #expect(try ltAppTables(RTSyncHome(root: a).database) == ltAppTables(RTSyncHome(root: b).database))
+
+        // The bucket: every object of the encrypted kinds is ciphertext, and no object holds the corpus.
+        let all = try await objects(bucket, environment: env)
+        let encryptedKeys = all.keys.filter { k in ["inbound", "backups", "recordings", "images"].contains { k.hasPrefix("\(user)/\($0)/") } }
+        #expect(encryptedKeys.contains { $0.hasPrefix("\(user)/inbound/") })
+        #expect(encryptedKeys.contains { $0.hasPrefix("\(user)/backups/") })
+        #expect(encryptedKeys.contains { $0.hasPrefix("\(user)/recordings/") })
+        #expect(encryptedKeys.contains { $0.hasPrefix("\(user)/images/") })
+        for key in encryptedKeys { #expect(all[key]!.prefix(8) == Data(EncryptionFormat.magic), "\(key) is not encrypted") }
+        let needles = [Data(secret.utf8), recording.subdata(in: 1000..<1064), recording.subdata(in: 150_000..<150_064), image.subdata(in: 10..<74)]
+        for (key, bytes) in all {
+            for needle in needles { #expect(bytes.range(of: needle) == nil, "plaintext found in \(key)") }
+        }
+
+        // Device C: joined properly, then holds another key of its own. Its sync fails naming the key; nothing changes.
+        let joinedC = try await run(["init", "--home", c.path, "--bucket", bucket, "--tier", "premium", "--user", user,
+                                     "--key-file", keyFile.path, "--passphrase-file", passphrase.path], env)
+        try #require(joinedC.status == 0, "\(joinedC.stderr)")
+        try ContentKeyring.generate().save(to: RTSyncHome(root: c).contentKeysFile)
+        try SyncDatabase(path: RTSyncHome(root: a).database.path).execute("UPDATE things SET title = ? WHERE id = ?", [.text(secret + "-A2"), .text(id)])
+        #expect(try await run(["sync", "--home", a.path], env).status == 0)
+        let beforeC = try ltAppTables(RTSyncHome(root: c).database)
+        let wrong = try await run(["sync", "--home", c.path], env)
+        #expect(wrong.status != 0)
+        #expect((wrong.stdout + wrong.stderr).contains("which this device does not hold"), "\(wrong.stdout) \(wrong.stderr)")
+        #expect(try ltAppTables(RTSyncHome(root: c).database) == beforeC)
+    }
+
+    @Test func twoDevices_localFolder_encryptedBucketHoldsNoPlaintext_devicesConverge_wrongKeyChangesNothing() async throws {
+        let dir = try TemporaryDirectory()
+        try await scenario(bucket: dir.url.appendingPathComponent("bucket").path, environment: [:])
+    }
+
+    @Test func twoDevices_loopbackS3_encryptedBucketHoldsNoPlaintext_devicesConverge_wrongKeyChangesNothing() async throws {
+        if LTMoto.skipRequested { return }
+        let moto = try await LTMoto.shared.value
+        try await scenario(bucket: moto.freshBucketURL(), environment: moto.environment)
+    }
+
+    @Test func encryptOn_freeTier_isRefusedClearly() async throws {
+        let dir = try TemporaryDirectory()
+        let home = dir.url.appendingPathComponent("H")
+        #expect(try await ltRTSync(["init", "--home", home.path]).status == 0)
+        let r = try await ltRTSync(["keys", "encrypt", "all", "--home", home.path])
+        #expect(r.status == 1)
+        #expect(r.stderr.hasPrefix("error: client-side encryption is not available on the free tier"), "\(r.stderr)")
+        #expect(r.stderr.contains("hint:"))
+        #expect(try RTSyncHome(root: home).loadSettings().encryption.isEmpty)
+    }
+
+    @Test func keysDecrypt_rawEncryptedDiff_givesADiffThatInspects() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket, "--tier", "premium"]).status == 0)
+        try #require(try await ltRTSync(["keys", "encrypt", "inbound", "--home", a.path]).status == 0)
+        try SyncDatabase(path: RTSyncHome(root: a).database.path).execute(
+            "INSERT INTO things(id, account_id, title) VALUES ('2siEySuKO1wK4XiJHWQ0YxhLx77', (SELECT account_id FROM owners LIMIT 1), 'inspect me')")
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        let store = try makeObjectStore(urlString: bucket)
+        let diffKey = try #require(try await store.listAll(prefix: "\(user)/inbound/").first?.key)
+        let raw = dir.url.appendingPathComponent("raw.sqlite")
+        try await store.get(key: diffKey).write(to: raw)
+        let refused = try await ltRTSync(["diff", "inspect", raw.path])
+        #expect(refused.status != 0)
+        let plain = dir.url.appendingPathComponent("plain.sqlite")
+        let decrypted = try await ltRTSync(["keys", "decrypt", raw.path, plain.path, "--home", a.path])
+        #expect(decrypted.status == 0, "\(decrypted.stderr)")
+        let inspected = try await ltRTSync(["diff", "inspect", plain.path])
+        #expect(inspected.status == 0, "\(inspected.stderr)")
+        #expect(inspected.stdout.contains("things"), "\(inspected.stdout)")
+        // A tampered copy is refused naming the file, and nothing is written.
+        var bytes = try Data(contentsOf: raw)
+        bytes[bytes.count - 20] ^= 1
+        try bytes.write(to: raw)
+        let tampered = dir.url.appendingPathComponent("tampered.sqlite")
+        let bad = try await ltRTSync(["keys", "decrypt", raw.path, tampered.path, "--home", a.path])
+        #expect(bad.status == 1)
+        #expect(bad.stderr.contains("failed authentication") && bad.stderr.contains(raw.path), "\(bad.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: tampered.path))
+    }
+}
