@@ -156,4 +156,65 @@ struct EncryptionCLITests {
         #expect(bad.stderr.contains("failed authentication") && bad.stderr.contains(raw.path), "\(bad.stderr)")
         #expect(!FileManager.default.fileExists(atPath: tampered.path))
     }
+
+    /// Each attack on an encrypted diff in the bucket: the receiving device's sync fails naming the object and what is
+    /// wrong, applies nothing, and keeps the ciphertext in quarantine; once the object is sound again it applies.
+    @Test func tamperedTruncatedSwappedDowngradedDiff_isRejectedNamingIt_nothingApplied_evidenceQuarantined() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+        try #require(try await ltRTSync(["keys", "encrypt", "inbound,backups", "--home", a.path]).status == 0)
+        let keyFile = dir.url.appendingPathComponent("k.json")
+        try #require(try await ltRTSync(["keys", "export", keyFile.path, "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        let joined = try await ltRTSync(["init", "--home", b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user, "--key-file", keyFile.path])
+        try #require(joined.status == 0, "\(joined.stderr)")
+        try #require(try await ltRTSync(["sync", "--home", b.path]).status == 0)
+
+        // Two new diffs from A: X (attacked) and Y (a donor for swapped chunks).
+        let inbound = bucket.appendingPathComponent("\(user)/inbound")
+        let before = Set((try? FileManager.default.contentsOfDirectory(atPath: inbound.path)) ?? [])
+        try SyncDatabase(path: RTSyncHome(root: a).database.path).execute(
+            "INSERT INTO things(id, account_id, title) VALUES ('2siEySuKO1wK4XiJHWQ0YxhLx55', (SELECT account_id FROM owners LIMIT 1), ?)",
+            [.text(String(repeating: "big row ", count: 20_000))])
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+        let xName = try #require(Set(try FileManager.default.contentsOfDirectory(atPath: inbound.path)).subtracting(before).sorted().last)
+        let x = inbound.appendingPathComponent(xName)
+        let original = try Data(contentsOf: x)
+        let chunk = EncryptionFormat.chunkSize + 16, h = EncryptionFormat.headerSize
+        try #require(original.count > h + 2 * chunk, "the diff must span several chunks")
+        let plainDiff = dir.url.appendingPathComponent("plain.sqlite")
+        try #require(try await ltRTSync(["keys", "decrypt", x.path, plainDiff.path, "--home", a.path]).status == 0)
+        let other = EncryptionFormat.encrypt(try Data(contentsOf: plainDiff), keyring: try #require(try RTSyncHome(root: a).contentKeyring()))
+
+        var flipped = original; flipped[h + 100] ^= 1
+        var reordered = original.prefix(h); reordered.append(original.subdata(in: h + chunk..<h + 2 * chunk))
+        reordered.append(original.subdata(in: h..<h + chunk)); reordered.append(original.subdata(in: h + 2 * chunk..<original.count))
+        var swapped = original.prefix(h + chunk); swapped.append(other.subdata(in: h + chunk..<other.count))
+        let cases: [(String, Data, String)] = [
+            ("tampered", flipped, "failed authentication at chunk 0"),
+            ("truncated", original.prefix(h + 2 * chunk), "truncated"),
+            ("reordered", Data(reordered), "failed authentication at chunk 0"),
+            ("swapped", Data(swapped), "failed authentication at chunk 1"),
+            ("downgraded", try Data(contentsOf: plainDiff), "not encrypted"),
+        ]
+        let key = "\(user)/inbound/\(xName)"
+        let evidence = RTSyncHome(root: b).quarantine.appendingPathComponent(xName + ".encrypted-rejected")
+        for (name, bytes, message) in cases {
+            try bytes.write(to: x)
+            let tablesBefore = try ltAppTables(RTSyncHome(root: b).database)
+            let r = try await ltRTSync(["sync", "--home", b.path])
+            #expect(r.status == 1, "\(name): \(r.stdout)")
+            #expect((r.stdout + r.stderr).contains(message) && (r.stdout + r.stderr).contains(key), "\(name): \(r.stdout) \(r.stderr)")
+            #expect(try ltAppTables(RTSyncHome(root: b).database) == tablesBefore, "\(name) changed the database")
+            #expect(!FileManager.default.fileExists(atPath: RTSyncHome(root: b).inbox.appendingPathComponent(xName).path), "\(name) reached the inbox")
+            #expect(try Data(contentsOf: evidence) == bytes, "\(name): the quarantine keeps what was fetched")
+        }
+        try original.write(to: x)
+        let healed = try await ltRTSync(["sync", "--home", b.path])
+        #expect(healed.status == 0, "\(healed.stdout) \(healed.stderr)")
+        #expect(try ltScalar(RTSyncHome(root: b).database, "SELECT count(*) FROM things WHERE id = '2siEySuKO1wK4XiJHWQ0YxhLx55'")?.int64 == 1)
+    }
 }
