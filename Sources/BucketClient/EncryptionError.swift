@@ -26,6 +26,8 @@ public enum EncryptionError: Error, Sendable, Equatable {
     case conflictingKey(keyID: String, path: String)
     /// Encryption is a premium feature and this home is on the free tier.
     case premiumRequired
+    /// The object is encrypted but this device does not encrypt its kind (it has no key, or other settings).
+    case encryptionOff(object: String)
 }
 
 extension EncryptionError: LocalizedError, CustomStringConvertible {
@@ -43,6 +45,7 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .wrongPassphrase(let p): return "the passphrase does not open this key file (\(p))"
         case .conflictingKey(let id, let p): return "key id \(id) is already held for a different key (\(p))"
         case .premiumRequired: return "client-side encryption is not available on the free tier"
+        case .encryptionOff(let o): return "object is encrypted but this device does not decrypt its kind (\(o))"
         }
     }
 
@@ -58,6 +61,7 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .wrongPassphrase: return "give the passphrase used with `rtsync keys export --passphrase-file`"
         case .conflictingKey: return "this file's keys belong to another user's home; check the file"
         case .premiumRequired: return "switch this home to premium with `rtsync init --tier premium`"
+        case .encryptionOff: return "import the user's key file from one of their devices: `rtsync keys import F` (it also turns on the kinds they encrypt)"
         }
     }
 

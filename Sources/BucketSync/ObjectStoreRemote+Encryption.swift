@@ -1,4 +1,5 @@
 import BucketClient
+import DiffFormat
 import Foundation
 import SyncEngine
 
@@ -63,5 +64,49 @@ extension ObjectStoreRemote {
     public static func open(_ url: String, home: RTSyncHome, settings: RTSyncSettings) throws -> ObjectStoreRemote {
         let raw = try makeObjectStore(urlString: url)
         return ObjectStoreRemote(store: try home.encrypting(raw, settings: settings), isLocal: raw is LocalFolderStore)
+    }
+}
+
+extension ObjectStoreRemote {
+    /// After a download failed with `error`: when that says a plaintext object sits in an encrypted `<user>/inbound/`,
+    /// fetches it as it is and installs it at `file` only if it is a share or request diff another user wrote (other
+    /// users cannot encrypt to this user's key, so their shares arrive as plaintext, as before encryption; the diff
+    /// is then checked like any other, signatures included). Anything else stays refused: false.
+    func acceptPlainShare(key: String, to file: URL, after error: Error) async throws -> Bool {
+        guard case EncryptionError.notEncrypted = error, let encrypting = store as? EncryptingStore else { return false }
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[1] == "inbound", !parts[0].isEmpty else { return false }
+        let temp = file.deletingLastPathComponent().appendingPathComponent(".\(file.lastPathComponent).plain-share")
+        defer { try? FileManager.default.removeItem(at: temp) }
+        _ = try await encrypting.inner.download(key: key, to: temp)
+        guard Self.isShareFromAnotherUser(temp, user: String(parts[0])) else { return false }
+        try FileManager.default.moveItem(at: temp, to: file)
+        // Not evidence of anything: the copy EncryptingStore kept when it refused the object goes.
+        if let rejected = encrypting.rejected {
+            try? FileManager.default.removeItem(at: rejected.appendingPathComponent(file.lastPathComponent + ".encrypted-rejected"))
+        }
+        return true
+    }
+
+    /// Whether `url` opens as a valid share or request diff whose author is not `user`.
+    static func isShareFromAnotherUser(_ url: URL, user: String) -> Bool {
+        guard let reader = try? DiffReader(url: url) else { return false }
+        let m = reader.metadata
+        return (m.kind == .share || m.kind == .request) && m.authorUser != user
+    }
+}
+
+extension ObjectStoreRemote {
+    /// On a device that does not encrypt `key`'s kind: removes a downloaded `file` that is an encrypted object and
+    /// throws, so an encrypted diff or backup is never taken for a damaged one (and quarantined for good).
+    /// - Throws: ``EncryptionError/encryptionOff(object:)``.
+    func refuseUnexpectedCiphertext(key: String, at file: URL) throws {
+        if let encrypting = store as? EncryptingStore, encrypting.encrypts(key) { return }
+        guard let handle = FileHandle(forReadingAtPath: file.path) else { return }
+        let head = (try? handle.read(upToCount: EncryptionFormat.magic.count)) ?? Data()
+        try? handle.close()
+        guard head == Data(EncryptionFormat.magic) else { return }
+        try? FileManager.default.removeItem(at: file)
+        throw EncryptionError.encryptionOff(object: key)
     }
 }

@@ -87,7 +87,7 @@ extension RTSync.Keys {
                 if kinds == "off" {
                     settings.encryption = []
                     try home.saveSettings(settings)
-                    print("encryption off: new objects are uploaded as plaintext (encrypted ones stay readable with the key)")
+                    print("encryption off: new objects are uploaded as plaintext; objects encrypted before stay encrypted in the bucket and this device no longer decrypts them")
                     return
                 }
                 let parsed = try EncryptedKind.parse(kinds).map(\.rawValue)

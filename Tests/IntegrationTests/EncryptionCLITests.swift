@@ -217,4 +217,55 @@ struct EncryptionCLITests {
         #expect(healed.status == 0, "\(healed.stdout) \(healed.stderr)")
         #expect(try ltScalar(RTSyncHome(root: b).database, "SELECT count(*) FROM things WHERE id = '2siEySuKO1wK4XiJHWQ0YxhLx55'")?.int64 == 1)
     }
+
+    /// Another user cannot encrypt to this user's key, so a share arrives as plaintext in an encrypted inbound: it is
+    /// accepted as the share diff it is (author another user), while this user's own plaintext diffs stay refused.
+    @Test func plaintextShareFromAnotherUser_intoEncryptedInbound_isReceived() async throws {
+        let dir = try TemporaryDirectory()
+        let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        for home in [h1, h2] { try #require(try await ltRTSync(["init", "--home", home.path, "--bucket", bucket, "--tier", "premium"]).status == 0) }
+        try #require(try await ltRTSync(["keys", "encrypt", "inbound", "--home", h2.path]).status == 0)
+        let user1 = try RTSyncHome(root: h1).loadSettings().userID, user2 = try RTSyncHome(root: h2).loadSettings().userID
+        let shared = try await ltRTSync(["share", "--home", h1.path, "--to", user2, "--table", "evidence", "--where", "local_file IS NOT NULL"])
+        try #require(shared.status == 0, "\(shared.stderr)")
+        let synced = try await ltRTSync(["sync", "--home", h2.path])
+        #expect(synced.status == 0, "\(synced.stdout) \(synced.stderr)")
+        let listed = try await ltRTSync(["inbound", "list", "--home", h2.path, "--json"])
+        let items = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
+        #expect(items.count == 1 && items.first?["kind"] as? String == "share" && items.first?["fromUser"] as? String == user1)
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: RTSyncHome(root: h2).quarantine.path)) ?? []).isEmpty)
+    }
+
+    /// A device of the user that has no key (encryption off there) meets encrypted diffs: its sync fails naming the
+    /// object, applies and quarantines nothing; after importing the key file, the next sync applies them.
+    @Test func deviceWithoutTheKey_refusesEncryptedDiffs_untilItImportsTheKey() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket, "--tier", "premium"]).status == 0)
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        try #require(try await ltRTSync(["init", "--home", b.path, "--bucket", bucket, "--tier", "premium", "--user", user]).status == 0)
+        try #require(try await ltRTSync(["keys", "encrypt", "inbound", "--home", a.path]).status == 0)
+        try SyncDatabase(path: RTSyncHome(root: a).database.path).execute(
+            "INSERT INTO things(id, account_id, title) VALUES ('2siEySuKO1wK4XiJHWQ0YxhLx66', (SELECT account_id FROM owners LIMIT 1), 'after encryption')")
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+
+        let before = try ltAppTables(RTSyncHome(root: b).database)
+        let refused = try await ltRTSync(["sync", "--home", b.path])
+        #expect(refused.status == 1)
+        #expect((refused.stdout + refused.stderr).contains("is encrypted but this device does not decrypt its kind"), "\(refused.stdout) \(refused.stderr)")
+        #expect(try ltAppTables(RTSyncHome(root: b).database) == before)
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: RTSyncHome(root: b).quarantine.path)) ?? []).isEmpty)
+
+        let keyFile = dir.url.appendingPathComponent("k.json")
+        try #require(try await ltRTSync(["keys", "export", keyFile.path, "--home", a.path]).status == 0)
+        let imported = try await ltRTSync(["keys", "import", keyFile.path, "--home", b.path])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(try RTSyncHome(root: b).loadSettings().encryption == ["inbound"])
+        let synced = try await ltRTSync(["sync", "--home", b.path])
+        #expect(synced.status == 0, "\(synced.stdout) \(synced.stderr)")
+        #expect(try ltScalar(RTSyncHome(root: b).database, "SELECT title FROM things WHERE id = '2siEySuKO1wK4XiJHWQ0YxhLx66'")?.string == "after encryption")
+    }
 }
