@@ -146,6 +146,18 @@ public struct EncryptingStore: ObjectStore {
         return staging.appendingPathComponent(String(id.prefix(32)) + ".upload")
     }
 
+    /// Staging files (and their resume state) untouched for a week belong to uploads nobody retried (the source file
+    /// changed or went away): removed.
+    private func removeAbandonedStaging(except keep: URL) {
+        let fm = FileManager.default
+        let cutoff = Date().addingTimeInterval(-7 * 24 * 3600)
+        for name in (try? fm.contentsOfDirectory(atPath: staging.path)) ?? [] where name != keep.lastPathComponent {
+            let url = staging.appendingPathComponent(name)
+            guard let st = FileStat.of(url.path), st.modificationDate < cutoff else { continue }
+            try? fm.removeItem(at: url)
+        }
+    }
+
     @discardableResult
     public func put(key: String, fileURL: URL) async throws -> ObjectInfo {
         try await putReturningSHA256(key: key, fileURL: fileURL).info
@@ -157,6 +169,7 @@ public struct EncryptingStore: ObjectStore {
             throw BucketError.localIO(path: fileURL.path, description: "no such file")
         }
         try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        removeAbandonedStaging(except: target)
         let sha: String
         if FileManager.default.fileExists(atPath: target.path) {
             sha = try LocalFiles.sha256Hex(of: fileURL)

@@ -288,4 +288,28 @@ import Testing
         #expect(try await store.get(key: "u/recordings/big.mov", range: ByteRange(start: s, end: s + 100_000), ifMatch: nil)
                 == media.subdata(in: Int(s)..<Int(s) + 100_001))
     }
+
+    /// An upload that fails leaves its encrypted staging file; the next attempt of the same file uploads that same
+    /// ciphertext (what lets the wrapped store resume a multipart upload), then removes it.
+    @Test func failedUpload_keepsItsCiphertext_andTheRetryUploadsTheSameBytes() async throws {
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
+        var down = S3Configuration(bucket: "nowhere", region: "us-east-1", endpoint: URL(string: "http://127.0.0.1:9")!, addressingStyle: .path,
+                                   credentials: AWSCredentials(accessKeyId: "a", secretAccessKey: "b"))
+        down.retry = RetryPolicy(maxAttempts: 1, baseDelay: 0.01, maxDelay: 0.01)
+        let (failing, dir) = try wrap(S3Store(configuration: down))
+        let file = dir.appendingPathComponent("take.m4a")
+        let media = randomBytes(150_000)
+        try media.write(to: file)
+        await #expect(throws: (any Error).self) { try await failing.put(key: "u/recordings/take.m4a", fileURL: file) }
+        let left = try FileManager.default.contentsOfDirectory(atPath: failing.staging.path).filter { $0.hasSuffix(".upload") }
+        try #require(left.count == 1)
+        let staged = try Data(contentsOf: failing.staging.appendingPathComponent(left[0]))
+
+        let inner = moto.store()
+        let retry = EncryptingStore(inner: inner, keyring: keyring, prefixes: failing.prefixes, staging: failing.staging)
+        try await retry.put(key: "u/recordings/take.m4a", fileURL: file)
+        #expect(try await inner.get(key: "u/recordings/take.m4a") == staged)
+        #expect(try await retry.get(key: "u/recordings/take.m4a") == media)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: failing.staging.path).filter { $0.hasSuffix(".upload") }.isEmpty)
+    }
 }
