@@ -18,6 +18,9 @@ public struct EncryptingStore: ObjectStore {
     public let staging: URL
     /// Where the ciphertext of an object that fails to decrypt is kept as evidence (nil: deleted).
     public let rejected: URL?
+    /// Files up to this size are encrypted in memory and stored in one put, as S3 stores files up to its default
+    /// multipart threshold; larger ones go through a staging file (multipart, resumable).
+    public var inMemoryLimit: Int = 16 << 20
 
     /// Wraps `inner`, encrypting objects whose keys start with one of `prefixes`.
     public init(inner: any ObjectStore, keyring: ContentKeyring, prefixes: [String], staging: URL, rejected: URL? = nil) {
@@ -165,18 +168,28 @@ public struct EncryptingStore: ObjectStore {
 
     public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
         guard encrypts(key) else { return try await inner.putReturningSHA256(key: key, fileURL: fileURL) }
-        guard let target = uploadStaging(key: key, fileURL: fileURL) else {
+        guard let target = uploadStaging(key: key, fileURL: fileURL), let st = FileStat.of(fileURL.path) else {
             throw BucketError.localIO(path: fileURL.path, description: "no such file")
+        }
+        if st.size <= Int64(inMemoryLimit) {
+            let bytes: Data
+            do { bytes = try Data(contentsOf: fileURL) } catch {
+                throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+            }
+            let info = try await inner.put(key: key, data: EncryptionFormat.encrypt(bytes, keyring: keyring), ifNoneMatch: false)
+            return (plain(info), Hashing.sha256Hex(bytes))
         }
         try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
         removeAbandonedStaging(except: target)
         let sha: String
-        if FileManager.default.fileExists(atPath: target.path) {
+        // A staging file left by an earlier attempt is reused when it has the size this file encrypts to (it is
+        // written without fsync: a torn one after a crash is made again).
+        if let old = FileStat.of(target.path), old.size == EncryptionFormat.ciphertextSize(plaintextSize: st.size) {
             sha = try LocalFiles.sha256Hex(of: fileURL)
         } else {
             let temp = LocalFiles.temporaryURL(beside: target)
             defer { try? FileManager.default.removeItem(at: temp) }
-            sha = try EncryptionFormat.encryptFile(fileURL, to: temp, keyring: keyring)
+            sha = try EncryptionFormat.encryptFile(fileURL, to: temp, keyring: keyring, flush: false)
             try LocalFiles.moveAtomically(temp, to: target)
         }
         let info = try await inner.put(key: key, fileURL: target)

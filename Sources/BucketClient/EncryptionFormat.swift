@@ -208,8 +208,9 @@ public enum EncryptionFormat {
 
     // MARK: - Files, chunk by chunk
 
-    /// Encrypts the file at `source` into `target` one chunk at a time, returning the plaintext's SHA-256 (hex).
-    public static func encryptFile(_ source: URL, to target: URL, keyring: ContentKeyring) throws -> String {
+    /// Encrypts the file at `source` into `target` one chunk at a time, returning the plaintext's SHA-256 (hex);
+    /// with `flush` the target is synced to disk before returning.
+    public static func encryptFile(_ source: URL, to target: URL, keyring: ContentKeyring, flush: Bool = true) throws -> String {
         guard let input = FileHandle(forReadingAtPath: source.path) else {
             throw BucketError.localIO(path: source.path, description: "cannot open for reading")
         }
@@ -235,7 +236,7 @@ public enum EncryptionFormat {
             if let more = try input.read(upToCount: 1), !more.isEmpty {
                 throw BucketError.localIO(path: source.path, description: "the file changed while it was being encrypted")
             }
-            try output.synchronize()
+            if flush { try output.synchronize() }
         } catch let e as BucketError { throw e } catch {
             throw BucketError.localIO(path: target.path, description: error.localizedDescription)
         }

@@ -30,7 +30,7 @@ import Testing
             #expect(Int64(c.count) == EncryptionFormat.ciphertextSize(plaintextSize: Int64(size)))
             #expect(EncryptionFormat.plaintextSize(ciphertextSize: Int64(c.count)) == Int64(size))
             #expect(try EncryptionFormat.decrypt(c, keyring: keyring, object: "o") == plain)
-            #expect(c.range(of: plain.prefix(64)) == nil || size == 0)
+            if size >= 64 { #expect(c.range(of: plain.prefix(64)) == nil) }
         }
         // Sizes no encrypted object can have.
         #expect(EncryptionFormat.plaintextSize(ciphertextSize: 10) == nil)
@@ -274,7 +274,8 @@ import Testing
     @Test func s3_largeMedia_goesUpMultipartEncrypted_andComesBackWhole() async throws {
         guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let inner = moto.store { $0.multipartThreshold = 5 << 20; $0.partSize = 5 << 20 }
-        let (store, dir) = try wrap(inner)
+        var (store, dir) = try wrap(inner)
+        store.inMemoryLimit = 5 << 20  // larger files go through the staging file
         let media = randomBytes(11 << 20)
         let file = dir.appendingPathComponent("big.mov")
         try media.write(to: file)
@@ -296,7 +297,8 @@ import Testing
         var down = S3Configuration(bucket: "nowhere", region: "us-east-1", endpoint: URL(string: "http://127.0.0.1:9")!, addressingStyle: .path,
                                    credentials: AWSCredentials(accessKeyId: "a", secretAccessKey: "b"))
         down.retry = RetryPolicy(maxAttempts: 1, baseDelay: 0.01, maxDelay: 0.01)
-        let (failing, dir) = try wrap(S3Store(configuration: down))
+        var (failing, dir) = try wrap(S3Store(configuration: down))
+        failing.inMemoryLimit = 0
         let file = dir.appendingPathComponent("take.m4a")
         let media = randomBytes(150_000)
         try media.write(to: file)
@@ -306,7 +308,8 @@ import Testing
         let staged = try Data(contentsOf: failing.staging.appendingPathComponent(left[0]))
 
         let inner = moto.store()
-        let retry = EncryptingStore(inner: inner, keyring: keyring, prefixes: failing.prefixes, staging: failing.staging)
+        var retry = EncryptingStore(inner: inner, keyring: keyring, prefixes: failing.prefixes, staging: failing.staging)
+        retry.inMemoryLimit = 0
         try await retry.put(key: "u/recordings/take.m4a", fileURL: file)
         #expect(try await inner.get(key: "u/recordings/take.m4a") == staged)
         #expect(try await retry.get(key: "u/recordings/take.m4a") == media)
