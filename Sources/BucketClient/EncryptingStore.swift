@@ -34,7 +34,9 @@ public struct EncryptingStore: ObjectStore {
     /// Whether the object under `key` is encrypted.
     public func encrypts(_ key: String) -> Bool { prefixes.contains { key.hasPrefix($0) } }
 
+    /// The wrapped store's name, marked as encrypted.
     public var displayName: String { inner.displayName + " (encrypted)" }
+    /// The wrapped store's request counter.
     public var requestCounter: RequestCounter { inner.requestCounter }
 
     private func plain(_ info: ObjectInfo) -> ObjectInfo {
@@ -44,18 +46,23 @@ public struct EncryptingStore: ObjectStore {
         return out
     }
 
+    /// Lists like the wrapped store, with plaintext sizes for encrypted objects (nothing is read or decrypted).
     public func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
         var page = try await inner.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
         page.objects = page.objects.map(plain)
         return page
     }
 
+    /// HEAD of the wrapped store, with the plaintext size for an encrypted object.
     public func head(key: String) async throws -> ObjectInfo { plain(try await inner.head(key: key)) }
 
+    /// Deletes from the wrapped store.
     public func delete(key: String) async throws { try await inner.delete(key: key) }
 
     // MARK: - Reading
 
+    /// The plaintext of an object, or of `range` of it (fetching the header and only the chunks the range needs).
+    /// - Throws: ``EncryptionError`` naming the object when it is not sound ciphertext for a key of ``keyring``.
     public func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data {
         guard encrypts(key) else { return try await inner.get(key: key, range: range, ifMatch: ifMatch) }
         guard let range, range.start > 0 || range.end != nil else {
@@ -114,11 +121,14 @@ public struct EncryptingStore: ObjectStore {
         try LocalFiles.moveAtomically(temp, to: fileURL)
     }
 
+    /// Downloads and decrypts an object into `fileURL` (see ``download(key:to:expecting:)``).
     @discardableResult
     public func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
         try await download(key: key, to: fileURL, expecting: nil)
     }
 
+    /// Downloads the ciphertext into staging (checked against the listed size as ciphertext, resumable), decrypts it
+    /// into `fileURL`; when decryption fails nothing is installed and the ciphertext goes to ``rejected``.
     @discardableResult
     public func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo {
         guard encrypts(key) else { return try await inner.download(key: key, to: fileURL, expecting: listed) }
@@ -135,6 +145,7 @@ public struct EncryptingStore: ObjectStore {
 
     // MARK: - Writing
 
+    /// Encrypts `data` with the current key and stores it.
     @discardableResult
     public func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo {
         guard encrypts(key) else { return try await inner.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
@@ -161,11 +172,14 @@ public struct EncryptingStore: ObjectStore {
         }
     }
 
+    /// Encrypts and stores a file (see ``putReturningSHA256(key:fileURL:)``).
     @discardableResult
     public func put(key: String, fileURL: URL) async throws -> ObjectInfo {
         try await putReturningSHA256(key: key, fileURL: fileURL).info
     }
 
+    /// Encrypts and stores a file (in memory up to ``inMemoryLimit``, else through a resumable staging file) and
+    /// returns the SHA-256 of its plaintext.
     public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
         guard encrypts(key) else { return try await inner.putReturningSHA256(key: key, fileURL: fileURL) }
         guard let target = uploadStaging(key: key, fileURL: fileURL), let st = FileStat.of(fileURL.path) else {
@@ -197,6 +211,7 @@ public struct EncryptingStore: ObjectStore {
         return (plain(info), sha)
     }
 
+    /// The object an interrupted upload of `fileURL` completed, judged on its staging file.
     public func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo? {
         guard encrypts(key) else { return try await inner.finishedUpload(key: key, fileURL: fileURL) }
         guard let target = uploadStaging(key: key, fileURL: fileURL), FileManager.default.fileExists(atPath: target.path),
@@ -205,6 +220,7 @@ public struct EncryptingStore: ObjectStore {
         return plain(info)
     }
 
+    /// Copies inside the bucket when both keys are encrypted or both are not; nil across the boundary.
     public func serverSideCopy(from source: String, to target: String) async throws -> ObjectInfo? {
         // Ciphertext copies as it is between encrypted prefixes (the name is not part of what is authenticated);
         // across the boundary the caller downloads and puts, which decrypts or encrypts.

@@ -28,6 +28,8 @@ public enum EncryptionError: Error, Sendable, Equatable {
     case premiumRequired
     /// The object is encrypted but this device does not encrypt its kind (it has no key, or other settings).
     case encryptionOff(object: String)
+    /// Encryption is on but the home has no user id yet, so the prefixes to encrypt are unknown.
+    case noUserYet(settings: String)
 }
 
 extension EncryptionError: LocalizedError, CustomStringConvertible {
@@ -46,6 +48,7 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .conflictingKey(let id, let p): return "key id \(id) is already held for a different key (\(p))"
         case .premiumRequired: return "client-side encryption is not available on the free tier"
         case .encryptionOff(let o): return "object is encrypted but this device does not decrypt its kind (\(o))"
+        case .noUserYet(let f): return "encryption is on but this home has no user yet (\(f))"
         }
     }
 
@@ -62,6 +65,7 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .conflictingKey: return "this file's keys belong to another user's home; check the file"
         case .premiumRequired: return "switch this home to premium with `rtsync init --tier premium`"
         case .encryptionOff: return "import the user's key file from one of their devices: `rtsync keys import F` (it also turns on the kinds they encrypt)"
+        case .noUserYet: return "run `rtsync init` first (`rtsync init --user U --key-file F` to join an existing user)"
         }
     }
 

@@ -45,13 +45,19 @@ extension RTSyncHome {
         return out
     }
 
-    /// `store`, wrapped in an ``EncryptingStore`` when the settings turn encryption on.
+    /// `store`, wrapped in an ``EncryptingStore`` when the settings turn encryption on. With `initializing`, a home
+    /// without a user yet gets `store` itself (init only reads `demo/`); otherwise that is refused, since the
+    /// prefixes to encrypt are not known.
     /// - Throws: ``EncryptionError/premiumRequired`` on the free tier, ``EncryptionError/noContentKey(file:)`` when
-    ///   this home has no key; never returns an unencrypted store when encryption is on.
-    public func encrypting(_ store: any ObjectStore, settings: RTSyncSettings) throws -> any ObjectStore {
+    ///   this home has no key, ``EncryptionError/noUserYet(settings:)``; never returns an unencrypted store when
+    ///   encryption is on and the user is known.
+    public func encrypting(_ store: any ObjectStore, settings: RTSyncSettings, initializing: Bool = false) throws -> any ObjectStore {
         guard !settings.encryption.isEmpty, !(store is EncryptingStore) else { return store }
         guard settings.tier == .premium else { throw EncryptionError.premiumRequired }
-        guard !settings.userID.isEmpty else { return store }
+        if settings.userID.isEmpty {
+            if initializing { return store }
+            throw EncryptionError.noUserYet(settings: settingsFile.path)
+        }
         guard let keyring = try contentKeyring() else { throw EncryptionError.noContentKey(file: contentKeysFile.path) }
         return EncryptingStore(inner: store, keyring: keyring, prefixes: Self.encryptedPrefixes(user: settings.userID, kinds: settings.encryption),
                                staging: encryptionStaging, rejected: quarantine)
@@ -61,9 +67,9 @@ extension RTSyncHome {
 extension ObjectStoreRemote {
     /// Opens the store a bucket URL names for `home`, encrypting what `settings.encryption` covers.
     /// - Throws: `BucketError.unsupportedURL`, or an ``EncryptionError`` when encryption is on but cannot be used.
-    public static func open(_ url: String, home: RTSyncHome, settings: RTSyncSettings) throws -> ObjectStoreRemote {
+    public static func open(_ url: String, home: RTSyncHome, settings: RTSyncSettings, initializing: Bool = false) throws -> ObjectStoreRemote {
         let raw = try makeObjectStore(urlString: url)
-        return ObjectStoreRemote(store: try home.encrypting(raw, settings: settings), isLocal: raw is LocalFolderStore)
+        return ObjectStoreRemote(store: try home.encrypting(raw, settings: settings, initializing: initializing), isLocal: raw is LocalFolderStore)
     }
 }
 

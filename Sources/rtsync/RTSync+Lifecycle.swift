@@ -18,9 +18,9 @@ struct HomeOptions: ParsableArguments {
     }
 
     /// Opens the bucket as SyncEngine's remote store.
-    func openRemote(_ settings: RTSyncSettings) throws -> ObjectStoreRemote {
+    func openRemote(_ settings: RTSyncSettings, initializing: Bool = false) throws -> ObjectStoreRemote {
         let url = bucketURL(settings)
-        do { return try ObjectStoreRemote.open(url, home: resolvedHome, settings: settings) } catch {
+        do { return try ObjectStoreRemote.open(url, home: resolvedHome, settings: settings, initializing: initializing) } catch {
             if let e = error as? EncryptionError { throw fail(e.description, hint: e.hint) }
             let explained = ErrorExplanation(error, subject: url)
             throw fail("cannot open bucket: " + explained.what, hint: explained.hint ?? "use s3://bucket/prefix or file:///absolute/path")
@@ -91,7 +91,7 @@ extension RTSync {
             }
             var joining = settings
             if let user, joining.userID.isEmpty { joining.userID = user }
-            let remote = try options.openRemote(joining)
+            let remote = try options.openRemote(joining, initializing: true)
             let chain = InitChain(home: home, remote: remote, joinUser: user)
             do {
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))

@@ -268,4 +268,32 @@ struct EncryptionCLITests {
         #expect(synced.status == 0, "\(synced.stdout) \(synced.stderr)")
         #expect(try ltScalar(RTSyncHome(root: b).database, "SELECT title FROM things WHERE id = '2siEySuKO1wK4XiJHWQ0YxhLx66'")?.string == "after encryption")
     }
+
+    /// Encryption turned on before the home has a user: sync refuses (it would not know what to encrypt) instead of
+    /// uploading plaintext; after `init` it syncs, encrypted.
+    @Test func encryptionOnBeforeInit_syncRefusesUntilInit_thenEncrypts() async throws {
+        let dir = try TemporaryDirectory()
+        let home = dir.url.appendingPathComponent("H")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        var settings = RTSyncSettings()
+        settings.tier = .premium
+        settings.bucket = bucket.path
+        try RTSyncHome(root: home).saveSettings(settings)
+        try #require(try await ltRTSync(["keys", "encrypt", "inbound", "--home", home.path]).status == 0)
+        let refused = try await ltRTSync(["sync", "--home", home.path])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("encryption is on but this home has no user yet"), "\(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: bucket.path) || (FileManager.default.enumerator(atPath: bucket.path)?.allObjects.isEmpty ?? true))
+        let initialized = try await ltRTSync(["init", "--home", home.path])
+        #expect(initialized.status == 0, "\(initialized.stderr)")
+        try SyncDatabase(path: RTSyncHome(root: home).database.path).execute(
+            "INSERT INTO things(id, account_id, title) VALUES ('2siEySuKO1wK4XiJHWQ0YxhLx44', (SELECT account_id FROM owners LIMIT 1), 'x')")
+        let synced = try await ltRTSync(["sync", "--home", home.path])
+        #expect(synced.status == 0, "\(synced.stderr)")
+        let user = try RTSyncHome(root: home).loadSettings().userID
+        let inbound = bucket.appendingPathComponent("\(user)/inbound")
+        let names = try FileManager.default.contentsOfDirectory(atPath: inbound.path).filter { $0.hasSuffix(".sqlite") }
+        #expect(!names.isEmpty)
+        for name in names { #expect(try Data(contentsOf: inbound.appendingPathComponent(name)).prefix(8) == Data(EncryptionFormat.magic)) }
+    }
 }
