@@ -296,4 +296,38 @@ struct EncryptionCLITests {
         #expect(!names.isEmpty)
         for name in names { #expect(try Data(contentsOf: inbound.appendingPathComponent(name)).prefix(8) == Data(EncryptionFormat.magic)) }
     }
+
+    /// Deleted encrypted media moves to the trash as ciphertext (copied inside the bucket) and `media restore` puts it
+    /// back; another device then pulls the plaintext.
+    @Test func encryptedMedia_deletedToTrashAndRestored_staysEncrypted_andPullsWhole() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+        try #require(try await ltRTSync(["keys", "encrypt", "recordings", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        let file = a.appendingPathComponent("documents/recordings/memo.m4a")
+        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let bytes = Data((0..<90_000).map { _ in UInt8.random(in: 0...255) })
+        try bytes.write(to: file)
+        try #require(try await ltRTSync(["sync", "--home", a.path, "--media"]).status == 0)
+        try FileManager.default.removeItem(at: file)
+        let deleted = try await ltRTSync(["sync", "--home", a.path, "--media", "--delete"])
+        #expect(deleted.status == 0, "\(deleted.stdout) \(deleted.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: bucket.appendingPathComponent("\(user)/recordings/memo.m4a").path))
+        let trashed = (FileManager.default.enumerator(atPath: bucket.appendingPathComponent("\(user)/trash").path)?.allObjects as? [String] ?? [])
+            .filter { $0.hasSuffix("memo.m4a") }
+        try #require(trashed.count == 1, "trash: \(trashed)")
+        #expect(try Data(contentsOf: bucket.appendingPathComponent("\(user)/trash/\(trashed[0])")).prefix(8) == Data(EncryptionFormat.magic))
+
+        let restored = try await ltRTSync(["media", "restore", "recordings/memo.m4a", "--home", a.path])
+        #expect(restored.status == 0, "\(restored.stdout) \(restored.stderr)")
+        #expect(try Data(contentsOf: bucket.appendingPathComponent("\(user)/recordings/memo.m4a")).prefix(8) == Data(EncryptionFormat.magic))
+        let keyFile = dir.url.appendingPathComponent("k.json")
+        try #require(try await ltRTSync(["keys", "export", keyFile.path, "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["init", "--home", b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user, "--key-file", keyFile.path]).status == 0)
+        let pulled = try await ltRTSync(["sync", "--home", b.path, "--media"])
+        #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
+        #expect(try Data(contentsOf: b.appendingPathComponent("documents/recordings/memo.m4a")) == bytes)
+    }
 }
