@@ -56,7 +56,7 @@ let package = Package(
                            .target(name: "CCurlShim", condition: .when(platforms: [.linux]))]
         ),
         // Adapts BucketClient's stores to SyncEngine's RemoteStore (keeps SyncEngine free of any backend).
-        .target(name: "BucketSync", dependencies: ["BucketClient", "SyncEngine", "DiffFormat"]),
+        .target(name: "BucketSync", dependencies: ["BucketClient", "SyncEngine", "DiffFormat", .product(name: "Crypto", package: "swift-crypto")]),
         .executableTarget(
             name: "rtsync",
             dependencies: [

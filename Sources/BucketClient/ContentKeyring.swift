@@ -28,11 +28,19 @@ public struct ContentKeyring: Sendable {
     /// What the user's devices encrypt ("inbound", "backups", "recordings", "images"), carried in exported key
     /// files so a device that imports the key encrypts the same things.
     public var kinds: [String] = []
+    /// The user's X25519 key for shares: other users encrypt what they share to its public half
+    /// (``EncryptionFormat/encrypt(_:to:)``); the user's devices hold the private half with the content keys.
+    public var shareKey: Curve25519.KeyAgreement.PrivateKey?
+
+    /// The id an object encrypted to `publicKey` carries: the first 8 bytes of its SHA-256, as hex.
+    public static func shareKeyID(_ publicKey: Curve25519.KeyAgreement.PublicKey) -> String {
+        Hashing.hex(SHA256.hash(data: publicKey.rawRepresentation).prefix(8))
+    }
 
     /// A keyring holding one new random key.
     public static func generate() -> ContentKeyring {
         let k = ContentKey.generate()
-        return ContentKeyring(keys: [k], currentID: k.id)
+        return ContentKeyring(keys: [k], currentID: k.id, shareKey: Curve25519.KeyAgreement.PrivateKey())
     }
 
     /// The key new objects are encrypted with.
@@ -62,6 +70,7 @@ public struct ContentKeyring: Sendable {
         }
         if other.current.created > current.created { currentID = other.currentID }
         if kinds.isEmpty { kinds = other.kinds }
+        if shareKey == nil { shareKey = other.shareKey }
     }
 
     static func equal(_ a: SymmetricKey, _ b: SymmetricKey) -> Bool {
@@ -77,6 +86,7 @@ public struct ContentKeyring: Sendable {
         var current: String
         var keys: [Key]
         var encrypts: [String]?
+        var shareKey: String?
     }
 
     private struct Wrapped: Codable {
@@ -95,7 +105,7 @@ public struct ContentKeyring: Sendable {
     public func encoded() -> Data {
         let stored = Stored(current: currentID, keys: keys.map {
             Stored.Key(id: $0.id, key: $0.key.withUnsafeBytes { Data($0) }.base64EncodedString(), created: $0.created)
-        }, encrypts: kinds)
+        }, encrypts: kinds, shareKey: shareKey?.rawRepresentation.base64EncodedString())
         let e = JSONEncoder()
         e.outputFormatting = [.prettyPrinted, .sortedKeys]
         e.dateEncodingStrategy = .iso8601
@@ -151,7 +161,14 @@ public struct ContentKeyring: Sendable {
         guard keys.contains(where: { $0.id == s.current.lowercased() }) else {
             throw EncryptionError.keyFile(path: path, reason: "the current key \(s.current) is not in the file")
         }
-        return ContentKeyring(keys: keys, currentID: s.current.lowercased(), kinds: s.encrypts ?? [])
+        var share: Curve25519.KeyAgreement.PrivateKey?
+        if let text = s.shareKey {
+            guard let raw = Data(base64Encoded: text), let key = try? Curve25519.KeyAgreement.PrivateKey(rawRepresentation: raw) else {
+                throw EncryptionError.keyFile(path: path, reason: "the share key is not a 32-byte X25519 key")
+            }
+            share = key
+        }
+        return ContentKeyring(keys: keys, currentID: s.current.lowercased(), kinds: s.encrypts ?? [], shareKey: share)
     }
 
     /// Reads a key file; nil when it does not exist.

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// Wraps any store and encrypts the objects under chosen prefixes (``EncryptionFormat``) on their way in, and
@@ -21,6 +22,11 @@ public struct EncryptingStore: ObjectStore {
     /// Files up to this size are encrypted in memory and stored in one put, as S3 stores files up to its default
     /// multipart threshold; larger ones go through a staging file (multipart, resumable).
     public var inMemoryLimit: Int = 16 << 20
+    /// Other users' share keys by user id: what is put into `<user>/inbound/` for one of them is encrypted to it.
+    public var recipients: [String: Curve25519.KeyAgreement.PublicKey] = [:]
+    /// Decides whether a downloaded object another user encrypted to this user's share key may be installed (given
+    /// its key and decrypted file); nil: never.
+    public var acceptShared: (@Sendable (_ key: String, _ file: URL) -> Bool)?
 
     /// Wraps `inner`, encrypting objects whose keys start with one of `prefixes`.
     public init(inner: any ObjectStore, keyring: ContentKeyring, prefixes: [String], staging: URL, rejected: URL? = nil) {
@@ -33,6 +39,13 @@ public struct EncryptingStore: ObjectStore {
 
     /// Whether the object under `key` is encrypted.
     public func encrypts(_ key: String) -> Bool { prefixes.contains { key.hasPrefix($0) } }
+
+    /// The share key of the user whose inbound folder `key` is in, when known.
+    func recipient(of key: String) -> Curve25519.KeyAgreement.PublicKey? {
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[1] == "inbound" else { return nil }
+        return recipients[String(parts[0])]
+    }
 
     /// The wrapped store's name, marked as encrypted.
     public var displayName: String { inner.displayName + " (encrypted)" }
@@ -106,7 +119,9 @@ public struct EncryptingStore: ObjectStore {
         try LocalFiles.createParent(of: fileURL)
         let temp = LocalFiles.temporaryURL(beside: fileURL)
         do {
-            try EncryptionFormat.decryptFile(cipherFile, to: temp, keyring: keyring, object: key)
+            if try EncryptionFormat.decryptFile(cipherFile, to: temp, keyring: keyring, object: key), acceptShared?(key, temp) != true {
+                throw EncryptionError.notAShare(object: key)
+            }
         } catch {
             try? FileManager.default.removeItem(at: temp)
             if let rejected, error is EncryptionError {
@@ -148,6 +163,9 @@ public struct EncryptingStore: ObjectStore {
     /// Encrypts `data` with the current key and stores it.
     @discardableResult
     public func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo {
+        if !encrypts(key), let recipient = recipient(of: key) {
+            return plain(try await inner.put(key: key, data: EncryptionFormat.encrypt(data, to: recipient), ifNoneMatch: ifNoneMatch))
+        }
         guard encrypts(key) else { return try await inner.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
         return plain(try await inner.put(key: key, data: EncryptionFormat.encrypt(data, keyring: keyring), ifNoneMatch: ifNoneMatch))
     }
@@ -181,6 +199,13 @@ public struct EncryptingStore: ObjectStore {
     /// Encrypts and stores a file (in memory up to ``inMemoryLimit``, else through a resumable staging file) and
     /// returns the SHA-256 of its plaintext.
     public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
+        if !encrypts(key), recipient(of: key) != nil {
+            let bytes: Data
+            do { bytes = try Data(contentsOf: fileURL) } catch {
+                throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+            }
+            return (try await put(key: key, data: bytes, ifNoneMatch: false), Hashing.sha256Hex(bytes))
+        }
         guard encrypts(key) else { return try await inner.putReturningSHA256(key: key, fileURL: fileURL) }
         guard let target = uploadStaging(key: key, fileURL: fileURL), let st = FileStat.of(fileURL.path) else {
             throw BucketError.localIO(path: fileURL.path, description: "no such file")

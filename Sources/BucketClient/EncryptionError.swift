@@ -30,6 +30,9 @@ public enum EncryptionError: Error, Sendable, Equatable {
     case encryptionOff(object: String)
     /// Encryption is on but the home has no user id yet, so the prefixes to encrypt are unknown.
     case noUserYet(settings: String)
+    /// The object was encrypted to the user's share key (anyone may do that) but is not a share or request diff
+    /// from another user, the only thing accepted that way.
+    case notAShare(object: String)
 }
 
 extension EncryptionError: LocalizedError, CustomStringConvertible {
@@ -49,13 +52,14 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .premiumRequired: return "client-side encryption is not available on the free tier"
         case .encryptionOff(let o): return "object is encrypted but this device does not decrypt its kind (\(o))"
         case .noUserYet(let f): return "encryption is on but this home has no user yet (\(f))"
+        case .notAShare(let o): return "object is encrypted to this user's share key but is not a share or request from another user (\(o))"
         }
     }
 
     /// What the user can do about it.
     public var hint: String? {
         switch self {
-        case .notEncrypted, .authenticationFailed, .truncated, .malformed:
+        case .notEncrypted, .authenticationFailed, .truncated, .malformed, .notAShare:
             return "nothing was installed; restore the object from a trusted copy, or delete it if it was not written by your devices"
         case .unsupportedFormat: return "update rtsync on this device"
         case .unknownKey: return "import the key from a device that has it: `rtsync keys export F` there, `rtsync keys import F` here"

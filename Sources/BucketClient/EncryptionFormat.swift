@@ -21,8 +21,11 @@ public enum EncryptionFormat {
     public static let magic: [UInt8] = Array("RTSYNCE".utf8) + [0]
     /// The format version this build writes and reads.
     public static let version: UInt8 = 1
-    /// AES-256-GCM.
+    /// AES-256-GCM under a content key of the user.
     static let algorithmAESGCM: UInt8 = 1
+    /// AES-256-GCM under a key agreed (X25519) between a sender's ephemeral key, whose public half is the salt, and the
+    /// recipient's share key, which the key id names: what another user shares.
+    static let algorithmShareX25519: UInt8 = 2
     /// Header bytes before the first chunk.
     public static let headerSize = 54
     /// Plaintext bytes per chunk (the last chunk may be shorter).
@@ -59,17 +62,22 @@ public enum EncryptionFormat {
     struct Header {
         let bytes: Data
         let keyID: String
+        var algorithm: UInt8 { bytes[bytes.startIndex + 9] }
 
         /// A new header for `key` with a random salt.
         init(key: ContentKey) {
+            self.init(algorithm: EncryptionFormat.algorithmAESGCM, keyID: key.id, salt: (0..<32).map { _ in UInt8.random(in: 0...255) })
+        }
+
+        init(algorithm: UInt8, keyID: String, salt: [UInt8]) {
             var b = Data(EncryptionFormat.magic)
             b.append(EncryptionFormat.version)
-            b.append(EncryptionFormat.algorithmAESGCM)
-            b.append(contentsOf: [UInt8](hexString: key.id)!)
+            b.append(algorithm)
+            b.append(contentsOf: [UInt8](hexString: keyID)!)
             b.append(contentsOf: withUnsafeBytes(of: UInt32(EncryptionFormat.chunkSize).bigEndian, Array.init))
-            b.append(contentsOf: (0..<32).map { _ in UInt8.random(in: 0...255) })
+            b.append(contentsOf: salt)
             bytes = b
-            keyID = key.id
+            self.keyID = keyID
         }
 
         /// Parses the first bytes of `object`.
@@ -86,7 +94,7 @@ public enum EncryptionFormat {
             guard b[8] == EncryptionFormat.version else {
                 throw EncryptionError.unsupportedFormat(object: object, reason: "version \(b[8]) (this build reads version \(EncryptionFormat.version))")
             }
-            guard b[9] == EncryptionFormat.algorithmAESGCM else {
+            guard b[9] == EncryptionFormat.algorithmAESGCM || b[9] == EncryptionFormat.algorithmShareX25519 else {
                 throw EncryptionError.unsupportedFormat(object: object, reason: "algorithm \(b[9])")
             }
             let chunk = b[18..<22].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
@@ -112,8 +120,24 @@ public enum EncryptionFormat {
         /// The cipher for `header`, with the key it names from `keyring`.
         /// - Throws: ``EncryptionError/unknownKey(object:keyID:)``.
         init(header: Header, keyring: ContentKeyring, object: String) throws {
+            if header.algorithm == EncryptionFormat.algorithmShareX25519 {
+                guard let share = keyring.shareKey, ContentKeyring.shareKeyID(share.publicKey) == header.keyID else {
+                    throw EncryptionError.unknownKey(object: object, keyID: header.keyID)
+                }
+                guard let ephemeral = try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: header.salt),
+                      let secret = try? share.sharedSecretFromKeyAgreement(with: ephemeral) else {
+                    throw EncryptionError.authenticationFailed(object: object, chunk: 0)
+                }
+                self.init(header: header, secret: secret.withUnsafeBytes { SymmetricKey(data: Data($0)) }, object: object)
+                return
+            }
             guard let content = keyring.key(id: header.keyID) else { throw EncryptionError.unknownKey(object: object, keyID: header.keyID) }
-            let derived = HKDF<SHA256>.deriveKey(inputKeyMaterial: content.key, salt: header.salt,
+            self.init(header: header, secret: content.key, object: object)
+        }
+
+        /// The cipher of `header` whose key material is `secret` (a content key, or an agreed share secret).
+        init(header: Header, secret: SymmetricKey, object: String) {
+            let derived = HKDF<SHA256>.deriveKey(inputKeyMaterial: secret, salt: header.salt,
                                                  info: Data("rtsync object v1".utf8), outputByteCount: 44)
             let bytes = derived.withUnsafeBytes { [UInt8]($0) }
             self.header = header
@@ -187,10 +211,35 @@ public enum EncryptionFormat {
         return out
     }
 
+    /// Encrypts `plain` to another user's share key (X25519 with a fresh ephemeral key): only that user's devices can
+    /// read it, and nothing else of the sender's is exposed to them.
+    public static func encrypt(_ plain: Data, to recipient: Curve25519.KeyAgreement.PublicKey) -> Data {
+        let ephemeral = Curve25519.KeyAgreement.PrivateKey()
+        let header = Header(algorithm: algorithmShareX25519, keyID: ContentKeyring.shareKeyID(recipient),
+                            salt: Array(ephemeral.publicKey.rawRepresentation))
+        let secret = try! ephemeral.sharedSecretFromKeyAgreement(with: recipient)
+        let cipher = ChunkCipher(header: header, secret: secret.withUnsafeBytes { SymmetricKey(data: Data($0)) }, object: "")
+        var out = header.bytes
+        let n = chunkCount(plaintextSize: Int64(plain.count))
+        for i in 0..<n {
+            let start = plain.startIndex + Int(i) * chunkSize
+            let end = min(start + chunkSize, plain.endIndex)
+            out.append(cipher.seal(plain[start..<end], index: i, final: i == n - 1))
+        }
+        return out
+    }
+
+    /// Whether `data` (at least the header) is an object another user encrypted to a share key.
+    public static func isSharedObject(_ data: Data) -> Bool {
+        (try? Header(data, object: ""))?.algorithm == algorithmShareX25519
+    }
+
     /// Decrypts a whole encrypted object; `object` names it in errors.
     /// - Throws: ``EncryptionError`` for plaintext, unknown versions or keys, tampering and truncation.
     public static func decrypt(_ data: Data, keyring: ContentKeyring, object: String) throws -> Data {
         let header = try Header(data, object: object)
+        // What another user encrypted to the share key is only taken as a file whose content is checked.
+        if header.algorithm == algorithmShareX25519 { throw EncryptionError.notAShare(object: object) }
         let cipher = try ChunkCipher(header: header, keyring: keyring, object: object)
         var out = Data()
         out.reserveCapacity(max(0, data.count - headerSize))
@@ -246,7 +295,9 @@ public enum EncryptionFormat {
     /// Decrypts the encrypted file at `source` into `target` one chunk at a time; `object` names it in errors.
     /// - Throws: ``EncryptionError`` as ``decrypt(_:keyring:object:)``; `target` may then hold a partial plaintext,
     ///   which the caller removes.
-    public static func decryptFile(_ source: URL, to target: URL, keyring: ContentKeyring, object: String) throws {
+    /// - Returns: whether the object was encrypted to the user's share key by another user (not with a content key).
+    @discardableResult
+    public static func decryptFile(_ source: URL, to target: URL, keyring: ContentKeyring, object: String) throws -> Bool {
         guard let input = FileHandle(forReadingAtPath: source.path) else {
             throw BucketError.localIO(path: source.path, description: "cannot open for reading")
         }
@@ -268,6 +319,7 @@ public enum EncryptionFormat {
             index += 1
         } while offset < size
         try output.synchronize()
+        return header.algorithm == algorithmShareX25519
     }
 
     // MARK: - Ranges

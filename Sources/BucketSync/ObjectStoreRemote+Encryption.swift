@@ -1,4 +1,5 @@
 import BucketClient
+import Crypto
 import DiffFormat
 import Foundation
 import SyncEngine
@@ -59,8 +60,69 @@ extension RTSyncHome {
             throw EncryptionError.noUserYet(settings: settingsFile.path)
         }
         guard let keyring = try contentKeyring() else { throw EncryptionError.noContentKey(file: contentKeysFile.path) }
-        return EncryptingStore(inner: store, keyring: keyring, prefixes: Self.encryptedPrefixes(user: settings.userID, kinds: settings.encryption),
-                               staging: encryptionStaging, rejected: quarantine)
+        var wrapped = EncryptingStore(inner: store, keyring: keyring, prefixes: Self.encryptedPrefixes(user: settings.userID, kinds: settings.encryption),
+                                      staging: encryptionStaging, rejected: quarantine)
+        wrapped.recipients = shareRecipients()
+        let user = settings.userID
+        // Anyone may encrypt to the share key: only a share or request diff by another user in our inbound is taken.
+        wrapped.acceptShared = { key, file in
+            key.hasPrefix(Syncer.inboundPrefix(user: user)) && ObjectStoreRemote.isShareFromAnotherUser(file, user: user)
+        }
+        return wrapped
+    }
+
+    /// Where other users' share keys are kept (`<user>.pub`, 64 hex characters).
+    public var shareKeysFolder: URL { keys.appendingPathComponent("share-keys") }
+
+    /// Other users' share keys this home encrypts shares to, by user id.
+    public func shareRecipients() -> [String: Curve25519.KeyAgreement.PublicKey] {
+        var out: [String: Curve25519.KeyAgreement.PublicKey] = [:]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: shareKeysFolder.path)) ?? [] where name.hasSuffix(".pub") {
+            let text = (try? String(contentsOf: shareKeysFolder.appendingPathComponent(name), encoding: .utf8)) ?? ""
+            if let raw = Self.hexBytes(text.trimmingCharacters(in: .whitespacesAndNewlines)), raw.count == 32,
+               let key = try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw) {
+                out[String(name.dropLast(4))] = key
+            }
+        }
+        return out
+    }
+
+    /// This user's share key (public half, 64 hex characters) for other users to encrypt shares to; made and saved
+    /// with the content keys when they have none.
+    /// - Throws: ``EncryptionError/noContentKey(file:)`` when the home has no content keys.
+    public func shareKeyHex() throws -> String {
+        guard var ring = try contentKeyring() else { throw EncryptionError.noContentKey(file: contentKeysFile.path) }
+        if ring.shareKey == nil {
+            ring.shareKey = Curve25519.KeyAgreement.PrivateKey()
+            try ring.save(to: contentKeysFile)
+        }
+        return ring.shareKey!.publicKey.rawRepresentation.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Records another user's share key (64 hex characters): shares sent to that user are encrypted to it.
+    /// - Throws: ``EncryptionError/keyFile(path:reason:)`` when it is not an X25519 public key.
+    public func addShareRecipient(user: String, publicKeyHex hex: String) throws {
+        let text = hex.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let raw = Self.hexBytes(text), raw.count == 32, (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw)) != nil else {
+            throw EncryptionError.keyFile(path: hex, reason: "a share key is 64 hex characters (32 bytes), as `rtsync keys share-key` prints it")
+        }
+        guard !user.isEmpty, user.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+            throw EncryptionError.keyFile(path: user, reason: "not a user id")
+        }
+        try FileManager.default.createDirectory(at: shareKeysFolder, withIntermediateDirectories: true)
+        try Data((text.lowercased() + "\n").utf8).write(to: shareKeysFolder.appendingPathComponent(user + ".pub"), options: .atomic)
+    }
+
+    /// Bytes of a hex string, or nil.
+    static func hexBytes(_ text: String) -> [UInt8]? {
+        let chars = Array(text.utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        for i in stride(from: 0, to: chars.count, by: 2) {
+            guard let b = UInt8(String(decoding: chars[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
+            out.append(b)
+        }
+        return out
     }
 }
 

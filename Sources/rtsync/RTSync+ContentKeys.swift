@@ -176,4 +176,29 @@ extension RTSync.Keys {
             }
         }
     }
+
+    struct ShareKey: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print this user's share key: other users record it (`rtsync keys add-recipient`) to encrypt what they share with you.",
+            discussion: "An X25519 public key kept with the content keys (exported and imported with them). A share encrypted to it is readable by your devices only; it is accepted as a share or request from another user, never as one of your own diffs.")
+        @OptionGroup var options: HomeOptions
+        func run() throws {
+            do { print(try options.resolvedHome.shareKeyHex()) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch { throw report(error) }
+        }
+    }
+
+    struct AddRecipient: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Encrypt what this home shares with USER to USER's share key (as `rtsync keys share-key` prints it there).",
+            discussion: "Applies to share and request diffs sent with `rtsync share` / `rtsync request` while this home has encryption on; media sent with --with-media stays plaintext.")
+        @OptionGroup var options: HomeOptions
+        @Argument(help: "The recipient's user id.") var user: String
+        @Argument(help: "The recipient's share key: 64 hex characters.") var publicKey: String
+        func run() throws {
+            do {
+                try options.resolvedHome.addShareRecipient(user: user, publicKeyHex: publicKey)
+                print("shares to \(user) will be encrypted to their share key")
+            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch { throw report(error) }
+        }
+    }
 }

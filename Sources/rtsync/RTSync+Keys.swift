@@ -8,7 +8,7 @@ extension RTSync {
         static let configuration = CommandConfiguration(
             abstract: "This device's diff-signing key, the keys it trusts, and the user's content keys for encryption.",
             discussion: "Every diff this device exports is signed with its Ed25519 key (kept in <home>/keys, readable only by you). With signatures required, diffs that are unsigned or signed by an untrusted key are rejected.",
-            subcommands: [Show.self, Trust.self, Require.self, Create.self, Encrypt.self, Export.self, Import.self, Rotate.self, Decrypt.self]
+            subcommands: [Show.self, Trust.self, Require.self, Create.self, Encrypt.self, Export.self, Import.self, Rotate.self, Decrypt.self, ShareKey.self, AddRecipient.self]
         )
 
         struct Show: ParsableCommand {

@@ -316,3 +316,49 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: failing.staging.path).filter { $0.hasSuffix(".upload") }.isEmpty)
     }
 }
+
+@Suite struct ShareEncryptionTests {
+    @Test func encryptedToAShareKey_opensOnlyAsAFileWithThatKey_andOnlyWhenAccepted() async throws {
+        let recipient = ContentKeyring.generate()
+        let plain = randomBytes(70_000)
+        let sealed = EncryptionFormat.encrypt(plain, to: try #require(recipient.shareKey).publicKey)
+        #expect(EncryptionFormat.isSharedObject(sealed))
+        #expect(sealed.range(of: plain.subdata(in: 100..<164)) == nil)
+        let dir = try makeTemporaryFolder()
+        let src = dir.appendingPathComponent("in"), out = dir.appendingPathComponent("out")
+        try sealed.write(to: src)
+        #expect(try EncryptionFormat.decryptFile(src, to: out, keyring: recipient, object: "o") == true)
+        #expect(try Data(contentsOf: out) == plain)
+        // Read into memory it is refused: only a checked file may come in this way.
+        #expect(throws: EncryptionError.notAShare(object: "o")) { try EncryptionFormat.decrypt(sealed, keyring: recipient, object: "o") }
+        // Another user's devices cannot open it.
+        let other = ContentKeyring.generate()
+        #expect(throws: EncryptionError.unknownKey(object: "o", keyID: ContentKeyring.shareKeyID(recipient.shareKey!.publicKey))) {
+            try EncryptionFormat.decryptFile(src, to: out, keyring: other, object: "o")
+        }
+
+        // Through a store: refused unless the acceptance check says yes; a sender's put to the inbound is encrypted.
+        let root = try makeTemporaryFolder()
+        let inner = try LocalFolderStore(root: root)
+        var sender = EncryptingStore(inner: inner, keyring: ContentKeyring.generate(), prefixes: ["s/inbound/"], staging: dir.appendingPathComponent("s"))
+        sender.recipients = ["r": recipient.shareKey!.publicKey]
+        try await sender.put(key: "r/inbound/x.sqlite", data: plain)
+        try await sender.put(key: "q/inbound/y.sqlite", data: plain)
+        #expect(try await inner.get(key: "r/inbound/x.sqlite").prefix(8) == Data(EncryptionFormat.magic))
+        #expect(try await inner.get(key: "q/inbound/y.sqlite") == plain)
+        var receiver = EncryptingStore(inner: inner, keyring: recipient, prefixes: ["r/inbound/"], staging: dir.appendingPathComponent("r"),
+                                       rejected: dir.appendingPathComponent("quarantine"))
+        let target = dir.appendingPathComponent("got.sqlite")
+        await #expect(throws: EncryptionError.notAShare(object: "r/inbound/x.sqlite")) { try await receiver.download(key: "r/inbound/x.sqlite", to: target) }
+        #expect(!FileManager.default.fileExists(atPath: target.path))
+        receiver.acceptShared = { _, file in (try? Data(contentsOf: file)) == plain }
+        try await receiver.download(key: "r/inbound/x.sqlite", to: target)
+        #expect(try Data(contentsOf: target) == plain)
+    }
+
+    @Test func shareKey_travelsWithTheExportedKeyFile() throws {
+        let ring = ContentKeyring.generate()
+        let back = try ContentKeyring.decode(ring.encoded(), path: "k")
+        #expect(back.shareKey?.rawRepresentation == ring.shareKey?.rawRepresentation)
+    }
+}

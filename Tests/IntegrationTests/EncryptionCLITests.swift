@@ -330,4 +330,60 @@ struct EncryptionCLITests {
         #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
         #expect(try Data(contentsOf: b.appendingPathComponent("documents/recordings/memo.m4a")) == bytes)
     }
+
+    /// With the recipient's share key recorded, a share travels encrypted to it and the recipient receives it; the
+    /// share key cannot be used to slip a diff of the recipient's own devices in.
+    @Test func shareToARecipientsShareKey_isEncryptedAndReceived_butOwnDiffsCannotComeThatWay() async throws {
+        let dir = try TemporaryDirectory()
+        let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2"), h2b = dir.url.appendingPathComponent("u2b")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        for home in [h1, h2] {
+            try #require(try await ltRTSync(["init", "--home", home.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+            try #require(try await ltRTSync(["keys", "encrypt", "inbound", "--home", home.path]).status == 0)
+        }
+        let user1 = try RTSyncHome(root: h1).loadSettings().userID, user2 = try RTSyncHome(root: h2).loadSettings().userID
+        let shareKey = try await ltRTSync(["keys", "share-key", "--home", h2.path])
+        try #require(shareKey.status == 0, "\(shareKey.stderr)")
+        let hex = shareKey.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let added = try await ltRTSync(["keys", "add-recipient", user2, hex, "--home", h1.path])
+        try #require(added.status == 0, "\(added.stderr)")
+        let shared = try await ltRTSync(["share", "--home", h1.path, "--to", user2, "--table", "evidence", "--where", "local_file IS NOT NULL"])
+        try #require(shared.status == 0, "\(shared.stderr)")
+        let inbound2 = bucket.appendingPathComponent("\(user2)/inbound")
+        let objects = try FileManager.default.contentsOfDirectory(atPath: inbound2.path).filter { $0.hasSuffix(".sqlite") }
+        try #require(objects.count == 1)
+        let sharedBytes = try Data(contentsOf: inbound2.appendingPathComponent(objects[0]))
+        #expect(EncryptionFormat.isSharedObject(sharedBytes))
+        #expect(sharedBytes.range(of: Data("laptop.png".utf8)) == nil)
+        let synced = try await ltRTSync(["sync", "--home", h2.path])
+        #expect(synced.status == 0, "\(synced.stdout) \(synced.stderr)")
+        let listed = try await ltRTSync(["inbound", "list", "--home", h2.path, "--json"])
+        let items = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
+        #expect(items.count == 1 && items.first?["kind"] as? String == "share" && items.first?["fromUser"] as? String == user1)
+
+        // u2's second device; u2 writes a diff, which the test re-encrypts to u2's share key.
+        let keyFile = dir.url.appendingPathComponent("u2.key")
+        try #require(try await ltRTSync(["keys", "export", keyFile.path, "--home", h2.path]).status == 0)
+        try #require(try await ltRTSync(["init", "--home", h2b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user2, "--key-file", keyFile.path]).status == 0)
+        try #require(try await ltRTSync(["sync", "--home", h2b.path]).status == 0)
+        let before = Set(try FileManager.default.contentsOfDirectory(atPath: inbound2.path))
+        try SyncDatabase(path: RTSyncHome(root: h2).database.path).execute(
+            "INSERT INTO things(id, account_id, title) VALUES ('2siEySuKO1wK4XiJHWQ0YxhLx33', (SELECT account_id FROM owners LIMIT 1), 'own')")
+        try #require(try await ltRTSync(["sync", "--home", h2.path]).status == 0)
+        let own = try #require(Set(try FileManager.default.contentsOfDirectory(atPath: inbound2.path)).subtracting(before).first)
+        let ownURL = inbound2.appendingPathComponent(own)
+        let original = try Data(contentsOf: ownURL)
+        let plain = dir.url.appendingPathComponent("own.sqlite")
+        try #require(try await ltRTSync(["keys", "decrypt", ownURL.path, plain.path, "--home", h2.path]).status == 0)
+        let ring = try #require(try RTSyncHome(root: h2).contentKeyring())
+        try EncryptionFormat.encrypt(try Data(contentsOf: plain), to: try #require(ring.shareKey).publicKey).write(to: ownURL)
+        let tables = try ltAppTables(RTSyncHome(root: h2b).database)
+        let refused = try await ltRTSync(["sync", "--home", h2b.path])
+        #expect(refused.status == 1)
+        #expect((refused.stdout + refused.stderr).contains("is not a share or request from another user"), "\(refused.stdout) \(refused.stderr)")
+        #expect(try ltAppTables(RTSyncHome(root: h2b).database) == tables)
+        try original.write(to: ownURL)
+        #expect(try await ltRTSync(["sync", "--home", h2b.path]).status == 0)
+        #expect(try ltScalar(RTSyncHome(root: h2b).database, "SELECT title FROM things WHERE id = '2siEySuKO1wK4XiJHWQ0YxhLx33'")?.string == "own")
+    }
 }
