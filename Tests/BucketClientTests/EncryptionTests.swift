@@ -317,6 +317,31 @@ import Testing
     }
 }
 
+extension EncryptingStoreTests {
+    /// A multipart upload of a large encrypted file stopped after two parts resumes in the next process: the staging
+    /// file and the S3 resume state survive, no part is sent twice, and the object decrypts to the file.
+    @Test func interruptedEncryptedMultipartUpload_resumesWithoutReuploadingParts() async throws {
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
+        let prefix = "t-\(UUID().uuidString.prefix(8))-"
+        let crashing = moto.store(prefix: prefix) { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.maxConcurrency = 1; $0.stopAfterPartsForTesting = 2 }
+        var (first, dir) = try wrap(crashing)
+        first.inMemoryLimit = 0
+        let file = dir.appendingPathComponent("long.mov")
+        let media = randomBytes(16 << 20)
+        try media.write(to: file)
+        await #expect(throws: BucketError.self) { try await first.put(key: "u/recordings/long.mov", fileURL: file) }
+
+        let resumedInner = moto.store(prefix: prefix) { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }
+        var resumed = EncryptingStore(inner: resumedInner, keyring: keyring, prefixes: first.prefixes, staging: first.staging)
+        resumed.inMemoryLimit = 0
+        try await resumed.put(key: "u/recordings/long.mov", fileURL: file)
+        #expect(resumedInner.requestCounter.count("CreateMultipartUpload") == 0)
+        #expect(resumedInner.requestCounter.count("UploadPart") == 2)  // 4 parts, 2 already there
+        #expect(try await resumed.get(key: "u/recordings/long.mov") == media)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: first.staging.path).isEmpty)
+    }
+}
+
 @Suite struct ShareEncryptionTests {
     @Test func encryptedToAShareKey_opensOnlyAsAFileWithThatKey_andOnlyWhenAccepted() async throws {
         let recipient = ContentKeyring.generate()
