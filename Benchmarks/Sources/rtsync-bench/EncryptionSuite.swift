@@ -34,6 +34,8 @@ func runEncryptionSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String
     let folderRoot = root.appendingPathComponent("bucket")
     targets.append(("local folder", { try LocalFolderStore(root: folderRoot.appendingPathComponent($0)) }))
 
+    /// Medians of rtsync's encrypted pushes to moto, by case label, for the rclone comparison below.
+    var encryptedToMoto: [String: Stat] = [:]
     var rows: [Row] = []
     if moto == nil { rows.append(Row(suite: "encryption", name: "moto_server cases", rtsyncNote: "skipped: \(motoNote)")) }
     for (targetName, makeStore) in targets {
@@ -65,12 +67,53 @@ func runEncryptionSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String
                 ctx.log("encryption \(targetName) \(label): run \(run + 1)/\(runs): plain \(formatTime(plainT.last!)), encrypted \(formatTime(encT.last!))")
             }
             let enc = Stat(samples: encT), plain = Stat(samples: plainT)
+            if targetName == "moto_server" { encryptedToMoto[label] = enc }
             var row = Row(suite: "encryption", name: "\(label) to \(targetName)", rtsync: enc, baselineName: "same push, encryption off", baseline: plain,
                           extra: "client CPU (user+sys, median): encrypted \(formatTime(Stat(samples: encCPU).median)), plain \(formatTime(Stat(samples: plainCPU).median))",
                           aim: "encrypted ≤ 1.15x plain")
             row.aimMet = row.ratio.map { $0 <= 1.15 }
             rows.append(row)
         }
+    }
+    // `rclone sync` of the same kind folder to an `rclone crypt` remote (file names left plain, as rtsync's) over the
+    // same moto_server, and to the plain S3 remote, each from an empty prefix.
+    if let moto, let rclone = which("rclone") {
+        let obscured = try runProcess(rclone, ["obscure", "rtsync-bench-passphrase"])
+        guard obscured.status == 0 else { throw BenchSQLiteError(code: obscured.status, message: "rclone obscure: \(obscured.stderr)") }
+        var env = moto.awsEnvironment
+        for (k, v) in ["TYPE": "s3", "PROVIDER": "Other", "ENDPOINT": moto.endpoint.absoluteString, "ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"] ?? "bench",
+                       "SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"] ?? "bench", "REGION": "us-east-1", "FORCE_PATH_STYLE": "true"] {
+            env["RCLONE_CONFIG_BENCHS3_" + k] = v
+        }
+        env["RCLONE_CONFIG_BENCHENC_TYPE"] = "crypt"
+        env["RCLONE_CONFIG_BENCHENC_PASSWORD"] = obscured.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        env["RCLONE_CONFIG_BENCHENC_FILENAME_ENCRYPTION"] = "off"
+        env["RCLONE_CONFIG_BENCHENC_DIRECTORY_NAME_ENCRYPTION"] = "false"
+        for (label, docs, kind) in [("push \(smallCount) × 64 KB", smallDocs, MediaKind.images), ("push \(bigCount) × \(bigSize >> 20) MB", bigDocs, MediaKind.recordings)] {
+            var cryptT: [Double] = [], plainT: [Double] = []
+            for _ in 0..<runs {
+                for crypt in [true, false] {
+                    let prefix = "rc-\(UUID().uuidString.prefix(8))"
+                    var e = env
+                    e["RCLONE_CONFIG_BENCHENC_REMOTE"] = "benchs3:\(moto.bucket)/\(prefix)"
+                    let target = crypt ? "benchenc:" : "benchs3:\(moto.bucket)/\(prefix)"
+                    let t = try timeOnce {
+                        let r = try runProcess(rclone, ["sync", docs.appendingPathComponent(kind.rawValue).path, target], environment: e)
+                        if r.status != 0 { throw BenchSQLiteError(code: r.status, message: "rclone sync: \(r.stderr.prefix(400))") }
+                    }
+                    if crypt { cryptT.append(t) } else { plainT.append(t) }
+                }
+            }
+            let crypt = Stat(samples: cryptT)
+            var row = Row(suite: "encryption", name: "\(label) to moto_server: rtsync encrypted vs rclone crypt", rtsync: encryptedToMoto[label],
+                          baselineName: "rclone sync to an rclone crypt remote", baseline: crypt,
+                          extra: "rclone sync to the plain S3 remote: \(formatTime(Stat(samples: plainT).median)) (crypt / plain: \(String(format: "%.2f", crypt.median / Stat(samples: plainT).median))x)")
+            row.aimMet = nil
+            rows.append(row)
+        }
+    } else {
+        rows.append(Row(suite: "encryption", name: "rclone crypt comparison", baselineName: "rclone sync to an rclone crypt remote",
+                        baselineNote: moto == nil ? "moto_server missing" : "not installed"))
     }
     return rows
 }
