@@ -178,3 +178,24 @@ extension ObjectStoreRemote {
         throw EncryptionError.encryptionOff(object: key)
     }
 }
+
+extension EncryptingStore {
+    /// Checks that this store's keys open what the user's devices encrypted: the newest few objects under `prefixes`
+    /// that carry a content-key header have their first chunk decrypted. Nothing is written.
+    /// - Throws: ``EncryptionError/unknownKey(object:keyID:)`` or ``EncryptionError/authenticationFailed(object:chunk:)``
+    ///   naming the first object the keys do not open.
+    public func checkKeysOpen(prefixes: [String], objectsPerPrefix: Int = 2) async throws {
+        for prefix in prefixes {
+            let newest = try await inner.listAll(prefix: prefix).filter { $0.size >= Int64(EncryptionFormat.headerSize) }
+                .sorted { $0.key > $1.key }
+            var checked = 0
+            for object in newest where checked < objectsPerPrefix {
+                let head = try await inner.get(key: object.key, range: ByteRange(start: 0, end: Int64(EncryptionFormat.headerSize) - 1), ifMatch: nil)
+                // Plaintext shares and objects encrypted to the share key say nothing about the content keys.
+                guard head.prefix(8) == Data(EncryptionFormat.magic), !EncryptionFormat.isSharedObject(head) else { continue }
+                _ = try await get(key: object.key, range: ByteRange(start: 0, end: 0), ifMatch: nil)
+                checked += 1
+            }
+        }
+    }
+}

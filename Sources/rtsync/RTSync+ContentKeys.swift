@@ -25,25 +25,40 @@ struct ContentKeyOptions: ParsableArguments {
     }
 
     /// Merges --key-file into the home's content keys and takes the kinds it encrypts into `settings` when these
-    /// have none; false when no key file was given.
-    func importKey(into home: RTSyncHome, settings: inout RTSyncSettings) throws -> Bool {
-        guard let keyFile else { return false }
-        try Self.importKey(keyFile, passphraseFile: passphraseFile, into: home, settings: &settings)
+    /// have none; false when no key file was given. With `check`, the merged keys must first open what `check`
+    /// names (see ``RTSync/Init``); nothing is saved when they do not.
+    func importKey(into home: RTSyncHome, settings: inout RTSyncSettings,
+                   check: ((ContentKeyring, RTSyncSettings) async throws -> Void)? = nil) async throws -> Bool {
+        guard let keyFile else {
+            if let check, !settings.encryption.isEmpty, let ring = try? home.contentKeyring() { try await check(ring, settings) }
+            return false
+        }
+        let (ring, merged) = try Self.merged(keyFile, passphraseFile: passphraseFile, into: home, settings: settings)
+        if let check { try await check(ring, merged) }
+        do { try ring.save(to: home.contentKeysFile) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        settings = merged
         return true
     }
 
-    /// Merges `keyFile` into the home's content keys (see ``importKey(into:settings:)``).
-    static func importKey(_ keyFile: String, passphraseFile: String?, into home: RTSyncHome, settings: inout RTSyncSettings) throws {
-        let url = URL(fileURLWithPath: keyFile)
+    /// The home's keys with `keyFile`'s merged in, and `settings` with the file's kinds when they had none.
+    static func merged(_ keyFile: String, passphraseFile: String?, into home: RTSyncHome, settings: RTSyncSettings) throws -> (ContentKeyring, RTSyncSettings) {
         do {
-            guard let incoming = try ContentKeyring.load(file: url, passphrase: try passphrase(file: passphraseFile)) else {
+            guard let incoming = try ContentKeyring.load(file: URL(fileURLWithPath: keyFile), passphrase: try passphrase(file: passphraseFile)) else {
                 throw fail("no such key file (\(keyFile))", hint: "give the file `rtsync keys export` wrote")
             }
             var ring = try home.contentKeyring() ?? incoming
             try ring.merge(incoming, source: keyFile)
-            try ring.save(to: home.contentKeysFile)
-            if settings.encryption.isEmpty { settings.encryption = incoming.kinds }
+            var out = settings
+            if out.encryption.isEmpty { out.encryption = incoming.kinds }
+            return (ring, out)
         } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+    }
+
+    /// Merges `keyFile` into the home's content keys (see ``importKey(into:settings:)``).
+    static func importKey(_ keyFile: String, passphraseFile: String?, into home: RTSyncHome, settings: inout RTSyncSettings) throws {
+        let (ring, merged) = try Self.merged(keyFile, passphraseFile: passphraseFile, into: home, settings: settings)
+        do { try ring.save(to: home.contentKeysFile) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        settings = merged
     }
 }
 

@@ -84,8 +84,25 @@ extension RTSync {
             // A local bucket path is stored absolute: a relative one would mean another folder from elsewhere.
             if let bucket = options.bucket { settings.bucket = Self.absoluteBucket(bucket) }
             if let tier { settings.tier = Tier(rawValue: tier)! }
-            // A joining device imports the user's content key first, so what it fetches decrypts.
-            let importedKey = try keyOptions.importKey(into: home, settings: &settings)
+            // A joining device imports the user's content key first, so what it fetches decrypts; its keys must open
+            // the user's newest encrypted backups and diffs, else nothing is saved or installed (a wrong key would
+            // otherwise leave the bucket unreadable and the chain fall back to demo data as a new user).
+            let check: ((ContentKeyring, RTSyncSettings) async throws -> Void)? = user.map { joinID in
+                { ring, merged in
+                    guard !merged.encryption.isEmpty, merged.tier == .premium else { return }
+                    let store = EncryptingStore(inner: try makeObjectStore(urlString: options.bucketURL(merged)), keyring: ring,
+                                                prefixes: RTSyncHome.encryptedPrefixes(user: joinID, kinds: merged.encryption),
+                                                staging: home.encryptionStaging)
+                    do {
+                        try await store.checkKeysOpen(prefixes: [joinID + "/backups/", joinID + "/inbound/"])
+                    } catch let e as EncryptionError {
+                        throw fail(e.description, hint: "this key file is not the one user \(joinID)'s devices encrypt with; nothing was changed. Export the key on one of them (`rtsync keys export F`) and give that file")
+                    } catch {
+                        // An unreachable bucket is the init chain's to report, as without encryption.
+                    }
+                }
+            }
+            let importedKey = try await keyOptions.importKey(into: home, settings: &settings, check: check)
             if options.bucket != nil || tier != nil || importedKey {
                 do { try home.saveSettings(settings) } catch { throw report(error) }
             }

@@ -386,4 +386,39 @@ struct EncryptionCLITests {
         #expect(try await ltRTSync(["sync", "--home", h2b.path]).status == 0)
         #expect(try ltScalar(RTSyncHome(root: h2b).database, "SELECT title FROM things WHERE id = '2siEySuKO1wK4XiJHWQ0YxhLx33'")?.string == "own")
     }
+
+    /// Joining with a key file that is not the user's: init fails naming an object the key does not open, and leaves
+    /// the new home as it was (no database, no key, no settings change) instead of falling back to demo data.
+    @Test func joiningWithTheWrongKeyFile_failsClearly_andChangesNothing() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B"), other = dir.url.appendingPathComponent("O")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket, "--tier", "premium"]).status == 0)
+        try #require(try await ltRTSync(["keys", "encrypt", "all", "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["backup", "create", "--upload", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        // Another user's key file.
+        try #require(try await ltRTSync(["init", "--home", other.path, "--tier", "premium"]).status == 0)
+        try #require(try await ltRTSync(["keys", "encrypt", "all", "--home", other.path]).status == 0)
+        let wrongKey = dir.url.appendingPathComponent("wrong.key")
+        try #require(try await ltRTSync(["keys", "export", wrongKey.path, "--home", other.path]).status == 0)
+
+        let r = try await ltRTSync(["init", "--home", b.path, "--bucket", bucket, "--tier", "premium", "--user", user, "--key-file", wrongKey.path])
+        #expect(r.status == 1)
+        #expect(r.stderr.hasPrefix("error: object is encrypted with content key"), "\(r.stderr)")
+        #expect(r.stderr.contains("\(user)/backups/"), "\(r.stderr)")
+        #expect(r.stderr.contains("nothing was changed"), "\(r.stderr)")
+        let home = RTSyncHome(root: b)
+        #expect(!FileManager.default.fileExists(atPath: home.database.path))
+        #expect(!FileManager.default.fileExists(atPath: home.contentKeysFile.path))
+        #expect((try? home.loadSettings().userID) ?? "" == "")
+
+        // The right key file then joins.
+        let keyFile = dir.url.appendingPathComponent("right.key")
+        try #require(try await ltRTSync(["keys", "export", keyFile.path, "--home", a.path]).status == 0)
+        let ok = try await ltRTSync(["init", "--home", b.path, "--bucket", bucket, "--tier", "premium", "--user", user, "--key-file", keyFile.path])
+        #expect(ok.status == 0, "\(ok.stderr)")
+        #expect(ok.stdout.contains("database ready from bucket"), "\(ok.stdout)")
+    }
 }
