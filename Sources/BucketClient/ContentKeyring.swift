@@ -136,7 +136,8 @@ public struct ContentKeyring: Sendable {
         if let w = try? JSONDecoder().decode(Wrapped.self, from: data) {
             guard let passphrase else { throw EncryptionError.keyFile(path: path, reason: "the file is passphrase-protected; give the passphrase") }
             guard w.version == 1, w.kdf == "scrypt", let salt = Data(base64Encoded: w.salt), let sealed = Data(base64Encoded: w.sealed),
-                  w.n > 1, w.n <= 1 << 20, w.n & (w.n - 1) == 0, (1...32).contains(w.r), (1...16).contains(w.p) else {
+                  // Bounded so a hostile file cannot ask for more than 256 MiB of scrypt memory or minutes of work.
+                  w.n > 1, w.n <= 1 << 20, w.n & (w.n - 1) == 0, (1...32).contains(w.r), (1...4).contains(w.p), 128 * w.r * w.n <= 256 << 20 else {
                 throw EncryptionError.keyFile(path: path, reason: "unsupported or damaged passphrase-protected key file")
             }
             let kek = try KDF.Scrypt.deriveKey(from: Data(passphrase.utf8), salt: salt, outputByteCount: 32, rounds: w.n, blockSize: w.r, parallelism: w.p)

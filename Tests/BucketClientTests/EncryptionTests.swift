@@ -180,6 +180,16 @@ import Testing
         #expect(throws: EncryptionError.conflictingKey(keyID: b.keys[0].id, path: "f.json")) { try a.merge(forged, source: "f.json") }
     }
 
+    @Test func wrappedFileAskingForHugeScryptCost_isRefusedBeforeDeriving() throws {
+        let wrapped = try ContentKeyring.generate().wrapped(passphrase: "p")
+        var json = try JSONSerialization.jsonObject(with: wrapped) as! [String: Any]
+        json["n"] = 1 << 20
+        json["r"] = 32
+        #expect(throws: EncryptionError.keyFile(path: "k", reason: "unsupported or damaged passphrase-protected key file")) {
+            try ContentKeyring.decode(try JSONSerialization.data(withJSONObject: json), passphrase: "p", path: "k")
+        }
+    }
+
     @Test func damagedKeyFile_isRefusedClearly() {
         #expect(throws: EncryptionError.keyFile(path: "x", reason: "not an rtsync content key file")) {
             try ContentKeyring.decode(Data("{}".utf8), path: "x")
