@@ -51,10 +51,12 @@ let package = Package(
         .target(
             name: "BucketClient",
             dependencies: [.product(name: "Crypto", package: "swift-crypto"), "CChecksum",
+                           // scrypt, the passphrase KDF that wraps exported content keys (client-side encryption).
+                           .product(name: "_CryptoExtras", package: "swift-crypto"),
                            .target(name: "CCurlShim", condition: .when(platforms: [.linux]))]
         ),
         // Adapts BucketClient's stores to SyncEngine's RemoteStore (keeps SyncEngine free of any backend).
-        .target(name: "BucketSync", dependencies: ["BucketClient", "SyncEngine"]),
+        .target(name: "BucketSync", dependencies: ["BucketClient", "SyncEngine", "DiffFormat", .product(name: "Crypto", package: "swift-crypto")]),
         .executableTarget(
             name: "rtsync",
             dependencies: [

@@ -29,14 +29,24 @@ public struct ObjectStoreRemote: RemoteStore {
     }
 
     public func download(key: String, to file: URL) async throws {
-        try await mapped(key) { _ = try await store.download(key: key, to: file) }
+        try await mapped(key) {
+            do { _ = try await store.download(key: key, to: file) } catch {
+                if try await !acceptPlainShare(key: key, to: file, after: error) { throw error }
+            }
+            try refuseUnexpectedCiphertext(key: key, at: file)
+        }
     }
 
     /// Downloads a listed object with its listed size and ETag as what the store must deliver (see
     /// `ObjectStore.download(key:to:expecting:)`).
     public func download(_ object: RemoteObject, to file: URL) async throws {
         let listed = ObjectInfo(key: object.key, size: object.size, etag: object.etag ?? "", lastModified: nil)
-        try await mapped(object.key) { _ = try await store.download(key: object.key, to: file, expecting: listed) }
+        try await mapped(object.key) {
+            do { _ = try await store.download(key: object.key, to: file, expecting: listed) } catch {
+                if try await !acceptPlainShare(key: object.key, to: file, after: error) { throw error }
+            }
+            try refuseUnexpectedCiphertext(key: object.key, at: file)
+        }
     }
 
     public func upload(file: URL, key: String, ifAbsent: Bool) async throws {
@@ -51,7 +61,7 @@ public struct ObjectStoreRemote: RemoteStore {
     }
 
     public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String] {
-        (store as? LocalFolderStore)?.removeStaleTemporaryFiles(prefixes: prefixes, olderThan: age) ?? []
+        (((store as? EncryptingStore)?.inner ?? store) as? LocalFolderStore)?.removeStaleTemporaryFiles(prefixes: prefixes, olderThan: age) ?? []
     }
 
     public func delete(key: String) async throws {

@@ -40,6 +40,8 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     public var backupIntervalMinutes: Int = 60
     /// Inbound diffs past which sync compacts automatically.
     public var compactThreshold: Int = 1000
+    /// What client-side encryption covers: any of "inbound", "backups", "recordings", "images" (empty: off; premium).
+    public var encryption: [String] = []
 
     /// Default settings.
     public init() {}
@@ -63,6 +65,7 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
         mediaIncludeLitter = try c.decodeIfPresent(Bool.self, forKey: .mediaIncludeLitter) ?? d.mediaIncludeLitter
         backupIntervalMinutes = try c.decodeIfPresent(Int.self, forKey: .backupIntervalMinutes) ?? d.backupIntervalMinutes
         compactThreshold = try c.decodeIfPresent(Int.self, forKey: .compactThreshold) ?? d.compactThreshold
+        encryption = try c.decodeIfPresent([String].self, forKey: .encryption) ?? d.encryption
     }
 }
 
@@ -98,6 +101,8 @@ public struct SyncLocation: Sendable, Equatable {
     public let settingsFile: URL
     /// Private keys (readable only by the user).
     public let keys: URL
+    /// The user's content keys for client-side encryption (mode 0600), in the keys folder.
+    public var contentKeysFile: URL { keys.appendingPathComponent("content-keys.json") }
     /// Settings given in code: when set, ``loadSettings()`` returns them and the settings file is not read.
     public var settings: RTSyncSettings?
 

@@ -20,6 +20,7 @@ struct ErrorExplanation: Equatable {
         case let e as LifecycleError: self = Self.lifecycle(e)
         case let e as DiffFormatError: self.init(what: e.description, hint: e.hint)
         case let e as BucketError: self.init(what: e.description, hint: e.hint)
+        case let e as EncryptionError: self.init(what: e.description, hint: e.hint)
         case let e as RemoteStoreError: self.init(what: e.description, hint: Self.remoteHint(e))
         case let e as CocoaError: self = Self.file(e, subject: subject)
         default:

@@ -6,9 +6,9 @@ extension RTSync {
     /// `rtsync keys show|trust|require`.
     struct Keys: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "This device's diff-signing key and the keys it trusts.",
+            abstract: "This device's diff-signing key, the keys it trusts, and the user's content keys for encryption.",
             discussion: "Every diff this device exports is signed with its Ed25519 key (kept in <home>/keys, readable only by you). With signatures required, diffs that are unsigned or signed by an untrusted key are rejected.",
-            subcommands: [Show.self, Trust.self, Require.self]
+            subcommands: [Show.self, Trust.self, Require.self, Create.self, Encrypt.self, Export.self, Import.self, Rotate.self, Decrypt.self, ShareKey.self, AddRecipient.self]
         )
 
         struct Show: ParsableCommand {

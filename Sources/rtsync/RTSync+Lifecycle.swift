@@ -18,9 +18,10 @@ struct HomeOptions: ParsableArguments {
     }
 
     /// Opens the bucket as SyncEngine's remote store.
-    func openRemote(_ settings: RTSyncSettings) throws -> ObjectStoreRemote {
+    func openRemote(_ settings: RTSyncSettings, initializing: Bool = false) throws -> ObjectStoreRemote {
         let url = bucketURL(settings)
-        do { return try ObjectStoreRemote.open(url) } catch {
+        do { return try ObjectStoreRemote.open(url, home: resolvedHome, settings: settings, initializing: initializing) } catch {
+            if let e = error as? EncryptionError { throw fail(e.description, hint: e.hint) }
             let explained = ErrorExplanation(error, subject: url)
             throw fail("cannot open bucket: " + explained.what, hint: explained.hint ?? "use s3://bucket/prefix or file:///absolute/path")
         }
@@ -79,6 +80,7 @@ extension RTSync {
         @Option(help: "Tier to record in settings: free or premium.") var tier: String?
         @Flag(help: "Give the database (a copy of another device's, made with cp) its own site id; changes it holds that the old site had not exported are put in the outbox first, as the old site's.")
         var newSite = false
+        @OptionGroup var keyOptions: ContentKeyOptions
         @Flag(help: "Print JSON.") var json = false
         @OptionGroup var progressOptions: ProgressOptions
 
@@ -113,10 +115,31 @@ extension RTSync {
             // A local bucket path is stored absolute: a relative one would mean another folder from elsewhere.
             if let bucket = options.bucket { settings.bucket = Self.absoluteBucket(bucket) }
             if let tier { settings.tier = Tier(rawValue: tier)! }
-            if options.bucket != nil || tier != nil {
+            // A joining device imports the user's content key first, so what it fetches decrypts; its keys must open
+            // the user's newest encrypted backups and diffs, else nothing is saved or installed (a wrong key would
+            // otherwise leave the bucket unreadable and the chain fall back to demo data as a new user).
+            let check: ((ContentKeyring, RTSyncSettings) async throws -> Void)? = user.map { joinID in
+                { ring, merged in
+                    guard !merged.encryption.isEmpty, merged.tier == .premium else { return }
+                    let store = EncryptingStore(inner: try makeObjectStore(urlString: options.bucketURL(merged)), keyring: ring,
+                                                prefixes: RTSyncHome.encryptedPrefixes(user: joinID, kinds: merged.encryption),
+                                                staging: home.encryptionStaging)
+                    do {
+                        try await store.checkKeysOpen(prefixes: [joinID + "/backups/", joinID + "/inbound/"])
+                    } catch let e as EncryptionError {
+                        throw fail(e.description, hint: "this key file is not the one user \(joinID)'s devices encrypt with; nothing was changed. Export the key on one of them (`rtsync keys export F`) and give that file")
+                    } catch {
+                        // An unreachable bucket is the init chain's to report, as without encryption.
+                    }
+                }
+            }
+            let importedKey = try await keyOptions.importKey(into: home, settings: &settings, check: check)
+            if options.bucket != nil || tier != nil || importedKey {
                 do { try home.saveSettings(settings) } catch { throw report(error) }
             }
-            let remote = try options.openRemote(settings)
+            var joining = settings
+            if let user, joining.userID.isEmpty { joining.userID = user }
+            let remote = try options.openRemote(joining, initializing: true)
             let chain = InitChain(home: home, remote: remote, joinUser: user)
             do {
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))

@@ -303,7 +303,11 @@ extension RTSync {
 /// The bucket of a media command: --bucket or RTSYNC_BUCKET, else (with --home) the home's bucket or `<home>/bucket`.
 func mediaStore(_ options: BucketOptions, settings: RTSyncSettings?, home: RTSyncHome?) throws -> any ObjectStore {
     guard let home, options.bucket == nil, ProcessInfo.processInfo.environment["RTSYNC_BUCKET"]?.isEmpty ?? true else {
-        return try options.makeStore()
+        let store = try options.makeStore()
+        // A home's media stays encrypted whichever bucket option named the store.
+        if let home, let settings { return try home.encrypting(store, settings: settings) }
+        return store
     }
-    return try ObjectStoreRemote.open(settings?.bucket ?? home.root.appendingPathComponent("bucket").path).store
+    let raw = try makeObjectStore(urlString: settings?.bucket ?? home.root.appendingPathComponent("bucket").path)
+    return try settings.map { try home.encrypting(raw, settings: $0) } ?? raw
 }

@@ -1,0 +1,255 @@
+import Crypto
+import Foundation
+
+/// Wraps any store and encrypts the objects under chosen prefixes (``EncryptionFormat``) on their way in, and
+/// decrypts them on their way out; keys, layout and every other object stay as they are.
+///
+/// Listings and HEADs report plaintext sizes (computed from the ciphertext size, nothing is decrypted), so size
+/// checks, progress and media sync compare plaintext with plaintext; the wrapped store's own download checks (size,
+/// server checksum) run on the ciphertext. Files are encrypted into a staging file, chunk by chunk, that stays until
+/// its upload completes, so a multipart upload interrupted midway resumes on the next run.
+public struct EncryptingStore: ObjectStore {
+    /// The store holding the ciphertext.
+    public let inner: any ObjectStore
+    /// The user's content keys.
+    public let keyring: ContentKeyring
+    /// Key prefixes whose objects are encrypted (e.g. `user/inbound/`).
+    public let prefixes: [String]
+    /// Folder for encrypted staging files of uploads and ciphertext of downloads.
+    public let staging: URL
+    /// Where the ciphertext of an object that fails to decrypt is kept as evidence (nil: deleted).
+    public let rejected: URL?
+    /// Files up to this size are encrypted in memory and stored in one put, as S3 stores files up to its default
+    /// multipart threshold; larger ones go through a staging file (multipart, resumable).
+    public var inMemoryLimit: Int = 16 << 20
+    /// Other users' share keys by user id: what is put into `<user>/inbound/` for one of them is encrypted to it.
+    public var recipients: [String: Curve25519.KeyAgreement.PublicKey] = [:]
+    /// Decides whether a downloaded object another user encrypted to this user's share key may be installed (given
+    /// its key and decrypted file); nil: never.
+    public var acceptShared: (@Sendable (_ key: String, _ file: URL) -> Bool)?
+
+    /// Wraps `inner`, encrypting objects whose keys start with one of `prefixes`.
+    public init(inner: any ObjectStore, keyring: ContentKeyring, prefixes: [String], staging: URL, rejected: URL? = nil) {
+        self.inner = inner
+        self.keyring = keyring
+        self.prefixes = prefixes
+        self.staging = staging
+        self.rejected = rejected
+    }
+
+    /// Whether the object under `key` is encrypted.
+    public func encrypts(_ key: String) -> Bool { prefixes.contains { key.hasPrefix($0) } }
+
+    /// The share key of the user whose inbound folder `key` is in, when known.
+    func recipient(of key: String) -> Curve25519.KeyAgreement.PublicKey? {
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[1] == "inbound" else { return nil }
+        return recipients[String(parts[0])]
+    }
+
+    /// The wrapped store's name, marked as encrypted.
+    public var displayName: String { inner.displayName + " (encrypted)" }
+    /// The wrapped store's request counter.
+    public var requestCounter: RequestCounter { inner.requestCounter }
+
+    private func plain(_ info: ObjectInfo) -> ObjectInfo {
+        guard encrypts(info.key), let size = EncryptionFormat.plaintextSize(ciphertextSize: info.size) else { return info }
+        var out = info
+        out.size = size
+        return out
+    }
+
+    /// Lists like the wrapped store, with plaintext sizes for encrypted objects (nothing is read or decrypted).
+    public func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        var page = try await inner.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
+        page.objects = page.objects.map(plain)
+        return page
+    }
+
+    /// HEAD of the wrapped store, with the plaintext size for an encrypted object.
+    public func head(key: String) async throws -> ObjectInfo { plain(try await inner.head(key: key)) }
+
+    /// Deletes from the wrapped store.
+    public func delete(key: String) async throws { try await inner.delete(key: key) }
+
+    // MARK: - Reading
+
+    /// The plaintext of an object, or of `range` of it (fetching the header and only the chunks the range needs).
+    /// - Throws: ``EncryptionError`` naming the object when it is not sound ciphertext for a key of ``keyring``.
+    public func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data {
+        guard encrypts(key) else { return try await inner.get(key: key, range: range, ifMatch: ifMatch) }
+        guard let range, range.start > 0 || range.end != nil else {
+            return try EncryptionFormat.decrypt(try await inner.get(key: key, range: nil, ifMatch: ifMatch), keyring: keyring, object: key)
+        }
+        // A ranged read fetches the header and only the chunks holding the range.
+        let header = try EncryptionFormat.Header(
+            try await inner.get(key: key, range: ByteRange(start: 0, end: Int64(EncryptionFormat.headerSize) - 1), ifMatch: ifMatch), object: key)
+        let cipher = try EncryptionFormat.ChunkCipher(header: header, keyring: keyring, object: key)
+        let span = EncryptionFormat.chunkSpan(plainStart: range.start, plainEnd: range.end)
+        let body = try await inner.get(key: key, range: span.range, ifMatch: ifMatch)
+        var plain = Data()
+        var offset = body.startIndex
+        var index = span.first
+        var sawFinal = false
+        while offset < body.endIndex {
+            if sawFinal { throw EncryptionError.malformed(object: key, reason: "bytes after the final chunk") }
+            let end = min(offset + EncryptionFormat.sealedChunkSize, body.endIndex)
+            let (chunk, final) = try cipher.openEither(body[offset..<end], index: index)
+            plain.append(chunk)
+            sawFinal = final
+            offset = end
+            index += 1
+        }
+        // Read to the end (or past it) without meeting the final chunk: the object was cut short.
+        let wantedPastEnd = span.last.map { index <= $0 } ?? true
+        if wantedPastEnd && !sawFinal { throw EncryptionError.truncated(object: key) }
+        let skip = Int(range.start - span.first * Int64(EncryptionFormat.chunkSize))
+        guard skip <= plain.count else { return Data() }
+        let from = plain.startIndex + skip
+        let to = range.end.map { min(plain.endIndex, from + Int($0 - range.start) + 1) } ?? plain.endIndex
+        return Data(plain[from..<to])
+    }
+
+    private func stagingURL(for key: String, suffix: String) -> URL {
+        staging.appendingPathComponent(Hashing.sha256Hex(Data(key.utf8)).prefix(32) + suffix)
+    }
+
+    /// Decrypts `cipherFile` into `fileURL` through a temporary file; a failure keeps the ciphertext in ``rejected``.
+    private func install(_ cipherFile: URL, key: String, to fileURL: URL) throws {
+        try LocalFiles.createParent(of: fileURL)
+        let temp = LocalFiles.temporaryURL(beside: fileURL)
+        do {
+            if try EncryptionFormat.decryptFile(cipherFile, to: temp, keyring: keyring, object: key), acceptShared?(key, temp) != true {
+                throw EncryptionError.notAShare(object: key)
+            }
+        } catch {
+            try? FileManager.default.removeItem(at: temp)
+            if let rejected, error is EncryptionError {
+                try? FileManager.default.createDirectory(at: rejected, withIntermediateDirectories: true)
+                let name = (key as NSString).lastPathComponent + ".encrypted-rejected"
+                let target = rejected.appendingPathComponent(name)
+                try? FileManager.default.removeItem(at: target)
+                try? FileManager.default.moveItem(at: cipherFile, to: target)
+            }
+            throw error
+        }
+        try LocalFiles.moveAtomically(temp, to: fileURL)
+    }
+
+    /// Downloads and decrypts an object into `fileURL` (see ``download(key:to:expecting:)``).
+    @discardableResult
+    public func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
+        try await download(key: key, to: fileURL, expecting: nil)
+    }
+
+    /// Downloads the ciphertext into staging (checked against the listed size as ciphertext, resumable), decrypts it
+    /// into `fileURL`; when decryption fails nothing is installed and the ciphertext goes to ``rejected``.
+    @discardableResult
+    public func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo {
+        guard encrypts(key) else { return try await inner.download(key: key, to: fileURL, expecting: listed) }
+        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        // The ciphertext lands in staging (resumable there), checked against the listed size as ciphertext.
+        let cipherFile = stagingURL(for: key, suffix: ".download")
+        defer { try? FileManager.default.removeItem(at: cipherFile) }
+        var expected = listed
+        expected?.size = EncryptionFormat.ciphertextSize(plaintextSize: listed?.size ?? 0)
+        let info = try await inner.download(key: key, to: cipherFile, expecting: expected)
+        try install(cipherFile, key: key, to: fileURL)
+        return plain(info)
+    }
+
+    // MARK: - Writing
+
+    /// Encrypts `data` with the current key and stores it.
+    @discardableResult
+    public func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo {
+        if !encrypts(key), let recipient = recipient(of: key) {
+            return plain(try await inner.put(key: key, data: EncryptionFormat.encrypt(data, to: recipient), ifNoneMatch: ifNoneMatch))
+        }
+        guard encrypts(key) else { return try await inner.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
+        return plain(try await inner.put(key: key, data: EncryptionFormat.encrypt(data, keyring: keyring), ifNoneMatch: ifNoneMatch))
+    }
+
+    /// The staging file of an upload of `fileURL` to `key`: named by key, file and its size and mtime, so a rerun of
+    /// an interrupted upload finds the same ciphertext (and the wrapped store's resume state for it).
+    private func uploadStaging(key: String, fileURL: URL) -> URL? {
+        guard let st = FileStat.of(fileURL.path) else { return nil }
+        let id = Hashing.sha256Hex(Data("\(key)\n\(fileURL.standardizedFileURL.path)\n\(st.size)\n\(st.mtimeNanoseconds)".utf8))
+        return staging.appendingPathComponent(String(id.prefix(32)) + ".upload")
+    }
+
+    /// Staging files (and their resume state) untouched for a week belong to uploads nobody retried (the source file
+    /// changed or went away): removed.
+    private func removeAbandonedStaging(except keep: URL) {
+        let fm = FileManager.default
+        let cutoff = Date().addingTimeInterval(-7 * 24 * 3600)
+        for name in (try? fm.contentsOfDirectory(atPath: staging.path)) ?? [] where name != keep.lastPathComponent {
+            let url = staging.appendingPathComponent(name)
+            guard let st = FileStat.of(url.path), st.modificationDate < cutoff else { continue }
+            try? fm.removeItem(at: url)
+        }
+    }
+
+    /// Encrypts and stores a file (see ``putReturningSHA256(key:fileURL:)``).
+    @discardableResult
+    public func put(key: String, fileURL: URL) async throws -> ObjectInfo {
+        try await putReturningSHA256(key: key, fileURL: fileURL).info
+    }
+
+    /// Encrypts and stores a file (in memory up to ``inMemoryLimit``, else through a resumable staging file) and
+    /// returns the SHA-256 of its plaintext.
+    public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
+        if !encrypts(key), recipient(of: key) != nil {
+            let bytes: Data
+            do { bytes = try Data(contentsOf: fileURL) } catch {
+                throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+            }
+            return (try await put(key: key, data: bytes, ifNoneMatch: false), Hashing.sha256Hex(bytes))
+        }
+        guard encrypts(key) else { return try await inner.putReturningSHA256(key: key, fileURL: fileURL) }
+        guard let target = uploadStaging(key: key, fileURL: fileURL), let st = FileStat.of(fileURL.path) else {
+            throw BucketError.localIO(path: fileURL.path, description: "no such file")
+        }
+        if st.size <= Int64(inMemoryLimit) {
+            let bytes: Data
+            do { bytes = try Data(contentsOf: fileURL) } catch {
+                throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+            }
+            let info = try await inner.put(key: key, data: EncryptionFormat.encrypt(bytes, keyring: keyring), ifNoneMatch: false)
+            return (plain(info), Hashing.sha256Hex(bytes))
+        }
+        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        removeAbandonedStaging(except: target)
+        let sha: String
+        // A staging file left by an earlier attempt is reused when it has the size this file encrypts to (it is
+        // written without fsync: a torn one after a crash is made again).
+        if let old = FileStat.of(target.path), old.size == EncryptionFormat.ciphertextSize(plaintextSize: st.size) {
+            sha = try LocalFiles.sha256Hex(of: fileURL)
+        } else {
+            let temp = LocalFiles.temporaryURL(beside: target)
+            defer { try? FileManager.default.removeItem(at: temp) }
+            sha = try EncryptionFormat.encryptFile(fileURL, to: temp, keyring: keyring, flush: false)
+            try LocalFiles.moveAtomically(temp, to: target)
+        }
+        let info = try await inner.put(key: key, fileURL: target)
+        try? FileManager.default.removeItem(at: target)
+        return (plain(info), sha)
+    }
+
+    /// The object an interrupted upload of `fileURL` completed, judged on its staging file.
+    public func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo? {
+        guard encrypts(key) else { return try await inner.finishedUpload(key: key, fileURL: fileURL) }
+        guard let target = uploadStaging(key: key, fileURL: fileURL), FileManager.default.fileExists(atPath: target.path),
+              let info = try await inner.finishedUpload(key: key, fileURL: target) else { return nil }
+        try? FileManager.default.removeItem(at: target)
+        return plain(info)
+    }
+
+    /// Copies inside the bucket when both keys are encrypted or both are not; nil across the boundary.
+    public func serverSideCopy(from source: String, to target: String) async throws -> ObjectInfo? {
+        // Ciphertext copies as it is between encrypted prefixes (the name is not part of what is authenticated);
+        // across the boundary the caller downloads and puts, which decrypts or encrypts.
+        guard encrypts(source) == encrypts(target) else { return nil }
+        return try await inner.serverSideCopy(from: source, to: target).map(plain)
+    }
+}

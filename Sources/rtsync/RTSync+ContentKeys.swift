@@ -1,0 +1,219 @@
+import ArgumentParser
+import BucketClient
+import BucketSync
+import Foundation
+import SyncEngine
+
+/// Options that bring the user's content key onto a device (`rtsync init`, `rtsync keys import`).
+struct ContentKeyOptions: ParsableArguments {
+    @Option(help: "A content key file written by `rtsync keys export` on another device of the user.") var keyFile: String?
+    @Option(help: "A file holding the passphrase of a passphrase-protected key file (else $RTSYNC_KEY_PASSPHRASE).") var passphraseFile: String?
+
+    /// The passphrase from --passphrase-file or RTSYNC_KEY_PASSPHRASE, or nil.
+    func passphrase() throws -> String? { try Self.passphrase(file: passphraseFile) }
+
+    /// The passphrase from `file` (its first line) or RTSYNC_KEY_PASSPHRASE, or nil.
+    static func passphrase(file passphraseFile: String?) throws -> String? {
+        if let passphraseFile {
+            guard let text = try? String(contentsOfFile: passphraseFile, encoding: .utf8) else {
+                throw fail("cannot read the passphrase file (\(passphraseFile))", hint: "give a readable file holding the passphrase on its first line")
+            }
+            return String(text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
+        }
+        if let env = ProcessInfo.processInfo.environment["RTSYNC_KEY_PASSPHRASE"], !env.isEmpty { return env }
+        return nil
+    }
+
+    /// Merges --key-file into the home's content keys and takes the kinds it encrypts into `settings` when these
+    /// have none; false when no key file was given. With `check`, the merged keys must first open what `check`
+    /// names (see ``RTSync/Init``); nothing is saved when they do not.
+    func importKey(into home: RTSyncHome, settings: inout RTSyncSettings,
+                   check: ((ContentKeyring, RTSyncSettings) async throws -> Void)? = nil) async throws -> Bool {
+        guard let keyFile else {
+            if let check, !settings.encryption.isEmpty, let ring = try? home.contentKeyring() { try await check(ring, settings) }
+            return false
+        }
+        let (ring, merged) = try Self.merged(keyFile, passphraseFile: passphraseFile, into: home, settings: settings)
+        if let check { try await check(ring, merged) }
+        do { try ring.save(to: home.contentKeysFile) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        settings = merged
+        return true
+    }
+
+    /// The home's keys with `keyFile`'s merged in, and `settings` with the file's kinds when they had none.
+    static func merged(_ keyFile: String, passphraseFile: String?, into home: RTSyncHome, settings: RTSyncSettings) throws -> (ContentKeyring, RTSyncSettings) {
+        do {
+            guard let incoming = try ContentKeyring.load(file: URL(fileURLWithPath: keyFile), passphrase: try passphrase(file: passphraseFile)) else {
+                throw fail("no such key file (\(keyFile))", hint: "give the file `rtsync keys export` wrote")
+            }
+            var ring = try home.contentKeyring() ?? incoming
+            try ring.merge(incoming, source: keyFile)
+            var out = settings
+            if out.encryption.isEmpty { out.encryption = incoming.kinds }
+            return (ring, out)
+        } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+    }
+
+    /// Merges `keyFile` into the home's content keys (see ``importKey(into:settings:)``).
+    static func importKey(_ keyFile: String, passphraseFile: String?, into home: RTSyncHome, settings: inout RTSyncSettings) throws {
+        let (ring, merged) = try Self.merged(keyFile, passphraseFile: passphraseFile, into: home, settings: settings)
+        do { try ring.save(to: home.contentKeysFile) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        settings = merged
+    }
+}
+
+extension RTSync.Keys {
+    /// The home's keyring, or a clear failure when it has none.
+    static func requireKeyring(_ home: RTSyncHome) throws -> ContentKeyring {
+        do {
+            guard let ring = try home.contentKeyring() else { throw EncryptionError.noContentKey(file: home.contentKeysFile.path) }
+            return ring
+        } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+    }
+
+    struct Create: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Make the user's content key for client-side encryption (once per user; other devices import it).",
+            discussion: "The key is kept in <home>/keys/content-keys.json (mode 0600) and never uploaded. Losing every copy of it loses the encrypted data: back it up with `rtsync keys export`.")
+        @OptionGroup var options: HomeOptions
+        func run() throws {
+            let home = options.resolvedHome
+            do {
+                if try home.contentKeyring() != nil {
+                    throw fail("this home already has a content key (\(home.contentKeysFile.path))", hint: "use `rtsync keys rotate` for a new one")
+                }
+                let ring = ContentKeyring.generate()
+                try ring.save(to: home.contentKeysFile)
+                print("content key \(ring.currentID) created (\(home.contentKeysFile.path)); back it up: rtsync keys export FILE")
+            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        }
+    }
+
+    struct Encrypt: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Turn client-side encryption on for some kinds of objects, or off (premium).",
+            discussion: "Kinds: inbound (diffs), backups (backups and snapshots), recordings, images, or all. Objects already in the bucket stay as they are; new ones are encrypted. Makes a content key when the home has none.")
+        @OptionGroup var options: HomeOptions
+        @Argument(help: "Comma-separated kinds (inbound,backups,recordings,images), all, or off.") var kinds: String
+        func run() throws {
+            let home = options.resolvedHome
+            do {
+                var settings = try options.loadSettings()
+                if kinds == "off" {
+                    settings.encryption = []
+                    try home.saveSettings(settings)
+                    print("encryption off: new objects are uploaded as plaintext; objects encrypted before stay encrypted in the bucket and this device no longer decrypts them")
+                    return
+                }
+                let parsed = try EncryptedKind.parse(kinds).map(\.rawValue)
+                guard settings.tier == .premium else { throw EncryptionError.premiumRequired }
+                var ring = try home.contentKeyring() ?? ContentKeyring.generate()
+                ring.kinds = parsed
+                try ring.save(to: home.contentKeysFile)
+                settings.encryption = parsed
+                try home.saveSettings(settings)
+                print("encryption on for \(parsed.joined(separator: ", ")) with content key \(ring.currentID)")
+                print("back the key up (losing every copy loses the data): rtsync keys export FILE")
+            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch let e as ExitCode { throw e } catch { throw report(error) }
+        }
+    }
+
+    struct Export: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write the user's content keys to a file (mode 0600), plain or passphrase-protected (scrypt).",
+            discussion: "Give the file to the user's other devices (`rtsync init --user U --key-file F` or `rtsync keys import F`) and keep a copy offline: losing every copy of the key loses the encrypted data.")
+        @OptionGroup var options: HomeOptions
+        @Argument(help: "The file to write.") var file: String
+        @Option(help: "Protect the file with the passphrase in this file (scrypt N=2^15, r=8, p=1; AES-256-GCM).") var passphraseFile: String?
+        func run() throws {
+            let ring = try requireKeyring(options.resolvedHome)
+            do {
+                var data = ring.encoded()
+                if passphraseFile != nil {
+                    guard let pass = try ContentKeyOptions.passphrase(file: passphraseFile), !pass.isEmpty else {
+                        throw fail("the passphrase is empty (\(passphraseFile!))", hint: "put the passphrase on the file's first line")
+                    }
+                    data = try ring.wrapped(passphrase: pass)
+                }
+                try ContentKeyring.writeSecret(data, to: URL(fileURLWithPath: file))
+                print("exported \(ring.keys.count) content key(s) to \(file)\(passphraseFile == nil ? " (plain: keep it like a password)" : " (passphrase-protected)")")
+            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        }
+    }
+
+    struct Import: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add the content keys of a file `rtsync keys export` wrote (also after a rotation on another device).")
+        @OptionGroup var options: HomeOptions
+        @Argument(help: "The key file.") var file: String
+        @Option(help: "A file holding the passphrase of a passphrase-protected key file (else $RTSYNC_KEY_PASSPHRASE).") var passphraseFile: String?
+        func run() throws {
+            let home = options.resolvedHome
+            var settings = try options.loadSettings()
+            try ContentKeyOptions.importKey(file, passphraseFile: passphraseFile, into: home, settings: &settings)
+            do { try home.saveSettings(settings) } catch { throw report(error) }
+            let ring = try requireKeyring(home)
+            print("content keys: \(ring.keys.map(\.id).joined(separator: ", ")); current \(ring.currentID)")
+        }
+    }
+
+    struct Rotate: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add a new content key for new objects; objects encrypted with older keys stay readable.",
+            discussion: "Other devices need the new key before they can read what this device encrypts with it: export it here and import it there.")
+        @OptionGroup var options: HomeOptions
+        func run() throws {
+            let home = options.resolvedHome
+            var ring = try requireKeyring(home)
+            let key = ring.rotate()
+            do { try ring.save(to: home.contentKeysFile) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+            print("new content key \(key.id) is current; \(ring.keys.count - 1) older key(s) kept for reading")
+            print("give it to your other devices: rtsync keys export FILE here, rtsync keys import FILE there")
+        }
+    }
+
+    struct Decrypt: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Decrypt an encrypted object fetched raw from the bucket (e.g. with `rtsync bucket get`), with this home's keys.")
+        @OptionGroup var options: HomeOptions
+        @Argument(help: "The encrypted file.") var input: String
+        @Argument(help: "Where to write the plaintext.") var output: String
+        func run() throws {
+            let ring = try requireKeyring(options.resolvedHome)
+            let target = URL(fileURLWithPath: output)
+            let temp = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).\(UUID().uuidString).tmp")
+            do {
+                try EncryptionFormat.decryptFile(URL(fileURLWithPath: input), to: temp, keyring: ring, object: input)
+                if FileManager.default.fileExists(atPath: target.path) { try FileManager.default.removeItem(at: target) }
+                try FileManager.default.moveItem(at: temp, to: target)
+                print("decrypted \(input) -> \(output)")
+            } catch {
+                try? FileManager.default.removeItem(at: temp)
+                throw report(error)
+            }
+        }
+    }
+
+    struct ShareKey: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print this user's share key: other users record it (`rtsync keys add-recipient`) to encrypt what they share with you.",
+            discussion: "An X25519 public key kept with the content keys (exported and imported with them). A share encrypted to it is readable by your devices only; it is accepted as a share or request from another user, never as one of your own diffs.")
+        @OptionGroup var options: HomeOptions
+        func run() throws {
+            do { print(try options.resolvedHome.shareKeyHex()) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch { throw report(error) }
+        }
+    }
+
+    struct AddRecipient: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Encrypt what this home shares with USER to USER's share key (as `rtsync keys share-key` prints it there).",
+            discussion: "Applies to share and request diffs sent with `rtsync share` / `rtsync request` while this home has encryption on; media sent with --with-media stays plaintext.")
+        @OptionGroup var options: HomeOptions
+        @Argument(help: "The recipient's user id.") var user: String
+        @Argument(help: "The recipient's share key: 64 hex characters.") var publicKey: String
+        func run() throws {
+            do {
+                try options.resolvedHome.addShareRecipient(user: user, publicKeyHex: publicKey)
+                print("shares to \(user) will be encrypted to their share key")
+            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch { throw report(error) }
+        }
+    }
+}
