@@ -200,15 +200,7 @@ public enum EncryptionFormat {
     public static func encrypt(_ plain: Data, keyring: ContentKeyring) -> Data {
         let header = Header(key: keyring.current)
         let cipher = try! ChunkCipher(header: header, keyring: keyring, object: "")
-        var out = header.bytes
-        out.reserveCapacity(Int(ciphertextSize(plaintextSize: Int64(plain.count))))
-        let n = chunkCount(plaintextSize: Int64(plain.count))
-        for i in 0..<n {
-            let start = plain.startIndex + Int(i) * chunkSize
-            let end = min(start + chunkSize, plain.endIndex)
-            out.append(cipher.seal(plain[start..<end], index: i, final: i == n - 1))
-        }
-        return out
+        return sealed(plain, header: header, cipher: cipher)
     }
 
     /// Encrypts `plain` to another user's share key (X25519 with a fresh ephemeral key): only that user's devices can
@@ -219,7 +211,13 @@ public enum EncryptionFormat {
                             salt: Array(ephemeral.publicKey.rawRepresentation))
         let secret = try! ephemeral.sharedSecretFromKeyAgreement(with: recipient)
         let cipher = ChunkCipher(header: header, secret: secret.withUnsafeBytes { SymmetricKey(data: Data($0)) }, object: "")
+        return sealed(plain, header: header, cipher: cipher)
+    }
+
+    /// The header, then `plain` sealed chunk by chunk (the last one marked final).
+    static func sealed(_ plain: Data, header: Header, cipher: ChunkCipher) -> Data {
         var out = header.bytes
+        out.reserveCapacity(Int(ciphertextSize(plaintextSize: Int64(plain.count))))
         let n = chunkCount(plaintextSize: Int64(plain.count))
         for i in 0..<n {
             let start = plain.startIndex + Int(i) * chunkSize

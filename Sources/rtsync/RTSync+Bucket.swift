@@ -219,6 +219,7 @@ extension RTSync.Bucket {
         @Argument(help: "Object key, or a full s3://bucket/key URL.") var key: String
         @Option(help: "Seconds the URL stays valid (1 to 604800).") var expires: Int = 3600
         @Option(help: "HTTP method the URL allows (GET or PUT).") var method: String = "GET"
+        @Flag(help: "Print JSON: {url, key, method, expiresAt}.") var json = false
 
         func validate() throws {
             guard (1...604_800).contains(expires) else { throw ValidationError("--expires must be between 1 and 604800 seconds") }
@@ -235,7 +236,13 @@ extension RTSync.Bucket {
                     throw fail("presigned URLs are for s3:// buckets; this bucket is a local folder (\(urlText))",
                                hint: "a local folder's objects are plain files: share or open the file itself")
                 }
-                print(try store.presignedURL(key: key, method: method.uppercased(), expires: expires).absoluteString)
+                let presigned = try store.presignedURL(key: key, method: method.uppercased(), expires: expires).absoluteString
+                if json {
+                    struct Out: Encodable { let url: String; let key: String; let method: String; let expiresAt: Date }
+                    printJSON(Out(url: presigned, key: key, method: method.uppercased(), expiresAt: Date().addingTimeInterval(Double(expires))))
+                    return
+                }
+                print(presigned)
             }
         }
     }

@@ -197,8 +197,12 @@ extension RTSync.Keys {
             abstract: "Print this user's share key: other users record it (`rtsync keys add-recipient`) to encrypt what they share with you.",
             discussion: "An X25519 public key kept with the content keys (exported and imported with them). A share encrypted to it is readable by your devices only; it is accepted as a share or request from another user, never as one of your own diffs.")
         @OptionGroup var options: HomeOptions
+        @Flag(help: "Print JSON: {shareKey}.") var json = false
         func run() throws {
-            do { print(try options.resolvedHome.shareKeyHex()) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch { throw report(error) }
+            do {
+                let key = try options.resolvedHome.shareKeyHex()
+                if json { printJSON(["shareKey": key]) } else { print(key) }
+            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch { throw report(error) }
         }
     }
 

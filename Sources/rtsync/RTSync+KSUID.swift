@@ -15,12 +15,14 @@ extension RTSync {
         struct New: ParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Print new KSUIDs, one per line, in creation order.")
             @Option(name: .shortAndLong, help: "How many ids to make.") var count = 1
+            @Flag(help: "Print a JSON array of the ids.") var json = false
 
             func validate() throws {
                 guard (1...1_000_000).contains(count) else { throw ValidationError("--count must be between 1 and 1000000") }
             }
 
             func run() {
+                if json { printJSON((0..<count).map { _ in KSUID.generate().string }); return }
                 var out = ""
                 for _ in 0..<count { out += KSUID.generate().string + "\n" }
                 print(out, terminator: "")

@@ -99,8 +99,8 @@ import Testing
         #expect(try await rtsync(["sync", "--home", a]).status == 0)
         #expect(try await rtsync(["init", "--home", b, "--bucket", bucket, "--user", user]).status == 0)
         let dbA = a + "/support/primary.sqlite", dbB = b + "/support/primary.sqlite"
-        try sqlite(dbA, "UPDATE things SET title = 'a' WHERE rowid = (SELECT min(rowid) FROM things)")
-        try sqlite(dbB, "UPDATE things SET title = 'b' WHERE rowid = (SELECT min(rowid) FROM things)")
+        try sqliteShell(dbA, "UPDATE things SET title = 'a' WHERE rowid = (SELECT min(rowid) FROM things)")
+        try sqliteShell(dbB, "UPDATE things SET title = 'b' WHERE rowid = (SELECT min(rowid) FROM things)")
         #expect(try await rtsync(["sync", "--home", a]).status == 0)
         #expect(try await rtsync(["sync", "--home", b]).status == 0)
 
@@ -117,15 +117,15 @@ import Testing
         #expect(again.stdout.contains("already restored"))
 
         // A second conflict whose row is then deleted here: the restore explains and says what to do.
-        try sqlite(dbA, "UPDATE things SET title = 'a2' WHERE rowid = (SELECT max(rowid) FROM things)")
-        try sqlite(dbB, "UPDATE things SET title = 'b2' WHERE rowid = (SELECT max(rowid) FROM things)")
+        try sqliteShell(dbA, "UPDATE things SET title = 'a2' WHERE rowid = (SELECT max(rowid) FROM things)")
+        try sqliteShell(dbB, "UPDATE things SET title = 'b2' WHERE rowid = (SELECT max(rowid) FROM things)")
         #expect(try await rtsync(["sync", "--home", a]).status == 0)
         #expect(try await rtsync(["sync", "--home", b]).status == 0)
         let open = try JSONSerialization.jsonObject(with: Data(try await rtsync(["conflicts", "list", "--db", dbB, "--open", "--json"]).stdout.utf8)) as? [[String: Any]]
         let entry = try #require(open?.first { ($0["column"] as? String) == "title" })
         let table = try #require(entry["table"] as? String)
         #expect(table == "things")
-        try sqlite(dbB, "PRAGMA foreign_keys = OFF; DELETE FROM things WHERE rowid = (SELECT max(rowid) FROM things)")
+        try sqliteShell(dbB, "PRAGMA foreign_keys = OFF; DELETE FROM things WHERE rowid = (SELECT max(rowid) FROM things)")
         let gone = failure(try await rtsync(["conflicts", "restore", "--db", dbB, String(try #require(entry["id"] as? Int))]))
         #expect(gone.error.contains("no longer exists"))
         #expect(gone.hint.contains("re-create it"))
@@ -211,7 +211,7 @@ import Testing
     @Test func snapshot_ofAWALDatabase_leavesNoWalOrShmBeside_andChangesNothing() async throws {
         let dir = try TemporaryDirectory()
         let db = dir.file("app.sqlite").path
-        try sqlite(db, "PRAGMA journal_mode = WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a');")
+        try sqliteShell(db, "PRAGMA journal_mode = WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a');")
         let before = try FileManager.default.contentsOfDirectory(atPath: dir.url.path).sorted()
         #expect(before == ["app.sqlite"])
         let bytes = try Data(contentsOf: URL(fileURLWithPath: db))
@@ -242,8 +242,4 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: dir.file("nope").path))
     }
 
-    func sqlite(_ db: String, _ sql: String) throws {
-        let r = try runCommand(URL(fileURLWithPath: "/usr/bin/env"), ["sqlite3", db, sql])
-        #expect(r.status == 0, "sqlite3 failed: \(r.stderr)")
-    }
 }

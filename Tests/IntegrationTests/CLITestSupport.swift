@@ -49,3 +49,9 @@ func onlyJSONElement(_ text: String, sourceLocation: SourceLocation = #_sourceLo
     try #require(array.count == 1, "expected one element: \(text)", sourceLocation: sourceLocation)
     return array[0]
 }
+
+/// Runs SQL on a database with the `sqlite3` shell, as a user or another tool would write to it.
+func sqliteShell(_ db: String, _ sql: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    let r = try runCommand(URL(fileURLWithPath: "/usr/bin/env"), ["sqlite3", db, sql])
+    #expect(r.status == 0, "sqlite3 failed: \(r.stderr)", sourceLocation: sourceLocation)
+}

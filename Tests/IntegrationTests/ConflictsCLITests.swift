@@ -12,8 +12,8 @@ import Testing
         let user = try #require(try jsonObject(try await ltRTSync(["status", "--home", a, "--json"]).stdout)["userId"] as? String)
         #expect(try await ltRTSync(["sync", "--home", a]).status == 0)
         #expect(try await ltRTSync(["init", "--home", b, "--bucket", bucket, "--user", user]).status == 0)
-        try sqlite(a + "/support/primary.sqlite", "UPDATE things SET title = 'title from a' WHERE rowid = (SELECT min(rowid) FROM things)")
-        try sqlite(b + "/support/primary.sqlite", "UPDATE things SET title = 'title from b' WHERE rowid = (SELECT min(rowid) FROM things)")
+        try sqliteShell(a + "/support/primary.sqlite", "UPDATE things SET title = 'title from a' WHERE rowid = (SELECT min(rowid) FROM things)")
+        try sqliteShell(b + "/support/primary.sqlite", "UPDATE things SET title = 'title from b' WHERE rowid = (SELECT min(rowid) FROM things)")
         for home in [a, b, a] { #expect(try await ltRTSync(["sync", "--home", home]).status == 0) }
         return (a, b)
     }
@@ -52,8 +52,4 @@ import Testing
         #expect(try await open(loser).isEmpty)
     }
 
-    func sqlite(_ db: String, _ sql: String) throws {
-        let r = try runCommand(URL(fileURLWithPath: "/usr/bin/env"), ["sqlite3", db, sql])
-        #expect(r.status == 0, "sqlite3 failed: \(r.stderr)")
-    }
 }

@@ -87,8 +87,9 @@ import Testing
     }
 
     /// Runs `rtsync` with `args`, requires exit 0 and JSON output, and checks it against the documented command.
-    func run(_ command: String, _ args: [String], doc: Doc, seen: inout Set<String>, sourceLocation: SourceLocation = #_sourceLocation) async throws {
-        let r = try await ltRTSync(args + ["--json"])
+    func run(_ command: String, _ args: [String], doc: Doc, seen: inout Set<String>, environment: [String: String] = [:],
+             sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let r = try await ltRTSync(args + ["--json"], environment: environment)
         #expect(r.status == 0, "rtsync \(args.joined(separator: " ")) --json failed: \(r.stderr)", sourceLocation: sourceLocation)
         let value = try JSONDecoder().decode(JSON.self, from: Data(r.stdout.utf8))
         let shape = try #require(doc.commands[command], "`rtsync \(command)` is not documented in docs/json.md", sourceLocation: sourceLocation)
@@ -112,8 +113,8 @@ import Testing
         _ = try await ltRTSync(["init", "--home", b, "--bucket", bucket, "--user", user])
         // A conflict: both devices change one row's title; media on one side.
         let dbA = a + "/support/primary.sqlite", dbB = b + "/support/primary.sqlite"
-        try sqlite(dbA, "UPDATE things SET title = 'from a' WHERE rowid = (SELECT min(rowid) FROM things)")
-        try sqlite(dbB, "UPDATE things SET title = 'from b' WHERE rowid = (SELECT min(rowid) FROM things)")
+        try sqliteShell(dbA, "UPDATE things SET title = 'from a' WHERE rowid = (SELECT min(rowid) FROM things)")
+        try sqliteShell(dbB, "UPDATE things SET title = 'from b' WHERE rowid = (SELECT min(rowid) FROM things)")
         try FileManager.default.createDirectory(atPath: a + "/documents/images", withIntermediateDirectories: true)
         try Data("picture".utf8).write(to: URL(fileURLWithPath: a + "/documents/images/p.txt"))
         try await run("sync", ["sync", "--home", a, "--media"], doc: doc, seen: &seen)
@@ -133,7 +134,7 @@ import Testing
         try await run("backup restore", ["backup", "restore", "--home", a], doc: doc, seen: &seen)
 
         let out = dir.file("diffs").path
-        try sqlite(dbB, "UPDATE things SET title = 'later' WHERE rowid = (SELECT max(rowid) FROM things)")
+        try sqliteShell(dbB, "UPDATE things SET title = 'later' WHERE rowid = (SELECT max(rowid) FROM things)")
         try await run("diff create", ["diff", "create", "--db", dbB, "--out", out], doc: doc, seen: &seen)
         let file = try #require(try FileManager.default.contentsOfDirectory(atPath: out).first { $0.hasSuffix(".sqlite") })
         try await run("diff inspect", ["diff", "inspect", out + "/" + file], doc: doc, seen: &seen)
@@ -143,12 +144,18 @@ import Testing
         try await run("share", ["share", "--home", a, "--to", "friend", "--table", "things", "--where", "1"], doc: doc, seen: &seen)
         try await run("inbound list", ["inbound", "list", "--home", a], doc: doc, seen: &seen)
         try await run("keys show", ["keys", "show", "--home", a], doc: doc, seen: &seen)
+        #expect(try await ltRTSync(["keys", "create", "--home", a]).status == 0)
+        try await run("keys share-key", ["keys", "share-key", "--home", a], doc: doc, seen: &seen)
+        try await run("ksuid new", ["ksuid", "new", "--count", "3"], doc: doc, seen: &seen)
 
         let local = dir.file("f.txt")
         try Data("object".utf8).write(to: local)
         try await run("bucket put", ["bucket", "put", "--home", a, local.path, "tmp/f.txt"], doc: doc, seen: &seen)
         try await run("bucket ls", ["bucket", "ls", "--home", a], doc: doc, seen: &seen)
         try await run("bucket get", ["bucket", "get", "--home", a, "tmp/f.txt", dir.file("g.txt").path], doc: doc, seen: &seen)
+        // Presigning needs credentials, not a server.
+        try await run("bucket presign", ["bucket", "presign", "s3://some-bucket/some/key"], doc: doc, seen: &seen,
+                      environment: ["AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"])
         try await run("media sync", ["media", "sync", "--home", b], doc: doc, seen: &seen)
         try await run("media restore", ["media", "restore", "--home", b, "--list"], doc: doc, seen: &seen)
         try await run("media fetch", ["media", "fetch", "--cache", dir.file("cache").path, local.absoluteString], doc: doc, seen: &seen)
@@ -163,8 +170,4 @@ import Testing
         #expect((try JSONSerialization.jsonObject(with: Data(two.stdout.utf8)) as? [Any])?.count == 2)
     }
 
-    func sqlite(_ db: String, _ sql: String) throws {
-        let r = try runCommand(URL(fileURLWithPath: "/usr/bin/env"), ["sqlite3", db, sql])
-        #expect(r.status == 0, "sqlite3 failed: \(r.stderr)")
-    }
 }
