@@ -29,12 +29,13 @@ struct BackupTests {
         let db = dir.file("app.sqlite")
         try makeLogDatabase(db)
         try FileManager.default.createDirectory(at: dir.file("backups"), withIntermediateDirectories: true)
-        // Another process commits one row at a time (ids 1, 2, 3, ...) until told to stop (or this process dies).
+        // Another process commits one row at a time (ids 1, 2, 3, ...) until told to stop (or this process dies, or
+        // a million rows, so a starved test cannot fill the disk).
         let stop = dir.file("stop")
         let loop = """
             { echo '.timeout 10000'; echo 'PRAGMA synchronous = OFF;'
-              while [ ! -e "$2" ] && kill -0 \(getpid()) 2>/dev/null; do
-                echo 'INSERT INTO log(payload) VALUES (hex(randomblob(40)));'
+              n=0; while [ ! -e "$2" ] && [ $n -lt 1000000 ] && kill -0 \(getpid()) 2>/dev/null; do
+                echo 'INSERT INTO log(payload) VALUES (hex(randomblob(40)));'; n=$((n+1))
               done; } | "$0" "$1" > /dev/null 2>&1
             """
         let writer = Process()

@@ -38,9 +38,10 @@ struct FileCopyBackupTests {
             UPDATE filler SET v = randomblob(900), gen = (SELECT commits FROM meta) WHERE id = \(target); \
             INSERT INTO log(id, payload) SELECT commits, randomblob(1500) FROM meta; COMMIT;
             """
+        // Bounded (50,000 commits, about 125 MB), so a test starved in a busy run cannot fill the disk.
         let loop = """
             { echo '.timeout 10000'; echo '\(pragmas)'
-              while [ ! -e "$2" ] && kill -0 \(getpid()) 2>/dev/null; do echo '\(commit)'; done; } | "$0" "$1" > /dev/null 2>&1
+              n=0; while [ ! -e "$2" ] && [ $n -lt 50000 ] && kill -0 \(getpid()) 2>/dev/null; do echo '\(commit)'; n=$((n+1)); done; } | "$0" "$1" > /dev/null 2>&1
             """
         let writer = Process()
         writer.executableURL = URL(fileURLWithPath: "/bin/sh")

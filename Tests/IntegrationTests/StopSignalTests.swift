@@ -53,7 +53,8 @@ final class LTChild {
             if !process.isRunning { return try await condition() }
             try await Task.sleep(nanoseconds: 20_000_000)
         }
-        return false
+        // A task starved past the deadline (a busy cooperative pool in a full run) still looks once more.
+        return try await condition()
     }
 
     func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
