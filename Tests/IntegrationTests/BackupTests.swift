@@ -29,13 +29,14 @@ struct BackupTests {
         let db = dir.file("app.sqlite")
         try makeLogDatabase(db)
         try FileManager.default.createDirectory(at: dir.file("backups"), withIntermediateDirectories: true)
-        // Another process commits one row at a time (ids 1, 2, 3, ...) until told to stop (or this process dies, or
-        // a million rows, so a starved test cannot fill the disk).
+        // Another process commits one row at a time (ids 1, 2, 3, ...) until told to stop (or this process dies),
+        // paced (about 1,000 rows a second) and bounded, so a test starved in a busy run still finds it writing and
+        // it cannot fill the disk meanwhile.
         let stop = dir.file("stop")
         let loop = """
             { echo '.timeout 10000'; echo 'PRAGMA synchronous = OFF;'
-              n=0; while [ ! -e "$2" ] && [ $n -lt 1000000 ] && kill -0 \(getpid()) 2>/dev/null; do
-                echo 'INSERT INTO log(payload) VALUES (hex(randomblob(40)));'; n=$((n+1))
+              n=0; while [ ! -e "$2" ] && [ $n -lt 2000000 ] && kill -0 \(getpid()) 2>/dev/null; do
+                echo 'INSERT INTO log(payload) VALUES (hex(randomblob(40)));'; n=$((n+1)); [ $((n % 100)) -ne 0 ] || sleep 0.1
               done; } | "$0" "$1" > /dev/null 2>&1
             """
         let writer = Process()

@@ -38,10 +38,13 @@ struct FileCopyBackupTests {
             UPDATE filler SET v = randomblob(900), gen = (SELECT commits FROM meta) WHERE id = \(target); \
             INSERT INTO log(id, payload) SELECT commits, randomblob(1500) FROM meta; COMMIT;
             """
-        // Bounded (50,000 commits, about 125 MB), so a test starved in a busy run cannot fill the disk.
+        // Paced (at most about 500 commits a second) and bounded, so a test task starved for minutes in a busy full
+        // run finds the writer still going, and the writer cannot fill the disk meanwhile (unpaced, it wrote 35 GB).
         let loop = """
             { echo '.timeout 10000'; echo '\(pragmas)'
-              n=0; while [ ! -e "$2" ] && [ $n -lt 50000 ] && kill -0 \(getpid()) 2>/dev/null; do echo '\(commit)'; n=$((n+1)); done; } | "$0" "$1" > /dev/null 2>&1
+              n=0; while [ ! -e "$2" ] && [ $n -lt 500000 ] && kill -0 \(getpid()) 2>/dev/null; do
+                echo '\(commit)'; n=$((n+1)); [ $((n % 50)) -ne 0 ] || sleep 0.1
+              done; } | "$0" "$1" > /dev/null 2>&1
             """
         let writer = Process()
         writer.executableURL = URL(fileURLWithPath: "/bin/sh")
