@@ -77,11 +77,25 @@ public final class HomeLock: @unchecked Sendable {
 
     /// Runs `body` holding the lock of `home` (taken, waiting up to `wait`, unless this task holds it already).
     /// - Throws: `LifecycleError.homeBusy`, or what `body` throws.
+    ///
+    /// The wait suspends instead of blocking a thread, and ends when the task is cancelled (`CancellationError`).
     public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, isolation: isolated (any Actor)? = #isolation,
                                    _ body: () async throws -> T) async throws -> T {
-        let lock = try acquire(home, wait: wait)
+        let lock = try await acquireSuspending(home, wait: wait)
         defer { withExtendedLifetime(lock) {} }
         return try await $heldByTask.withValue(heldByTask.union([lock.path])) { try await body() }
+    }
+
+    /// Takes the lock like ``acquire(_:wait:)``, polling without blocking a thread of the cooperative pool (a
+    /// blocked thread there starves every other task of the process), and giving up when the task is cancelled.
+    static func acquireSuspending(_ home: RTSyncHome, wait: TimeInterval) async throws -> HomeLock {
+        let deadline = Date().addingTimeInterval(wait)
+        while true {
+            do { return try acquire(home, wait: 0) } catch LifecycleError.homeBusy(let path, let pid) {
+                guard Date() < deadline else { throw LifecycleError.homeBusy(path: path, pid: pid) }
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
+        }
     }
 
     /// The wait the command-line tool uses: `RTSYNC_LOCK_WAIT` seconds when set, else 30.
