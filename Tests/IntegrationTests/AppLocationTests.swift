@@ -197,8 +197,7 @@ private struct AppDevice {
         let leftovers = [".rtsync-restore-\(KSUID.generate().string).sqlite", ".notes.db.incoming", ".notes.db.restore-\(KSUID.generate().string)"]
         let appFiles = [".download-1.sqlite", "attachments.sqlite", ".rtsync-restore-notes.txt"]
         for name in leftovers + appFiles { try Data("x".utf8).write(to: folder.appendingPathComponent(name)) }
-        var syncer = try a.syncer(dir.url.appendingPathComponent("bucket"))
-        syncer.debrisAge = 0
+        let syncer = try a.syncer(dir.url.appendingPathComponent("bucket"))
         let report = try await syncer.sync()
         for name in leftovers {
             #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path), "\(name) is left")
