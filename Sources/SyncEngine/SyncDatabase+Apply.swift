@@ -9,6 +9,9 @@ extension SyncDatabase {
     /// A rejected diff leaves the database unchanged and is moved to `quarantine` (when given); a diff deferred for
     /// rows another diff of the batch brings is applied after it.
     ///
+    /// When any diff applied, open conflict entries whose losing value is now in place (a restore made on another
+    /// device arrived) are marked restored (`settleConflictsByCurrentValues`).
+    ///
     /// `onDiff` is told before each diff of the first pass starts (how many are done, how many in all, the next one),
     /// for a progress display.
     public func apply(diffs urls: [URL], quarantine: URL? = nil, limits: DiffLimits = .default, shouldStop: (@Sendable () -> Bool)? = nil,
@@ -24,21 +27,23 @@ extension SyncDatabase {
         }.map(\.element)
         // With `shouldStop`, diffs not started when it says so get no report and stay where they are.
         var reports: [ApplyReport] = []
+        var stopped = false
         for url in ordered {
-            if shouldStop?() == true { return reports }
+            if shouldStop?() == true { stopped = true; break }
             onDiff?(reports.count, ordered.count, url)
             reports.append(apply(diff: url, quarantine: quarantine, limits: limits))
         }
         // A diff deferred for rows another diff of the batch brings is tried again once that one is applied.
-        var progress = reports.contains { $0.status == .applied }
-        while progress, reports.contains(where: { $0.status == .deferred }) {
+        var progress = !stopped && reports.contains { $0.status == .applied }
+        retrying: while progress, reports.contains(where: { $0.status == .deferred }) {
             progress = false
             for i in reports.indices where reports[i].status == .deferred {
-                if shouldStop?() == true { return reports }
+                if shouldStop?() == true { break retrying }
                 reports[i] = apply(diff: ordered[i], quarantine: quarantine, limits: limits)
                 if reports[i].status == .applied { progress = true }
             }
         }
+        if reports.contains(where: { $0.status == .applied }) { _ = try? settleConflictsByCurrentValues() }
         return reports
     }
 

@@ -349,9 +349,6 @@ public struct Syncer: Sendable {
             }
             // A deferred diff stays in the inbox and is applied again by the next sync.
             for r in reports where r.status != .rejected && r.status != .deferred { try? fm.removeItem(atPath: r.file) }
-            // A conflict restored on another device arrives as an edit setting the losing value: its entry here
-            // is settled too.
-            if reports.contains(where: { $0.status == .applied }) { _ = try? db.settleConflictsByCurrentValues() }
             // Rows held back for a value the app had not declared are merged again (a value may be declared now).
             if let again = try? db.applyHeldRows(scratch: home.support.appendingPathComponent(".held-\(KSUID.generate().string)")) {
                 reports.append(again)

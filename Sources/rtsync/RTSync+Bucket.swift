@@ -25,7 +25,7 @@ struct BucketOptions: ParsableArguments {
     static func homeBucket(_ home: RTSyncHome) throws -> String {
         let settings: RTSyncSettings
         do { settings = try home.loadSettings() } catch { throw report(error, subject: home.root.path) }
-        return settings.bucket ?? home.root.appendingPathComponent("bucket").path
+        return HomeOptions.bucketURL(of: home, settings: settings)
     }
 
     /// Splits a full object URL typed as a key (`s3://bucket/some/key`, as `aws s3 cp` takes it) into the bucket URL

@@ -35,7 +35,7 @@ struct ContentKeyOptions: ParsableArguments {
         }
         let (ring, merged) = try Self.merged(keyFile, passphraseFile: passphraseFile, into: home, settings: settings)
         if let check { try await check(ring, merged) }
-        do { try ring.save(to: home.contentKeysFile) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        do { try ring.save(to: home.contentKeysFile) } catch { throw report(error) }
         settings = merged
         return true
     }
@@ -51,13 +51,13 @@ struct ContentKeyOptions: ParsableArguments {
             var out = settings
             if out.encryption.isEmpty { out.encryption = incoming.kinds }
             return (ring, out)
-        } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        } catch { throw report(error) }
     }
 
     /// Merges `keyFile` into the home's content keys (see ``importKey(into:settings:)``).
     static func importKey(_ keyFile: String, passphraseFile: String?, into home: RTSyncHome, settings: inout RTSyncSettings) throws {
         let (ring, merged) = try Self.merged(keyFile, passphraseFile: passphraseFile, into: home, settings: settings)
-        do { try ring.save(to: home.contentKeysFile) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        do { try ring.save(to: home.contentKeysFile) } catch { throw report(error) }
         settings = merged
     }
 }
@@ -68,7 +68,7 @@ extension RTSync.Keys {
         do {
             guard let ring = try home.contentKeyring() else { throw EncryptionError.noContentKey(file: home.contentKeysFile.path) }
             return ring
-        } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+        } catch { throw report(error) }
     }
 
     struct Create: ParsableCommand {
@@ -85,7 +85,7 @@ extension RTSync.Keys {
                 let ring = ContentKeyring.generate()
                 try ring.save(to: home.contentKeysFile)
                 print("content key \(ring.currentID) created (\(home.contentKeysFile.path)); back it up: rtsync keys export FILE")
-            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+            } catch { throw report(error) }
         }
     }
 
@@ -114,7 +114,7 @@ extension RTSync.Keys {
                 try home.saveSettings(settings)
                 print("encryption on for \(parsed.joined(separator: ", ")) with content key \(ring.currentID)")
                 print("back the key up (losing every copy loses the data): rtsync keys export FILE")
-            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch let e as ExitCode { throw e } catch { throw report(error) }
+            } catch { throw report(error) }
         }
     }
 
@@ -137,7 +137,7 @@ extension RTSync.Keys {
                 }
                 try ContentKeyring.writeSecret(data, to: URL(fileURLWithPath: file))
                 print("exported \(ring.keys.count) content key(s) to \(file)\(passphraseFile == nil ? " (plain: keep it like a password)" : " (passphrase-protected)")")
-            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+            } catch { throw report(error) }
         }
     }
 
@@ -165,7 +165,7 @@ extension RTSync.Keys {
             let home = options.resolvedHome
             var ring = try requireKeyring(home)
             let key = ring.rotate()
-            do { try ring.save(to: home.contentKeysFile) } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) }
+            do { try ring.save(to: home.contentKeysFile) } catch { throw report(error) }
             print("new content key \(key.id) is current; \(ring.keys.count - 1) older key(s) kept for reading")
             print("give it to your other devices: rtsync keys export FILE here, rtsync keys import FILE there")
         }
@@ -202,7 +202,7 @@ extension RTSync.Keys {
             do {
                 let key = try options.resolvedHome.shareKeyHex()
                 if json { printJSON(["shareKey": key]) } else { print(key) }
-            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch { throw report(error) }
+            } catch { throw report(error) }
         }
     }
 
@@ -217,7 +217,7 @@ extension RTSync.Keys {
             do {
                 try options.resolvedHome.addShareRecipient(user: user, publicKeyHex: publicKey)
                 print("shares to \(user) will be encrypted to their share key")
-            } catch let e as EncryptionError { throw fail(e.description, hint: e.hint) } catch { throw report(error) }
+            } catch { throw report(error) }
         }
     }
 }

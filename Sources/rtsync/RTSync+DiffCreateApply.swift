@@ -91,7 +91,6 @@ extension RTSync.Diff {
                     display.set("apply \(done + 1)/\(total) diffs: \(next.lastPathComponent)")
                 })
             }
-            if reports.contains(where: { $0.status == .applied }) { _ = try? db.settleConflictsByCurrentValues() }
             for i in reports.indices where reports[i].status == .rejected {
                 reports[i].quarantinedTo = SyncDatabase.quarantine(URL(fileURLWithPath: reports[i].file), folder: q, reason: reports[i].reason ?? "", keepingOriginal: true)
             }

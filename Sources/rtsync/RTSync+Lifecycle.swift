@@ -14,7 +14,12 @@ struct HomeOptions: ParsableArguments {
 
     /// The bucket URL to use: --bucket, else settings, else the embedded local-folder default.
     func bucketURL(_ settings: RTSyncSettings) -> String {
-        bucket.map(RTSync.Init.absoluteBucket) ?? settings.bucket ?? resolvedHome.root.appendingPathComponent("bucket").path
+        bucket.map(RTSync.Init.absoluteBucket) ?? Self.bucketURL(of: resolvedHome, settings: settings)
+    }
+
+    /// A home's bucket: the one in its settings, else the embedded local-folder default `<home>/bucket`.
+    static func bucketURL(of home: RTSyncHome, settings: RTSyncSettings?) -> String {
+        settings?.bucket ?? home.root.appendingPathComponent("bucket").path
     }
 
     /// Opens the bucket as SyncEngine's remote store.

@@ -308,6 +308,6 @@ func mediaStore(_ options: BucketOptions, settings: RTSyncSettings?, home: RTSyn
         if let home, let settings { return try home.encrypting(store, settings: settings) }
         return store
     }
-    let raw = try makeObjectStore(urlString: settings?.bucket ?? home.root.appendingPathComponent("bucket").path)
+    let raw = try makeObjectStore(urlString: HomeOptions.bucketURL(of: home, settings: settings))
     return try settings.map { try home.encrypting(raw, settings: $0) } ?? raw
 }
