@@ -24,7 +24,10 @@ public enum RowValidation: Sendable {
 /// Opens a diff file as untrusted input and validates all of it before any caller sees a row:
 /// read-only and immutable, defensive mode, untrusted schema, triggers and views disabled,
 /// structure, names, limits and content digest checked.
-public final class DiffReader {
+///
+/// `Sendable`: everything but the file's connection is immutable after `init`, and reads of rows take turns on
+/// the connection (one `forEachChange` at a time per reader; open a second reader to read in parallel).
+public final class DiffReader: @unchecked Sendable {
     /// The file.
     public let url: URL
     /// Where its bytes are read from: `url`, or a private copy of it.
@@ -44,6 +47,8 @@ public final class DiffReader {
     /// Carried table definitions by the table id rows refer to (`rtsync_rows.tid`).
     package let tableIDs: [Int64: TableDefinition]
     private let db: Connection
+    /// Row reads take turns: the connection is opened without SQLite's own mutex.
+    private let reading = NSRecursiveLock()
     private let cellClocks: [Int64: [Int64: [String: Clock]]]
     private let tablesHash: CanonicalHasher
     private let cellsHash: CanonicalHasher
@@ -314,6 +319,8 @@ public final class DiffReader {
     /// Reads `rtsync_rows` in order, validating every reference and hashing the content; checks that every
     /// cell clock names a row, and that the digest matches. Hands each row to `body` when `deliver` is set.
     private func scanRows(_ body: (DiffRow) throws -> Void, deliver: Bool, validate: Bool = true) throws {
+        reading.lock()
+        defer { reading.unlock() }
         let file = url.path
         var rowsHash = CanonicalHasher()
         var references: [Int64: ReferenceSet] = [:]

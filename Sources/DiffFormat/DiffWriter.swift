@@ -9,6 +9,10 @@ import Darwin
 
 /// Builds one diff file: add table definitions, append row changes, then `finish()` writes
 /// `<KSUID>.sqlite` durably (fsync, then rename into place).
+///
+/// A writer is a builder with one owner, like a prepared statement: not `Sendable`. Create, fill and finish it
+/// in one task; Swift's region-based isolation still lets a task hand a writer it no longer uses to another
+/// (`sending`). What it produces, the finished file's URL and ``DiffMetadata``, is `Sendable`.
 public final class DiffWriter {
     /// The diff's metadata (digest and signature are filled in by `finish`).
     public private(set) var metadata: DiffMetadata
@@ -201,6 +205,9 @@ public final class DiffWriter {
         try? FileManager.default.removeItem(at: temporary)
     }
 }
+
+@available(*, unavailable, message: "a DiffWriter has one owner; finish it in the task that fills it")
+extension DiffWriter: Sendable {}
 
 /// fsync and atomic rename, so a crash leaves either the old state or the complete new file.
 public enum Durable {

@@ -34,7 +34,7 @@ public struct Compactor: Sendable {
     /// The bucket.
     public var remote: any RemoteStore
     /// Retries of network steps.
-    public var retry: RetryPolicy
+    public var retry: RemoteRetryPolicy
 
     /// How long a compaction waits for another run on the same home to finish.
     public var lockWait: TimeInterval = 30
@@ -45,7 +45,7 @@ public struct Compactor: Sendable {
     public var shouldStop: (@Sendable () -> Bool)?
 
     /// Makes a compactor.
-    public init(home: RTSyncHome, remote: any RemoteStore, retry: RetryPolicy = RetryPolicy()) {
+    public init(home: RTSyncHome, remote: any RemoteStore, retry: RemoteRetryPolicy = RemoteRetryPolicy()) {
         self.home = home
         self.remote = remote
         self.retry = retry

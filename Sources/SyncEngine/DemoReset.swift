@@ -11,13 +11,13 @@ public struct DemoReset: Sendable {
     /// The bundled demo database.
     public var bundledAsset: URL?
     /// Retries of the download.
-    public var retry: RetryPolicy
+    public var retry: RemoteRetryPolicy
 
     /// How long a reset waits for another run on the same home to finish.
     public var lockWait: TimeInterval = 30
 
     /// Makes a reset.
-    public init(home: RTSyncHome, remote: (any RemoteStore)?, bundledAsset: URL? = DemoAsset.url, retry: RetryPolicy = RetryPolicy()) {
+    public init(home: RTSyncHome, remote: (any RemoteStore)?, bundledAsset: URL? = DemoAsset.url, retry: RemoteRetryPolicy = RemoteRetryPolicy()) {
         self.home = home
         self.remote = remote
         self.bundledAsset = bundledAsset

@@ -59,7 +59,7 @@ public struct InitChain: Sendable {
     /// The bucket prefix of the demo database downloaded before the bundled one (default `demo/`; nil skips it).
     public var demoPrefix: String? = "demo/"
     /// Retries of network steps.
-    public var retry: RetryPolicy
+    public var retry: RemoteRetryPolicy
     /// Tables a candidate must have (default: none beyond having tables).
     public var expectedTables: [String]
 
@@ -68,7 +68,7 @@ public struct InitChain: Sendable {
 
     /// Makes an init chain.
     public init(home: RTSyncHome, remote: (any RemoteStore)? = nil, joinUser: String? = nil, bundledAsset: URL? = DemoAsset.url,
-                demoPrefix: String? = "demo/", retry: RetryPolicy = RetryPolicy(), expectedTables: [String] = []) {
+                demoPrefix: String? = "demo/", retry: RemoteRetryPolicy = RemoteRetryPolicy(), expectedTables: [String] = []) {
         self.home = home
         self.demoPrefix = demoPrefix
         self.remote = remote

@@ -16,7 +16,7 @@ extension RemoteStore {
     /// KSUID-named backups are never touched. Returns the keys deleted.
     /// - Throws: the store's errors (what was deleted before stays deleted; the next rotation does the rest).
     @discardableResult
-    public func rotateBackups(user: String, keep: Int, retry: RetryPolicy = RetryPolicy()) async throws -> [String] {
+    public func rotateBackups(user: String, keep: Int, retry: RemoteRetryPolicy = RemoteRetryPolicy()) async throws -> [String] {
         let prefix = Self.backupsPrefix(user: user)
         // The last compaction's snapshot stays whatever its name sorts as: it holds the diffs compaction pruned.
         let snapshot = try await latestSnapshotKey(user: user, retry: retry)
@@ -46,7 +46,7 @@ extension RemoteStore {
 
     /// The key of the last compaction's snapshot, which holds every diff compaction has pruned; nil when no
     /// compaction has recorded one (or the record cannot be read).
-    public func latestSnapshotKey(user: String, retry: RetryPolicy = RetryPolicy()) async throws -> String? {
+    public func latestSnapshotKey(user: String, retry: RemoteRetryPolicy = RemoteRetryPolicy()) async throws -> String? {
         let key = Self.snapshotPointerKey(user: user)
         guard let object = try await retry.run({ try await list(prefix: key) }).first(where: { $0.key == key }) else { return nil }
         let file = Self.snapshotPointerTemp()
@@ -58,7 +58,7 @@ extension RemoteStore {
     }
 
     /// Records `key` as the last compaction's snapshot.
-    public func recordSnapshot(user: String, key: String, retry: RetryPolicy = RetryPolicy()) async throws {
+    public func recordSnapshot(user: String, key: String, retry: RemoteRetryPolicy = RemoteRetryPolicy()) async throws {
         let file = Self.snapshotPointerTemp()
         defer { try? FileManager.default.removeItem(at: file) }
         // A private temp file, written plainly (an atomic write would leave a second temp if killed).

@@ -93,8 +93,9 @@ extension RemoteStore {
     public func abandonInterruptedUploads(in folder: URL, keyPrefix: String) async -> [String] { [] }
 }
 
-/// Exponential backoff with full jitter and a bound on total time, for network steps.
-public struct RetryPolicy: Sendable {
+/// Retries of whole remote steps (a listing, an upload, a download) with exponential backoff, full jitter and a
+/// bound on total time. Each request inside a step has its own HTTP-level retries (`BucketClient.RetryPolicy`).
+public struct RemoteRetryPolicy: Sendable {
     /// Attempts at most.
     public var maxAttempts: Int
     /// First delay.
@@ -138,7 +139,7 @@ public struct RetryPolicy: Sendable {
 extension RemoteStore {
     /// Downloads the newest `*.sqlite` under `prefix` (keys are KSUID-named, so the largest key is the newest)
     /// into `file`, retrying network steps. Returns the object, or nil when there is none.
-    public func downloadNewestDatabase(prefix: String, to file: URL, retry: RetryPolicy) async throws -> RemoteObject? {
+    public func downloadNewestDatabase(prefix: String, to file: URL, retry: RemoteRetryPolicy) async throws -> RemoteObject? {
         let objects = try await retry.run { try await list(prefix: prefix) }.filter { $0.key.hasSuffix(".sqlite") }
         guard let newest = objects.max(by: { $0.key < $1.key }) else { return nil }
         try await retry.run { try await download(newest, to: file) }

@@ -50,7 +50,7 @@ public struct Syncer: Sendable {
     /// The bucket.
     public var remote: any RemoteStore
     /// Retries of network steps.
-    public var retry: RetryPolicy
+    public var retry: RemoteRetryPolicy
     /// Signs exported diffs when set.
     public var signingKey: Curve25519.Signing.PrivateKey?
     /// Raw Ed25519 public keys accepted; with `requireSignatures`, unsigned or otherwise signed diffs are rejected.
@@ -67,7 +67,7 @@ public struct Syncer: Sendable {
     public var onProgress: (@Sendable (SyncProgress) -> Void)?
 
     /// Makes a syncer.
-    public init(home: RTSyncHome, remote: any RemoteStore, retry: RetryPolicy = RetryPolicy(), signingKey: Curve25519.Signing.PrivateKey? = nil,
+    public init(home: RTSyncHome, remote: any RemoteStore, retry: RemoteRetryPolicy = RemoteRetryPolicy(), signingKey: Curve25519.Signing.PrivateKey? = nil,
                 trustedKeys: [[UInt8]] = [], media: (@Sendable () async throws -> String)? = nil) {
         self.home = home
         self.remote = remote

@@ -13,11 +13,11 @@ extension RTSync {
         try settings.tier.require(.syncDatabase(cloud: !remote.isLocal))
         let key = Syncer.inboundPrefix(user: recipient) + file.lastPathComponent
         var sent = [key]
-        try await RetryPolicy().run { try await remote.upload(file: file, key: key, ifAbsent: true) }
+        try await RemoteRetryPolicy().run { try await remote.upload(file: file, key: key, ifAbsent: true) }
         for path in media {
             let local = options.resolvedHome.documents.appendingPathComponent(path)
             guard FileManager.default.fileExists(atPath: local.path) else { continue }
-            try await RetryPolicy().run { try await remote.upload(file: local, key: recipient + "/" + path, ifAbsent: false) }
+            try await RemoteRetryPolicy().run { try await remote.upload(file: local, key: recipient + "/" + path, ifAbsent: false) }
             sent.append(recipient + "/" + path)
         }
         try? FileManager.default.removeItem(at: file)

@@ -32,9 +32,9 @@ enum LTFixture {
 }
 
 /// Retries short enough for tests: a fault surfaces after at most two tries within a second.
-let ltShortRetry = SyncEngine.RetryPolicy(maxAttempts: 2, baseDelay: .milliseconds(5), maxDelay: .milliseconds(20), totalTimeout: .milliseconds(500))
+let ltShortRetry = RemoteRetryPolicy(maxAttempts: 2, baseDelay: .milliseconds(5), maxDelay: .milliseconds(20), totalTimeout: .milliseconds(500))
 /// No retries: an injected fault reaches the caller.
-let ltNoRetry = SyncEngine.RetryPolicy(maxAttempts: 1, baseDelay: .milliseconds(1), maxDelay: .milliseconds(1), totalTimeout: .seconds(1))
+let ltNoRetry = RemoteRetryPolicy(maxAttempts: 1, baseDelay: .milliseconds(1), maxDelay: .milliseconds(1), totalTimeout: .seconds(1))
 
 /// A home folder inside a temporary directory.
 func ltHome(_ dir: TemporaryDirectory, _ name: String) -> RTSyncHome {

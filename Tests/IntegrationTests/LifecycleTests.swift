@@ -14,7 +14,7 @@ struct LifecycleTests {
 
     /// Runs the init chain of `home` with the fixture as the bundled asset.
     func initHome(_ home: RTSyncHome, _ dir: TemporaryDirectory, remote: (any RemoteStore)? = nil, joinUser: String? = nil,
-                  retry: SyncEngine.RetryPolicy = ltShortRetry) async throws -> InitResult {
+                  retry: RemoteRetryPolicy = ltShortRetry) async throws -> InitResult {
         let asset = dir.file("asset.sqlite")
         if !FileManager.default.fileExists(atPath: asset.path) { _ = try LTFixture.demoCopy(in: dir) }
         return try await InitChain(home: home, remote: remote, joinUser: joinUser, bundledAsset: asset, retry: retry).run()
@@ -189,7 +189,7 @@ struct LifecycleTests {
         let dir = try TemporaryDirectory()
         let home = ltHome(dir, "device")
         let offline = LTFaultyRemote(nil, .offline)
-        let retry = SyncEngine.RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(20), maxDelay: .milliseconds(100), totalTimeout: .milliseconds(400))
+        let retry = RemoteRetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(20), maxDelay: .milliseconds(100), totalTimeout: .milliseconds(400))
 
         let result = try await initHome(home, dir, remote: offline, joinUser: KSUID.generate().string, retry: retry)
 
@@ -201,7 +201,7 @@ struct LifecycleTests {
     }
 
     @Test func retryPolicy_failingBody_stopsAtMaxAttempts() async throws {
-        let retry = SyncEngine.RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(1), maxDelay: .milliseconds(2), totalTimeout: .seconds(86_400))
+        let retry = RemoteRetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(1), maxDelay: .milliseconds(2), totalTimeout: .seconds(86_400))
         let counter = LTCounter()
         await #expect(throws: RemoteStoreError.self) {
             try await retry.run { () async throws -> Int in

@@ -35,7 +35,7 @@ struct LTDevice {
     let remote: ObjectStoreRemote
     var db: URL { home.database }
 
-    func sync(via remote: (any RemoteStore)? = nil, retry: SyncEngine.RetryPolicy = ltShortRetry) async throws -> SyncReport {
+    func sync(via remote: (any RemoteStore)? = nil, retry: RemoteRetryPolicy = ltShortRetry) async throws -> SyncReport {
         try await Syncer(home: home, remote: remote ?? self.remote, retry: retry).sync()
     }
 
@@ -320,7 +320,7 @@ enum LTSyncScenarios {
         #expect(c.outbox().count == 1)
         c.remote.store.requestCounter.reset()
 
-        let report = try await c.sync(retry: SyncEngine.RetryPolicy())  // the default policy, as the CLI uses
+        let report = try await c.sync(retry: RemoteRetryPolicy())  // the default policy, as the CLI uses
 
         #expect(report.ok, "\(report.phases)")
         #expect(c.outbox().isEmpty)
