@@ -51,7 +51,7 @@ fi
 # The DocC catalogs of the library products (Sources/*/Documentation.docc): a broken symbol or article link, or any
 # other DocC warning, fails the run. docc ships with the Swift toolchain; the plugin is swift-docc-plugin 1.5.0.
 # About 45 seconds after the build above.
-swift package generate-documentation --target SyncEngine --target BucketClient --target DiffFormat --warnings-as-errors
+swift package generate-documentation --target SyncEngine --target BucketClient --target DiffFormat --target BucketSync --warnings-as-errors
 
 # The app-like example (Examples/: its own package on GRDB.swift, depending on this one by path) is built as an app
 # team would build it and run: it exits 1 when any of its checks fails. A warning from rtsync's own sources, or a file

@@ -16,7 +16,7 @@ public enum EncryptedKind: String, CaseIterable, Sendable {
     case images
 
     /// The kinds of a comma-separated list ("all": every kind).
-    /// - Throws: ``EncryptionError/keyFile(path:reason:)`` naming an unknown kind.
+    /// - Throws: `EncryptionError.keyFile` naming an unknown kind.
     public static func parse(_ text: String) throws -> [EncryptedKind] {
         if text == "all" { return allCases }
         return try text.split(separator: ",").map { part in
@@ -46,27 +46,33 @@ extension RTSyncHome {
         return out
     }
 
-    /// `store`, wrapped in an ``EncryptingStore`` when the settings turn encryption on. With `initializing`, a home
+    /// `store`, wrapped in an `EncryptingStore` when the settings turn encryption on. With `initializing`, a home
     /// without a user yet gets `store` itself (init only reads `demo/`); otherwise that is refused, since the
     /// prefixes to encrypt are not known.
-    /// - Throws: ``EncryptionError/premiumRequired`` on the free tier, ``EncryptionError/noContentKey(file:)`` when
-    ///   this home has no key, ``EncryptionError/noUserYet(settings:)``; never returns an unencrypted store when
+    /// - Throws: `EncryptionError.premiumRequired` on the free tier, `EncryptionError.noContentKey` when
+    ///   this home has no key, `EncryptionError.noUserYet`; never returns an unencrypted store when
     ///   encryption is on and the user is known.
     public func encrypting(_ store: any ObjectStore, settings: RTSyncSettings, initializing: Bool = false) throws -> any ObjectStore {
         guard !settings.encryption.isEmpty, !(store is EncryptingStore) else { return store }
         guard settings.tier == .premium else { throw EncryptionError.premiumRequired }
-        if settings.userID.isEmpty {
+        // The user is the settings' or, as for Syncer, the one the database was initialized for.
+        var user = settings.userID
+        if user.isEmpty, FileManager.default.fileExists(atPath: database.path),
+           let db = try? SyncDatabase(path: database.path), db.isTracked {
+            user = (try? db.userID()) ?? ""
+        }
+        if user.isEmpty {
             if initializing { return store }
             throw EncryptionError.noUserYet(settings: settingsFile.path)
         }
         guard let keyring = try contentKeyring() else { throw EncryptionError.noContentKey(file: contentKeysFile.path) }
-        var wrapped = EncryptingStore(inner: store, keyring: keyring, prefixes: Self.encryptedPrefixes(user: settings.userID, kinds: settings.encryption),
+        var wrapped = EncryptingStore(inner: store, keyring: keyring, prefixes: Self.encryptedPrefixes(user: user, kinds: settings.encryption),
                                       staging: encryptionStaging, rejected: quarantine)
         wrapped.recipients = shareRecipients()
-        let user = settings.userID
+        let owner = user
         // Anyone may encrypt to the share key: only a share or request diff by another user in our inbound is taken.
         wrapped.acceptShared = { key, file in
-            key.hasPrefix(Syncer.inboundPrefix(user: user)) && ObjectStoreRemote.isShareFromAnotherUser(file, user: user)
+            key.hasPrefix(Syncer.inboundPrefix(user: owner)) && ObjectStoreRemote.isShareFromAnotherUser(file, user: owner)
         }
         return wrapped
     }
@@ -89,7 +95,7 @@ extension RTSyncHome {
 
     /// This user's share key (public half, 64 hex characters) for other users to encrypt shares to; made and saved
     /// with the content keys when they have none.
-    /// - Throws: ``EncryptionError/noContentKey(file:)`` when the home has no content keys.
+    /// - Throws: `EncryptionError.noContentKey` when the home has no content keys.
     public func shareKeyHex() throws -> String {
         guard var ring = try contentKeyring() else { throw EncryptionError.noContentKey(file: contentKeysFile.path) }
         if ring.shareKey == nil {
@@ -100,7 +106,7 @@ extension RTSyncHome {
     }
 
     /// Records another user's share key (64 hex characters): shares sent to that user are encrypted to it.
-    /// - Throws: ``EncryptionError/keyFile(path:reason:)`` when it is not an X25519 public key.
+    /// - Throws: `EncryptionError.keyFile` when it is not an X25519 public key.
     public func addShareRecipient(user: String, publicKeyHex hex: String) throws {
         let text = hex.trimmingCharacters(in: .whitespacesAndNewlines)
         guard let raw = Self.hexBytes(text), raw.count == 32, (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw)) != nil else {
@@ -128,7 +134,7 @@ extension RTSyncHome {
 
 extension ObjectStoreRemote {
     /// Opens the store a bucket URL names for `home`, encrypting what `settings.encryption` covers.
-    /// - Throws: `BucketError.unsupportedURL`, or an ``EncryptionError`` when encryption is on but cannot be used.
+    /// - Throws: `BucketError.unsupportedURL`, or an `EncryptionError` when encryption is on but cannot be used.
     public static func open(_ url: String, home: RTSyncHome, settings: RTSyncSettings, initializing: Bool = false) throws -> ObjectStoreRemote {
         let raw = try makeObjectStore(urlString: url)
         return ObjectStoreRemote(store: try home.encrypting(raw, settings: settings, initializing: initializing), isLocal: raw is LocalFolderStore)
@@ -167,7 +173,7 @@ extension ObjectStoreRemote {
 extension ObjectStoreRemote {
     /// On a device that does not encrypt `key`'s kind: removes a downloaded `file` that is an encrypted object and
     /// throws, so an encrypted diff or backup is never taken for a damaged one (and quarantined for good).
-    /// - Throws: ``EncryptionError/encryptionOff(object:)``.
+    /// - Throws: `EncryptionError.encryptionOff`.
     func refuseUnexpectedCiphertext(key: String, at file: URL) throws {
         if let encrypting = store as? EncryptingStore, encrypting.encrypts(key) { return }
         guard let handle = FileHandle(forReadingAtPath: file.path) else { return }
@@ -182,7 +188,7 @@ extension ObjectStoreRemote {
 extension EncryptingStore {
     /// Checks that this store's keys open what the user's devices encrypted: the newest few objects under `prefixes`
     /// that carry a content-key header have their first chunk decrypted. Nothing is written.
-    /// - Throws: ``EncryptionError/unknownKey(object:keyID:)`` or ``EncryptionError/authenticationFailed(object:chunk:)``
+    /// - Throws: `EncryptionError.unknownKey` or `EncryptionError.authenticationFailed`
     ///   naming the first object the keys do not open.
     public func checkKeysOpen(prefixes: [String], objectsPerPrefix: Int = 2) async throws {
         for prefix in prefixes {

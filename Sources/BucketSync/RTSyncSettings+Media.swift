@@ -3,7 +3,7 @@ import Foundation
 import SyncEngine
 
 extension RTSyncSettings {
-    /// The media sync options settings.json describes: mode and ``MediaSelection``, deletions, trash days, litter.
+    /// The media sync options settings.json describes: mode and `MediaSelection`, deletions, trash days, litter.
     ///
     /// In selective mode only the selection syncs (nothing when there is none); files outside it are neither
     /// transferred nor deleted nor conflict-copied.

@@ -9,9 +9,9 @@ struct Device {
     /// The app's database layer.
     let app: AppDatabase
     /// Where rtsync keeps its files for this database: the app's own layout, no rtsync home.
-    let location: SyncLocation
+    private(set) var location: SyncLocation
     /// Runs syncs of this device.
-    let syncer: Syncer
+    private(set) var syncer: Syncer
 
     /// Sets up a device whose data lives under `container` and syncs as `user` through `bucket` (`file:///…` or
     /// `s3://bucket/prefix`; a cloud bucket needs the premium tier).
@@ -46,6 +46,14 @@ struct Device {
         var syncer = Syncer(home: location, remote: try ObjectStoreRemote.open(bucket))
         syncer.resolvers["todo"] = TitleResolver.resolve
         self.syncer = syncer
+    }
+
+    /// From now on syncs through `bucket` opened by `open` (which may change the location's settings: encryption).
+    mutating func reopen(_ open: (inout SyncLocation) throws -> ObjectStoreRemote) throws {
+        let remote = try open(&location)
+        let resolvers = syncer.resolvers
+        syncer = Syncer(home: location, remote: remote)
+        syncer.resolvers = resolvers
     }
 
     /// Runs one sync and returns its report; a phase that failed is an error here.

@@ -113,3 +113,29 @@ func emptyRow(columns: Int) -> [SQLValue] {
     if columns > 0 { row[0] = SQLValue.text("id") }
     return row
 }
+
+/// Security: encrypt what rtsync puts in the bucket (premium), and keep a passphrase-sealed copy of the key.
+func encryptedBucket(_ location: inout SyncLocation, url: String, keyBackup: URL, passphrase: String) throws -> ObjectStoreRemote {
+    var settings = try location.loadSettings()
+    settings.tier = .premium
+    settings.encryption = EncryptedKind.allCases.map(\.rawValue)
+    var ring = try location.contentKeyring() ?? ContentKeyring.generate()
+    ring.kinds = settings.encryption
+    try ring.save(to: location.contentKeysFile)
+    try ContentKeyring.writeSecret(try ring.wrapped(passphrase: passphrase), to: keyBackup)
+    location.settings = settings
+    return try ObjectStoreRemote.open(url, home: location, settings: settings)
+}
+
+/// Security: another device of the same user joins with the key backup.
+func joinEncryptedBucket(_ location: inout SyncLocation, url: String, keyBackup: URL, passphrase: String) throws -> ObjectStoreRemote {
+    guard let ring = try ContentKeyring.load(file: keyBackup, passphrase: passphrase) else {
+        throw EncryptionError.noContentKey(file: keyBackup.path)
+    }
+    try ring.save(to: location.contentKeysFile)
+    var settings = try location.loadSettings()
+    settings.tier = .premium
+    settings.encryption = ring.kinds
+    location.settings = settings
+    return try ObjectStoreRemote.open(url, home: location, settings: settings)
+}

@@ -62,7 +62,27 @@ func run(bucketURL: String, localBucket: URL?) async throws {
     try await phone.sync()
     try expect(try phone.app.todos().count == 202 && phone.app.todos() == laptop.app.todos(), "the mistake never reached the phone; both still agree")
 
-    // 5. Sharing (code of the Sharing article): one project's to-dos go to another user's inbound folder.
+    // 5. Client-side encryption (code of the BucketSync article): another user's two devices encrypt everything they
+    //    put in the bucket; the second joins with a passphrase-sealed key backup. Nothing in the bucket reads as text.
+    var tablet = try Device(name: "tablet", container: root.appendingPathComponent("tablet"), user: "user-43", bucket: bucketURL)
+    var desktop = try Device(name: "desktop", container: root.appendingPathComponent("desktop"), user: "user-43", bucket: bucketURL)
+    let keyBackup = root.appendingPathComponent("user-43-key-backup.json")
+    try tablet.reopen { try encryptedBucket(&$0, url: bucketURL, keyBackup: keyBackup, passphrase: "correct horse battery") }
+    try desktop.reopen { try joinEncryptedBucket(&$0, url: bucketURL, keyBackup: keyBackup, passphrase: "correct horse battery") }
+    let secret = "Renew passport 7731"
+    try tablet.app.addProject(id: "p9", name: "Errands")
+    try tablet.app.addTodo(id: "s1", project: "p9", title: secret)
+    try await tablet.sync()
+    try await desktop.sync()
+    try expect(try desktop.app.todos() == tablet.app.todos() && desktop.app.todos() == ["s1|\(secret)|false"], "the desktop decrypted the tablet's to-do")
+    if let bucket = localBucket {
+        let objects = FileManager.default.enumerator(at: bucket.appendingPathComponent("user-43"), includingPropertiesForKeys: nil)?
+            .compactMap { $0 as? URL }.filter { !$0.hasDirectoryPath } ?? []
+        let plain = try objects.filter { try Data(contentsOf: $0).range(of: Data(secret.utf8)) != nil }
+        try expect(!objects.isEmpty && plain.isEmpty, "none of user-43's \(objects.count) objects in the bucket holds the to-do's title")
+    }
+
+    // 6. Sharing (code of the Sharing article): one project's to-dos go to another user's inbound folder.
     try await shareProject(SyncDatabase(path: phone.location.database.path), location: phone.location,
                            bucket: try ObjectStoreRemote.open(bucketURL))
     guard let bucket = localBucket else { return }
