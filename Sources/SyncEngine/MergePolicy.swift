@@ -128,15 +128,22 @@ public struct ConflictContext: Sendable {
 }
 
 /// A custom resolver's decision.
-public enum ConflictResolution: Sendable {
+///
+/// When the decision keeps the value with the older clock, the device records it as a new local edit of that
+/// column, so every other device takes the same value at its next sync.
+public enum ConflictResolution: Sendable, Equatable {
     /// Keep the local value; the remote one goes to the conflict log.
     case keepLocal
     /// Take the remote value; the local one goes to the conflict log.
     case acceptRemote
+    /// Decide as without a resolver: the later clock wins (for columns the resolver has no rule for).
+    case byClock
 }
 
-/// A Swift hook deciding column conflicts of one table. It must decide the same way on every device
-/// (use only the context), or replicas diverge. It runs while the diff is applied, before the diff's content
-/// digest has been checked (apply checks it after the last row and then rolls everything back if it fails):
-/// it should only decide, with no side effects of its own.
+/// A Swift hook deciding concurrent edits of one column, for every column of one table: return
+/// ``ConflictResolution/byClock`` for columns it has no rule for. It is asked only when neither device had seen the
+/// other's edit. It must decide from the two values alone, the same way whichever is local (a rule on the values,
+/// like "the longer title"), or two devices could each keep their own. It runs while the diff is applied, before
+/// the diff's content digest has been checked (apply checks it after the last row and then rolls everything back if
+/// it fails): it should only decide, with no side effects of its own.
 public typealias ConflictResolver = @Sendable (ConflictContext) -> ConflictResolution

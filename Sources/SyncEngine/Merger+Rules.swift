@@ -358,19 +358,48 @@ extension Merger {
         }
         var taken: [String] = []
         var refused: [String] = []
+        var takenByResolver: [String] = []
+        var keptByResolver: [String] = []
         for c in r.changedColumns {
             guard let li = r.index(c) else { continue }
             let lv = local.values![li], rv = r.value(c)
             let lc = localClock(local, c), rc = r.clock(c)
-            var remoteWins = rc > lc
+            // A remote value the local one was made on top of (the very clock it replaced, or an older one of the
+            // same site) is known here: nothing to merge, decide or log (a snapshot merged after a restore carries
+            // many such values).
+            if rc <= lc, Self.supersededKnowingly(rc, base: local.clocks[c.lowercased()] ?? local.born) { continue }
+            let byClock = rc > lc
+            var remoteWins = byClock
             if lv != rv, isConcurrent(lc), let resolver = resolvers[r.table] {
-                remoteWins = resolver(ConflictContext(table: r.table, key: local.key, column: c, localValue: lv, remoteValue: rv,
-                                                      localClock: lc == Merger.unexported ? nil : lc, remoteClock: rc)) == .acceptRemote
+                switch resolver(ConflictContext(table: r.table, key: local.key, column: c, localValue: lv, remoteValue: rv,
+                                                localClock: lc == Merger.unexported ? nil : lc, remoteClock: rc)) {
+                case .acceptRemote: remoteWins = true
+                case .keepLocal: remoteWins = false
+                case .byClock: break
+                }
+                if remoteWins != byClock { if remoteWins { takenByResolver.append(c) } else { keptByResolver.append(c) } }
             }
             if remoteWins { taken.append(c) } else if rc != lc { refused.append(c) }
         }
-        try take(r, local, columns: taken, reason: "concurrent edit: the remote change is later", logAll: false)
-        if !refused.isEmpty { try refuse(r, local, columns: refused, reason: "concurrent edit: the local change is later") }
+        try take(r, local, columns: taken, reason: takenByResolver.isEmpty ? "concurrent edit: the remote change is later" : "concurrent edit: decided by the table's resolver", logAll: false)
+        if !refused.isEmpty { try refuse(r, local, columns: refused, reason: keptByResolver.isEmpty ? "concurrent edit: the local change is later" : "concurrent edit: decided by the table's resolver") }
+        // A resolver that picked the value with the older clock made a decision the other devices must hear of: it
+        // is recorded as a local edit (clock taken now, later than both), so it is exported and wins everywhere,
+        // whatever each device knew when the conflict met it. Otherwise a device that did not see the edits as
+        // concurrent (its resolver never asked) would keep the later clock's value for good.
+        let decided = takenByResolver + keptByResolver
+        if !decided.isEmpty, local.values != nil {
+            try captureDecision(tid: r.info.table.id, key: local.key, op: 2, mask: Self.changeMask(r.info, columns: decided),
+                                after: max(r.change.latestClock, decided.map { localClock(local, $0) }.filter { $0 != Merger.unexported }.max() ?? .zero))
+        }
+    }
+
+    /// Whether a remote column clock was already superseded by the local value's clock `base` (the clock the value
+    /// held before any edit not yet exported): the same clock, or an older one of the same site, which that site
+    /// overwrote knowing it.
+    static func supersededKnowingly(_ remote: Clock, base: Clock) -> Bool {
+        guard base != Merger.unexported, base != .zero else { return false }
+        return remote == base || (remote.site == base.site && remote < base)
     }
 
     /// Whether this device changed a column itself (for local-wins).

@@ -72,7 +72,7 @@ struct Device {
 enum TitleResolver {
     static let resolve: ConflictResolver = { conflict in
         guard conflict.column == "title", case .text(let local) = conflict.localValue, case .text(let remote) = conflict.remoteValue else {
-            return .acceptRemote
+            return .byClock
         }
         if local.count != remote.count { return local.count > remote.count ? .keepLocal : .acceptRemote }
         return local >= remote ? .keepLocal : .acceptRemote
