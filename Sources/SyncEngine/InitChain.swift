@@ -199,12 +199,17 @@ public struct InitChain: Sendable {
 }
 
 extension SyncDatabase {
-    /// Tracks every user table that can be tracked; tables without a usable key are left out.
+    /// Tables of a database layer's own bookkeeping, never tracked by ``trackAllTrackable()`` (each device runs its
+    /// own migrations): GRDB's `grdb_migrations`.
+    static let notAppData: Set<String> = ["grdb_migrations"]
+
+    /// Tracks every user table that can be tracked; tables without a usable key are left out, and so is GRDB's
+    /// `grdb_migrations` (not with a reason: it is not app data).
     /// - Returns: the names left out, with the reason.
     @discardableResult
     public func trackAllTrackable() throws -> [String: String] {
         var skipped: [String: String] = [:]
-        let names = try locked { try userTableNames() }
+        let names = try locked { try userTableNames() }.filter { !Self.notAppData.contains($0.lowercased()) }
         for name in names {
             do { try track(tables: [name]) } catch let e as SyncEngineError { skipped[name] = e.description }
         }

@@ -10,7 +10,8 @@ public enum Tier: String, Sendable, Codable, CaseIterable {
 
 /// Settings that survive a reinstall: user id, tier, demo flag, bucket and backup rotation.
 public struct RTSyncSettings: Sendable, Codable, Equatable {
-    /// The user this device belongs to (a KSUID; empty until init).
+    /// The user this device belongs to (empty until init; else the user the database was initialized for is used).
+    /// Letters, digits, `-`, `_` and `.`, at most 128 bytes: it is the first segment of every object key.
     public var userID: String = ""
     /// The user's tier.
     public var tier: Tier = .free
@@ -129,7 +130,8 @@ public struct SyncLocation: Sendable, Equatable {
     }
 
     /// Every path named by the app. `work` is private to rtsync (lock, markers, scratch files) and should not be the
-    /// database's own folder; `media` holds `recordings/` and `images/` for media sync.
+    /// database's own folder; it becomes ``support``. `media` holds `recordings/` and `images/` for media sync; it
+    /// becomes ``documents``.
     public init(database: URL, outbox: URL, inbox: URL, quarantine: URL, backups: URL, cache: URL, work: URL, media: URL,
                 settingsFile: URL, keys: URL) {
         self.init(database: database, outbox: outbox, inbox: inbox, quarantine: quarantine, backups: backups, cache: cache,

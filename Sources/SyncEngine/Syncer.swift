@@ -5,7 +5,8 @@ import RTSQLite
 
 /// What one phase of a sync did.
 public struct SyncPhase: Sendable, Codable {
-    /// Phase name: export, upload, download, apply, media, backup.
+    /// Phase name: catch-up (only after a restore or when compaction pruned diffs this device had not applied: the newest
+    /// database in the bucket is merged first), export, upload, download, apply, media, backup.
     public var name: String
     /// Whether it completed.
     public var ok: Bool
@@ -58,7 +59,8 @@ public struct Syncer: Sendable {
     /// The user each trusted key (lower-case hex) speaks for; a signed diff whose author differs is refused.
     public var keyUsers: [String: String] = [:]
     /// Custom resolvers for column conflicts, by table (tables with the default policy), used by every apply of the
-    /// run. A resolver must decide the same way on every device (see ``ConflictResolver``).
+    /// run. A resolver must decide the same way on every device (see ``ConflictResolver``). They are installed on the
+    /// database at the start of each run, replacing one set with `SyncDatabase.setResolver(for:_:)` for the same table.
     public var resolvers: [String: ConflictResolver] = [:]
     /// Media phase, supplied by the caller (BucketClient's media sync); nil skips it.
     public var media: (@Sendable () async throws -> String)?

@@ -80,6 +80,18 @@ private struct AppDevice {
         #expect(try Connection(path: a.database.path, mode: .readOnly).rows("SELECT name FROM sqlite_schema WHERE name LIKE 'rtsync%'").isEmpty)
     }
 
+    @Test func initializeForSync_tracksTheAppsTables_butNotGRDBsMigrationsTable() throws {
+        let dir = try TemporaryDirectory()
+        let a = try AppDevice(dir, "a")
+        try a.createSchema()
+        try a.write("CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY)")
+        try a.write("INSERT INTO grdb_migrations VALUES ('v1')")
+        let db = try SyncDatabase(path: a.database.path)
+        try db.initializeForSync(userID: "user-1")
+        let tracked = try db.trackedTables().map(\.name)
+        #expect(!tracked.isEmpty && !tracked.contains("grdb_migrations"), "\(tracked)")
+    }
+
     @Test func initializeForSync_givenSiteID_isRecorded_andAnotherUserLaterIsRefused() throws {
         let dir = try TemporaryDirectory()
         let a = try AppDevice(dir, "a")
