@@ -52,6 +52,15 @@ extension SyncDatabase {
             try db.execute("INSERT OR REPLACE INTO rtsync_retired(site, retired_at, catch_up) VALUES (?, ?, 1)",
                            [.text(old), .text(ISO8601.format(Date(), fractional: true))])
         }
+        // What the old site published (its changes not yet exported were exported as its own just before) is what
+        // the new site has seen of it: the new site's edits of those values are made knowing them, not concurrently.
+        // A claim no larger than the old site's published clock is honest even where the old site lives on (a copy).
+        if !old.isEmpty {
+            try db.execute("""
+                INSERT INTO rtsync_seen(site, hlc) SELECT site_id, published_hlc FROM rtsync_site WHERE published_hlc > 0
+                ON CONFLICT(site) DO UPDATE SET hlc = max(hlc, excluded.hlc)
+                """)
+        }
         try db.execute("UPDATE rtsync_site SET site_id = ?, diff_seq = 0", [.text(id)])
         return id
     }

@@ -80,6 +80,24 @@ import Testing
         #expect(try title(b) == .text("Milk."))
     }
 
+    @Test func editAfterARestore_ofAValueTheOldSitePublished_isNotConcurrent_andWinsEverywhere() throws {
+        let box = try Sandbox("resolver-restore")
+        let a = try box.replica("A", fixture: "record-thing-demo")
+        let b = try box.replica("B", fixture: "record-thing-demo")
+        let calls = Calls()
+        for r in [a, b] { r.db.setResolver(for: "things") { ctx in calls.add(); return Self.longer(ctx) } }
+        try a.exec("UPDATE things SET title = 'Milk, eggs.' WHERE \(Self.key)")
+        b.apply(try a.exportFile())
+        // A is restored (a new site id; the old one retired), then the user shortens the title there.
+        try a.db.regenerateSiteID(afterRestore: true)
+        tick()
+        try a.exec("UPDATE things SET title = 'Milk.' WHERE \(Self.key)")
+        b.apply(try a.exportFile())
+        #expect(calls.count == 0, "B took A's edit for a concurrent one")
+        for r in [a, b] { #expect(try title(r) == .text("Milk."), "on \(r.name)") }
+        #expect(try b.conflicts(table: "things").isEmpty)
+    }
+
     @Test func byClock_decidesAsWithoutAResolver_forColumnsWithoutARule() throws {
         let box = try Sandbox("resolver-byclock")
         let a = try box.replica("A", fixture: "record-thing-demo")
