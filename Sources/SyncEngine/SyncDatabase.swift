@@ -4,7 +4,9 @@ import RTSQLite
 
 /// A device's primary SQLite database with rtsync's change tracking, export, apply and conflict log.
 ///
-/// All work goes through one connection guarded by a lock, so an instance can be shared between tasks.
+/// All work goes through one connection guarded by a lock, so an instance can be shared between tasks. The
+/// connection opens with the instance and closes when the last reference to it goes; a ``Syncer`` opens its own for
+/// each run. Your app's own connections (a GRDB pool, say) work beside it in WAL mode.
 public final class SyncDatabase: @unchecked Sendable {
     /// Path of the database file.
     public let path: String
