@@ -26,6 +26,10 @@ public enum EncryptionFormat {
     /// AES-256-GCM under a key agreed (X25519) between a sender's ephemeral key, whose public half is the salt, and the
     /// recipient's share key, which the key id names: what another user shares.
     static let algorithmShareX25519: UInt8 = 2
+    /// AES-256-GCM under a content key of the user, with the per-object key also derived from the object's
+    /// plaintext media path (`images/a.jpg`): what media sync writes under encrypted names, so an object moved to
+    /// another name fails to open.
+    static let algorithmAESGCMNamed: UInt8 = 3
     /// Header bytes before the first chunk.
     public static let headerSize = 54
     /// Plaintext bytes per chunk (the last chunk may be shorter).
@@ -64,9 +68,10 @@ public enum EncryptionFormat {
         let keyID: String
         var algorithm: UInt8 { bytes[bytes.startIndex + 9] }
 
-        /// A new header for `key` with a random salt.
-        init(key: ContentKey) {
-            self.init(algorithm: EncryptionFormat.algorithmAESGCM, keyID: key.id, salt: (0..<32).map { _ in UInt8.random(in: 0...255) })
+        /// A new header for `key` with a random salt; `named`: bound to a media path (algorithm 3).
+        init(key: ContentKey, named: Bool = false) {
+            self.init(algorithm: named ? EncryptionFormat.algorithmAESGCMNamed : EncryptionFormat.algorithmAESGCM, keyID: key.id,
+                      salt: (0..<32).map { _ in UInt8.random(in: 0...255) })
         }
 
         init(algorithm: UInt8, keyID: String, salt: [UInt8]) {
@@ -94,7 +99,7 @@ public enum EncryptionFormat {
             guard b[8] == EncryptionFormat.version else {
                 throw EncryptionError.unsupportedFormat(object: object, reason: "version \(b[8]) (this build reads version \(EncryptionFormat.version))")
             }
-            guard b[9] == EncryptionFormat.algorithmAESGCM || b[9] == EncryptionFormat.algorithmShareX25519 else {
+            guard [EncryptionFormat.algorithmAESGCM, EncryptionFormat.algorithmShareX25519, EncryptionFormat.algorithmAESGCMNamed].contains(b[9]) else {
                 throw EncryptionError.unsupportedFormat(object: object, reason: "algorithm \(b[9])")
             }
             let chunk = b[18..<22].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
@@ -117,9 +122,17 @@ public enum EncryptionFormat {
         private let key: SymmetricKey
         private let nonceBase: [UInt8]
 
-        /// The cipher for `header`, with the key it names from `keyring`.
-        /// - Throws: ``EncryptionError/unknownKey(object:keyID:)``.
-        init(header: Header, keyring: ContentKeyring, object: String) throws {
+        /// The cipher for `header`, with the key it names from `keyring`; `name` is the media path an object under an
+        /// encrypted name must be bound to (nil: the object must not be bound to a name).
+        /// - Throws: ``EncryptionError/unknownKey(object:keyID:)``, ``EncryptionError/nameBinding(object:reason:)``.
+        init(header: Header, keyring: ContentKeyring, object: String, name: String? = nil) throws {
+            let named = header.algorithm == EncryptionFormat.algorithmAESGCMNamed
+            if named && name == nil {
+                throw EncryptionError.nameBinding(object: object, reason: "it is bound to its media name; read it through media sync, or give the name")
+            }
+            if !named && name != nil {
+                throw EncryptionError.nameBinding(object: object, reason: "it is not bound to a name, where encrypted names require it (a downgrade)")
+            }
             if header.algorithm == EncryptionFormat.algorithmShareX25519 {
                 guard let share = keyring.shareKey, ContentKeyring.shareKeyID(share.publicKey) == header.keyID else {
                     throw EncryptionError.unknownKey(object: object, keyID: header.keyID)
@@ -132,13 +145,18 @@ public enum EncryptionFormat {
                 return
             }
             guard let content = keyring.key(id: header.keyID) else { throw EncryptionError.unknownKey(object: object, keyID: header.keyID) }
-            self.init(header: header, secret: content.key, object: object)
+            self.init(header: header, secret: content.key, object: object, name: name)
         }
 
-        /// The cipher of `header` whose key material is `secret` (a content key, or an agreed share secret).
-        init(header: Header, secret: SymmetricKey, object: String) {
-            let derived = HKDF<SHA256>.deriveKey(inputKeyMaterial: secret, salt: header.salt,
-                                                 info: Data("rtsync object v1".utf8), outputByteCount: 44)
+        /// The cipher of `header` whose key material is `secret` (a content key, or an agreed share secret); a
+        /// `name` goes into the key derivation (algorithm 3).
+        init(header: Header, secret: SymmetricKey, object: String, name: String? = nil) {
+            var info = Data("rtsync object v1".utf8)
+            if let name {
+                info.append(0)
+                info.append(contentsOf: Data(name.utf8))
+            }
+            let derived = HKDF<SHA256>.deriveKey(inputKeyMaterial: secret, salt: header.salt, info: info, outputByteCount: 44)
             let bytes = derived.withUnsafeBytes { [UInt8]($0) }
             self.header = header
             self.object = object
@@ -196,10 +214,10 @@ public enum EncryptionFormat {
 
     // MARK: - Whole objects in memory
 
-    /// Encrypts `plain` with the keyring's current key.
-    public static func encrypt(_ plain: Data, keyring: ContentKeyring) -> Data {
-        let header = Header(key: keyring.current)
-        let cipher = try! ChunkCipher(header: header, keyring: keyring, object: "")
+    /// Encrypts `plain` with the keyring's current key; with `name`, bound to that media path (algorithm 3).
+    public static func encrypt(_ plain: Data, keyring: ContentKeyring, name: String? = nil) -> Data {
+        let header = Header(key: keyring.current, named: name != nil)
+        let cipher = try! ChunkCipher(header: header, keyring: keyring, object: "", name: name)
         return sealed(plain, header: header, cipher: cipher)
     }
 
@@ -232,13 +250,13 @@ public enum EncryptionFormat {
         (try? Header(data, object: ""))?.algorithm == algorithmShareX25519
     }
 
-    /// Decrypts a whole encrypted object; `object` names it in errors.
+    /// Decrypts a whole encrypted object; `object` names it in errors; `name`: the media path it must be bound to.
     /// - Throws: ``EncryptionError`` for plaintext, unknown versions or keys, tampering and truncation.
-    public static func decrypt(_ data: Data, keyring: ContentKeyring, object: String) throws -> Data {
+    public static func decrypt(_ data: Data, keyring: ContentKeyring, object: String, name: String? = nil) throws -> Data {
         let header = try Header(data, object: object)
         // What another user encrypted to the share key is only taken as a file whose content is checked.
         if header.algorithm == algorithmShareX25519 { throw EncryptionError.notAShare(object: object) }
-        let cipher = try ChunkCipher(header: header, keyring: keyring, object: object)
+        let cipher = try ChunkCipher(header: header, keyring: keyring, object: object, name: name)
         var out = Data()
         out.reserveCapacity(max(0, data.count - headerSize))
         var offset = data.startIndex + headerSize
@@ -256,8 +274,8 @@ public enum EncryptionFormat {
     // MARK: - Files, chunk by chunk
 
     /// Encrypts the file at `source` into `target` one chunk at a time, returning the plaintext's SHA-256 (hex);
-    /// with `flush` the target is synced to disk before returning.
-    public static func encryptFile(_ source: URL, to target: URL, keyring: ContentKeyring, flush: Bool = true) throws -> String {
+    /// with `flush` the target is synced to disk before returning; with `name`, bound to that media path.
+    public static func encryptFile(_ source: URL, to target: URL, keyring: ContentKeyring, flush: Bool = true, name: String? = nil) throws -> String {
         guard let input = FileHandle(forReadingAtPath: source.path) else {
             throw BucketError.localIO(path: source.path, description: "cannot open for reading")
         }
@@ -267,8 +285,8 @@ public enum EncryptionFormat {
             throw BucketError.localIO(path: target.path, description: "cannot create")
         }
         defer { try? output.close() }
-        let header = Header(key: keyring.current)
-        let cipher = try ChunkCipher(header: header, keyring: keyring, object: source.path)
+        let header = Header(key: keyring.current, named: name != nil)
+        let cipher = try ChunkCipher(header: header, keyring: keyring, object: source.path, name: name)
         var hasher = SHA256()
         do {
             try output.write(contentsOf: header.bytes)
@@ -295,14 +313,14 @@ public enum EncryptionFormat {
     ///   which the caller removes.
     /// - Returns: whether the object was encrypted to the user's share key by another user (not with a content key).
     @discardableResult
-    public static func decryptFile(_ source: URL, to target: URL, keyring: ContentKeyring, object: String) throws -> Bool {
+    public static func decryptFile(_ source: URL, to target: URL, keyring: ContentKeyring, object: String, name: String? = nil) throws -> Bool {
         guard let input = FileHandle(forReadingAtPath: source.path) else {
             throw BucketError.localIO(path: source.path, description: "cannot open for reading")
         }
         defer { try? input.close() }
         let size = Int64(FileStat.of(source.path)?.size ?? 0)
         let header = try Header(try input.read(upToCount: headerSize) ?? Data(), object: object)
-        let cipher = try ChunkCipher(header: header, keyring: keyring, object: object)
+        let cipher = try ChunkCipher(header: header, keyring: keyring, object: object, name: name)
         guard FileManager.default.createFile(atPath: target.path, contents: nil), let output = FileHandle(forWritingAtPath: target.path) else {
             throw BucketError.localIO(path: target.path, description: "cannot create")
         }

@@ -92,9 +92,9 @@ extension RTSync.Keys {
     struct Encrypt: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Turn client-side encryption on for some kinds of objects, or off (premium).",
-            discussion: "Kinds: inbound (diffs), backups (backups and snapshots), recordings, images, or all. Objects already in the bucket stay as they are; new ones are encrypted. Makes a content key when the home has none.")
+            discussion: "Kinds: inbound (diffs), backups (backups and snapshots), recordings, images, or all (those four); add names (e.g. all,names) to encrypt the file names of encrypted media too. Objects already in the bucket stay as they are; new ones are encrypted. Makes a content key when the home has none.")
         @OptionGroup var options: HomeOptions
-        @Argument(help: "Comma-separated kinds (inbound,backups,recordings,images), all, or off.") var kinds: String
+        @Argument(help: "Comma-separated kinds (inbound,backups,recordings,images,names), all, or off.") var kinds: String
         func run() throws {
             let home = options.resolvedHome
             do {
