@@ -274,6 +274,15 @@ public struct EncryptingStore: ObjectStore {
             let info = try await inner.put(key: raw, data: EncryptionFormat.encrypt(bytes, keyring: keyring, name: bound(key)), ifNoneMatch: false)
             return (plain(info, key: key), Hashing.sha256Hex(bytes))
         }
+        // A local folder takes the ciphertext straight into its temporary file (one write of every byte, as a plain
+        // put's copy); there is no multipart upload to resume.
+        if let local = inner as? LocalFolderStore {
+            var sha = ""
+            let info = try local.put(key: raw) { tmp in
+                sha = try EncryptionFormat.encryptFile(fileURL, to: tmp, keyring: keyring, flush: false, name: bound(key))
+            }
+            return (plain(info, key: key), sha)
+        }
         try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
         removeAbandonedStaging(except: target)
         let sha: String

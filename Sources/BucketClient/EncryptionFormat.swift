@@ -180,10 +180,16 @@ public enum EncryptionFormat {
 
         /// Seals chunk `index` (`plain` at most one chunk long).
         func seal(_ plain: Data, index: Int64, final: Bool) -> Data {
-            let box = try! AES.GCM.seal(plain, using: key, nonce: nonce(index), authenticating: aad(index, final: final))
-            var out = box.ciphertext
-            out.append(box.tag)
+            var out = Data()
+            seal(plain, index: index, final: final, into: &out)
             return out
+        }
+
+        /// Seals chunk `index` and appends it (ciphertext, then tag) to `out`.
+        func seal(_ plain: Data, index: Int64, final: Bool, into out: inout Data) {
+            let box = try! AES.GCM.seal(plain, using: key, nonce: nonce(index), authenticating: aad(index, final: final))
+            out.append(box.ciphertext)
+            out.append(box.tag)
         }
 
         /// Opens sealed chunk `index`; for the last chunk, tells truncation (it was sealed as not final) from tampering.
@@ -240,7 +246,7 @@ public enum EncryptionFormat {
         for i in 0..<n {
             let start = plain.startIndex + Int(i) * chunkSize
             let end = min(start + chunkSize, plain.endIndex)
-            out.append(cipher.seal(plain[start..<end], index: i, final: i == n - 1))
+            cipher.seal(plain[start..<end], index: i, final: i == n - 1, into: &out)
         }
         return out
     }
@@ -291,12 +297,25 @@ public enum EncryptionFormat {
         do {
             try output.write(contentsOf: header.bytes)
             let n = chunkCount(plaintextSize: size)
-            for i in 0..<n {
-                let want = Int(min(Int64(chunkSize), size - i * Int64(chunkSize)))
+            // Read and written a batch of chunks (1 MiB) at a time: 16 times fewer system calls than chunk by chunk.
+            let batch: Int64 = 16
+            var out = Data()
+            out.reserveCapacity(Int(batch) * sealedChunkSize)
+            var first: Int64 = 0
+            while first < n {
+                let count = min(batch, n - first)
+                let want = Int(min(count * Int64(chunkSize), size - first * Int64(chunkSize)))
                 let plain = want > 0 ? (try input.read(upToCount: want) ?? Data()) : Data()
                 guard plain.count == want else { throw BucketError.localIO(path: source.path, description: "the file changed while it was being encrypted") }
                 hasher.update(data: plain)
-                try output.write(contentsOf: cipher.seal(plain, index: i, final: i == n - 1))
+                out.removeAll(keepingCapacity: true)
+                for k in 0..<count {
+                    let start = plain.startIndex + Int(k) * chunkSize
+                    let i = first + k
+                    cipher.seal(plain[start..<min(start + chunkSize, plain.endIndex)], index: i, final: i == n - 1, into: &out)
+                }
+                try output.write(contentsOf: out)
+                first += count
             }
             if let more = try input.read(upToCount: 1), !more.isEmpty {
                 throw BucketError.localIO(path: source.path, description: "the file changed while it was being encrypted")

@@ -121,6 +121,19 @@ import Testing
         try Data(contentsOf: enc).prefix(EncryptionFormat.headerSize + 2 * (chunk + 16)).write(to: enc)
         #expect(throws: EncryptionError.truncated(object: "o")) { try EncryptionFormat.decryptFile(enc, to: out, keyring: keyring, object: "o") }
     }
+
+    @Test func files_aroundTheOneMiBReadBatch_encryptLikeMemory() throws {
+        let dir = try makeTemporaryFolder()
+        for size in [0, 16 * chunk - 1, 16 * chunk, 16 * chunk + 1, 33 * chunk + 5] {
+            let plain = randomBytes(size)
+            let src = dir.appendingPathComponent("b.bin"), enc = dir.appendingPathComponent("b.enc")
+            try plain.write(to: src)
+            #expect(try EncryptionFormat.encryptFile(src, to: enc, keyring: keyring) == Hashing.sha256Hex(plain))
+            let sealed = try Data(contentsOf: enc)
+            #expect(Int64(sealed.count) == EncryptionFormat.ciphertextSize(plaintextSize: Int64(size)))
+            #expect(try EncryptionFormat.decrypt(sealed, keyring: keyring, object: "o") == plain, "size \(size)")
+        }
+    }
 }
 
 @Suite struct ContentKeyringTests {
@@ -328,6 +341,31 @@ import Testing
 }
 
 extension EncryptingStoreTests {
+    /// Into a local folder a large file is encrypted straight into the folder's temporary file: no staging file, the
+    /// object decrypts to the file; a put that cannot land leaves no temporary file behind.
+    @Test func localFolder_largeFile_isEncryptedStraightIntoTheFolder_withoutAStagingFile() async throws {
+        let root = try makeTemporaryFolder()
+        let inner = try LocalFolderStore(root: root)
+        var (store, dir) = try wrap(inner)
+        store.inMemoryLimit = 0
+        let media = randomBytes(40 * EncryptionFormat.chunkSize + 3)
+        let file = dir.appendingPathComponent("big.mov")
+        try media.write(to: file)
+        let (info, sha) = try await store.putReturningSHA256(key: "u/recordings/big.mov", fileURL: file)
+        #expect(info.size == Int64(media.count) && sha == Hashing.sha256Hex(media))
+        #expect(!FileManager.default.fileExists(atPath: store.staging.path))
+        let raw = try await inner.get(key: "u/recordings/big.mov")
+        #expect(raw.prefix(8) == Data(EncryptionFormat.magic) && raw.range(of: media.subdata(in: 1000..<1064)) == nil)
+        #expect(try await store.get(key: "u/recordings/big.mov") == media)
+        // A folder where the object would go: refused, and nothing is left in the bucket's folder.
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("u/recordings/dir.mov"), withIntermediateDirectories: true)
+        await #expect(throws: BucketError.self) { try await store.put(key: "u/recordings/dir.mov", fileURL: file) }
+        // The source gone mid-way is a local I/O error, and no temporary file stays.
+        await #expect(throws: BucketError.self) { try await store.put(key: "u/recordings/gone.mov", fileURL: dir.appendingPathComponent("missing.mov")) }
+        let left = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("u/recordings").path).sorted()
+        #expect(left == ["big.mov", "dir.mov"])
+    }
+
     /// A multipart upload of a large encrypted file stopped after two parts resumes in the next process: the staging
     /// file and the S3 resume state survive, no part is sent twice, and the object decrypts to the file.
     @Test func interruptedEncryptedMultipartUpload_resumesWithoutReuploadingParts() async throws {
