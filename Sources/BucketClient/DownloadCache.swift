@@ -90,6 +90,18 @@ public actor DownloadCache {
         index.entries[url.absoluteString].map { folder.appendingPathComponent($0.fileName) }
     }
 
+    /// Fetches an object encrypted with the user's content keys (``EncryptionFormat``) at `url` into the cache as it
+    /// is, ciphertext (revalidated like any fetch), and returns the plaintext of `range` (nil: all of it), opening
+    /// only the header and the chunks that hold the range. The cache keeps ciphertext only: plaintext exists in
+    /// memory, never in the cache folder. `name` is the media path an object under an encrypted name is bound to.
+    /// - Throws: ``BucketError`` as ``fetch(_:)``; ``EncryptionError`` naming the URL for a wrong key, a tampered,
+    ///   truncated or plaintext object in the chunks read.
+    public func decrypted(_ url: URL, range: ByteRange? = nil, keyring: ContentKeyring, name: String? = nil) async throws -> (result: Result, plaintext: Data) {
+        let result = try await fetch(url)
+        let plain = try EncryptionFormat.decrypt(file: result.fileURL, range: range, keyring: keyring, object: url.absoluteString, name: name)
+        return (result, plain)
+    }
+
     /// Fetches `url` into the cache (revalidating a cached copy) and returns where it is.
     /// - Throws: ``BucketError`` when it cannot be fetched and nothing is cached.
     public func fetch(_ url: URL) async throws -> Result {

@@ -135,27 +135,7 @@ public struct EncryptingStore: ObjectStore {
         let cipher = try EncryptionFormat.ChunkCipher(header: header, keyring: keyring, object: key, name: bound(key))
         let span = EncryptionFormat.chunkSpan(plainStart: range.start, plainEnd: range.end)
         let body = try await inner.get(key: raw, range: span.range, ifMatch: ifMatch)
-        var plain = Data()
-        var offset = body.startIndex
-        var index = span.first
-        var sawFinal = false
-        while offset < body.endIndex {
-            if sawFinal { throw EncryptionError.malformed(object: key, reason: "bytes after the final chunk") }
-            let end = min(offset + EncryptionFormat.sealedChunkSize, body.endIndex)
-            let (chunk, final) = try cipher.openEither(body[offset..<end], index: index)
-            plain.append(chunk)
-            sawFinal = final
-            offset = end
-            index += 1
-        }
-        // Read to the end (or past it) without meeting the final chunk: the object was cut short.
-        let wantedPastEnd = span.last.map { index <= $0 } ?? true
-        if wantedPastEnd && !sawFinal { throw EncryptionError.truncated(object: key) }
-        let skip = Int(range.start - span.first * Int64(EncryptionFormat.chunkSize))
-        guard skip <= plain.count else { return Data() }
-        let from = plain.startIndex + skip
-        let to = range.end.map { min(plain.endIndex, from + Int($0 - range.start) + 1) } ?? plain.endIndex
-        return Data(plain[from..<to])
+        return try EncryptionFormat.openSpan(body, span: span, range: range, cipher: cipher)
     }
 
     private func stagingURL(for key: String, suffix: String) -> URL {

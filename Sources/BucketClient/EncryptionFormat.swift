@@ -359,6 +359,71 @@ public enum EncryptionFormat {
 
     // MARK: - Ranges
 
+    /// The plaintext bytes `range` asks for out of `body`, the sealed chunks of `span` (as far as the object has them).
+    /// - Throws: ``EncryptionError`` for a chunk that fails, bytes after the final chunk, or an object cut short.
+    static func openSpan(_ body: Data, span: (first: Int64, last: Int64?, range: ByteRange), range: ByteRange, cipher: ChunkCipher) throws -> Data {
+        var plain = Data()
+        var offset = body.startIndex
+        var index = span.first
+        var sawFinal = false
+        while offset < body.endIndex {
+            if sawFinal { throw EncryptionError.malformed(object: cipher.object, reason: "bytes after the final chunk") }
+            let end = min(offset + sealedChunkSize, body.endIndex)
+            let (chunk, final) = try cipher.openEither(body[offset..<end], index: index)
+            plain.append(chunk)
+            sawFinal = final
+            offset = end
+            index += 1
+        }
+        // Read to the end (or past it) without meeting the final chunk: the object was cut short.
+        let wantedPastEnd = span.last.map { index <= $0 } ?? true
+        if wantedPastEnd && !sawFinal { throw EncryptionError.truncated(object: cipher.object) }
+        let skip = Int(range.start - span.first * Int64(chunkSize))
+        guard skip <= plain.count else { return Data() }
+        let from = plain.startIndex + skip
+        let to = range.end.map { min(plain.endIndex, from + Int($0 - range.start) + 1) } ?? plain.endIndex
+        return Data(plain[from..<to])
+    }
+
+    /// The plaintext of `range` (nil: all) of the encrypted file at `file`, reading and opening only the header and
+    /// the chunks that hold the range; `object` names it in errors, `name` is the media path it is bound to, if any.
+    /// - Throws: ``EncryptionError`` as ``decrypt(_:keyring:object:name:)`` for the chunks read;
+    ///   ``BucketError/localIO(path:description:)`` when the file cannot be read.
+    public static func decrypt(file: URL, range: ByteRange?, keyring: ContentKeyring, object: String, name: String? = nil) throws -> Data {
+        guard let input = FileHandle(forReadingAtPath: file.path) else {
+            throw BucketError.localIO(path: file.path, description: "cannot open for reading")
+        }
+        defer { try? input.close() }
+        do {
+            let header = try Header(try input.read(upToCount: headerSize) ?? Data(), object: object)
+            if header.algorithm == algorithmShareX25519 { throw EncryptionError.notAShare(object: object) }
+            let cipher = try ChunkCipher(header: header, keyring: keyring, object: object, name: name)
+            let wanted = range ?? ByteRange(start: 0)
+            let span = chunkSpan(plainStart: wanted.start, plainEnd: wanted.end)
+            try input.seek(toOffset: UInt64(span.range.start))
+            let body: Data
+            if let end = span.range.end {
+                body = try input.read(upToCount: Int(end - span.range.start + 1)) ?? Data()
+            } else {
+                body = try input.readToEnd() ?? Data()
+            }
+            if body.isEmpty && span.first > 0 {
+                // A range past the end: empty when the object's last chunk is its final one, else it was cut short.
+                let size = try input.seekToEnd()
+                guard let plainSize = plaintextSize(ciphertextSize: Int64(size)) else {
+                    throw EncryptionError.malformed(object: object, reason: "no encrypted object has \(size) bytes")
+                }
+                let last = chunkCount(plaintextSize: plainSize) - 1
+                try input.seek(toOffset: UInt64(chunkOffset(last)))
+                guard try cipher.openEither(try input.readToEnd() ?? Data(), index: last).1 else { throw EncryptionError.truncated(object: object) }
+                return Data()
+            }
+            return try openSpan(body, span: span, range: wanted, cipher: cipher)
+        } catch let e as EncryptionError { throw e } catch {
+            throw BucketError.localIO(path: file.path, description: error.localizedDescription)
+        }
+    }
+
     /// The chunks holding plaintext bytes `start...end` (end nil: to the end) and the object bytes they occupy.
     static func chunkSpan(plainStart start: Int64, plainEnd end: Int64?) -> (first: Int64, last: Int64?, range: ByteRange) {
         let first = start / Int64(chunkSize)
