@@ -43,10 +43,11 @@ public struct EncryptingStore: ObjectStore {
     /// Whether the object under `key` is encrypted.
     public func encrypts(_ key: String) -> Bool { prefixes.contains { key.hasPrefix($0) } }
 
-    /// The share key of the user whose inbound folder `key` is in, when known.
+    /// The share key of the user whose inbound folder (a shared diff) or media folder (shared media: `share
+    /// --with-media` puts the rows' files into the recipient's `recordings/` and `images/`) `key` is in, when known.
     func recipient(of key: String) -> Curve25519.KeyAgreement.PublicKey? {
         let parts = key.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[1] == "inbound" else { return nil }
+        guard parts.count >= 3, (parts.count == 3 && parts[1] == "inbound") || parts[1] == "recordings" || parts[1] == "images" else { return nil }
         return recipients[String(parts[0])]
     }
 
@@ -164,6 +165,27 @@ public struct EncryptingStore: ObjectStore {
         try LocalFiles.moveAtomically(temp, to: fileURL)
     }
 
+    /// On a kind this store does not encrypt: a downloaded media file that another user encrypted to this user's share
+    /// key (shared media) is decrypted in place when ``acceptShared`` takes it; any other object encrypted to the share
+    /// key is removed and refused. Everything else is left as it is.
+    /// - Throws: ``EncryptionError`` naming the object.
+    private func openSharedMedia(key: String, at fileURL: URL) throws {
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count >= 3, parts[1] == "recordings" || parts[1] == "images",
+              let handle = FileHandle(forReadingAtPath: fileURL.path) else { return }
+        let head = (try? handle.read(upToCount: EncryptionFormat.headerSize)) ?? Data()
+        try? handle.close()
+        guard EncryptionFormat.isSharedObject(head) else { return }
+        let cipherFile = stagingURL(for: key, suffix: ".shared")
+        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        try? FileManager.default.removeItem(at: cipherFile)
+        do { try FileManager.default.moveItem(at: fileURL, to: cipherFile) } catch {
+            throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+        }
+        defer { try? FileManager.default.removeItem(at: cipherFile) }
+        try install(cipherFile, key: key, to: fileURL)
+    }
+
     /// Downloads and decrypts an object into `fileURL` (see ``download(key:to:expecting:)``).
     @discardableResult
     public func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
@@ -177,7 +199,11 @@ public struct EncryptingStore: ObjectStore {
         let raw = try bucketKey(key)
         var rawListed = listed
         rawListed?.key = raw
-        guard encrypts(key) else { return plain(try await inner.download(key: raw, to: fileURL, expecting: rawListed), key: key) }
+        guard encrypts(key) else {
+            let info = try await inner.download(key: raw, to: fileURL, expecting: rawListed)
+            try openSharedMedia(key: key, at: fileURL)
+            return plain(info, key: key)
+        }
         try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
         // The ciphertext lands in staging (resumable there), checked against the listed size as ciphertext.
         let cipherFile = stagingURL(for: key, suffix: ".download")
@@ -231,12 +257,21 @@ public struct EncryptingStore: ObjectStore {
     /// Encrypts and stores a file (in memory up to ``inMemoryLimit``, else through a resumable staging file) and
     /// returns the SHA-256 of its plaintext.
     public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
-        if !encrypts(key), recipient(of: key) != nil {
-            let bytes: Data
-            do { bytes = try Data(contentsOf: fileURL) } catch {
-                throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+        if !encrypts(key), let recipient = recipient(of: key) {
+            guard let st = FileStat.of(fileURL.path) else { throw BucketError.localIO(path: fileURL.path, description: "no such file") }
+            if st.size <= Int64(inMemoryLimit) {
+                let bytes: Data
+                do { bytes = try Data(contentsOf: fileURL) } catch {
+                    throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+                }
+                return (try await put(key: key, data: bytes, ifNoneMatch: false), Hashing.sha256Hex(bytes))
             }
-            return (try await put(key: key, data: bytes, ifNoneMatch: false), Hashing.sha256Hex(bytes))
+            // Large shared media: encrypted to the recipient chunk by chunk into a staging file, then uploaded.
+            try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+            let temp = LocalFiles.temporaryURL(beside: staging.appendingPathComponent("share"))
+            defer { try? FileManager.default.removeItem(at: temp) }
+            let sha = try EncryptionFormat.encryptFile(fileURL, to: temp, recipient: recipient, flush: false)
+            return (plain(try await inner.put(key: key, fileURL: temp)), sha)
         }
         let raw = try bucketKey(key)
         guard encrypts(key) else {

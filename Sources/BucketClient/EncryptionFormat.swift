@@ -282,6 +282,21 @@ public enum EncryptionFormat {
     /// Encrypts the file at `source` into `target` one chunk at a time, returning the plaintext's SHA-256 (hex);
     /// with `flush` the target is synced to disk before returning; with `name`, bound to that media path.
     public static func encryptFile(_ source: URL, to target: URL, keyring: ContentKeyring, flush: Bool = true, name: String? = nil) throws -> String {
+        let header = Header(key: keyring.current, named: name != nil)
+        return try encryptFile(source, to: target, header: header, cipher: try ChunkCipher(header: header, keyring: keyring, object: source.path, name: name), flush: flush)
+    }
+
+    /// Encrypts the file at `source` into `target` to another user's share key (as ``encrypt(_:to:)``), one batch of
+    /// chunks at a time, returning the plaintext's SHA-256 (hex).
+    public static func encryptFile(_ source: URL, to target: URL, recipient: Curve25519.KeyAgreement.PublicKey, flush: Bool = true) throws -> String {
+        let ephemeral = Curve25519.KeyAgreement.PrivateKey()
+        let header = Header(algorithm: algorithmShareX25519, keyID: ContentKeyring.shareKeyID(recipient), salt: Array(ephemeral.publicKey.rawRepresentation))
+        let secret = try ephemeral.sharedSecretFromKeyAgreement(with: recipient)
+        let cipher = ChunkCipher(header: header, secret: secret.withUnsafeBytes { SymmetricKey(data: Data($0)) }, object: source.path)
+        return try encryptFile(source, to: target, header: header, cipher: cipher, flush: flush)
+    }
+
+    static func encryptFile(_ source: URL, to target: URL, header: Header, cipher: ChunkCipher, flush: Bool) throws -> String {
         guard let input = FileHandle(forReadingAtPath: source.path) else {
             throw BucketError.localIO(path: source.path, description: "cannot open for reading")
         }
@@ -291,8 +306,6 @@ public enum EncryptionFormat {
             throw BucketError.localIO(path: target.path, description: "cannot create")
         }
         defer { try? output.close() }
-        let header = Header(key: keyring.current, named: name != nil)
-        let cipher = try ChunkCipher(header: header, keyring: keyring, object: source.path, name: name)
         var hasher = SHA256()
         do {
             try output.write(contentsOf: header.bytes)

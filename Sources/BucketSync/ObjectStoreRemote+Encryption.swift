@@ -80,9 +80,11 @@ extension RTSyncHome {
             wrapped.names = EncryptedNames(user: settings.userID, kinds: namedKinds, keyring: keyring)
         }
         let user = settings.userID
-        // Anyone may encrypt to the share key: only a share or request diff by another user in our inbound is taken.
+        // Anyone may encrypt to the share key: only a share or request diff by another user in our inbound is taken,
+        // and media in our media folders (what `share --with-media` sends; their names are never encrypted).
         wrapped.acceptShared = { key, file in
-            key.hasPrefix(Syncer.inboundPrefix(user: user)) && ObjectStoreRemote.isShareFromAnotherUser(file, user: user)
+            if key.hasPrefix("\(user)/recordings/") || key.hasPrefix("\(user)/images/") { return true }
+            return key.hasPrefix(Syncer.inboundPrefix(user: user)) && ObjectStoreRemote.isShareFromAnotherUser(file, user: user)
         }
         return wrapped
     }

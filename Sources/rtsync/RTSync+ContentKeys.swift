@@ -209,7 +209,7 @@ extension RTSync.Keys {
     struct AddRecipient: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Encrypt what this home shares with USER to USER's share key (as `rtsync keys share-key` prints it there).",
-            discussion: "Applies to share and request diffs sent with `rtsync share` / `rtsync request` while this home has encryption on; media sent with --with-media stays plaintext.")
+            discussion: "Applies to share and request diffs sent with `rtsync share` / `rtsync request` while this home has encryption on; media sent with --with-media is encrypted to the same key.")
         @OptionGroup var options: HomeOptions
         @Argument(help: "The recipient's user id.") var user: String
         @Argument(help: "The recipient's share key: 64 hex characters.") var publicKey: String

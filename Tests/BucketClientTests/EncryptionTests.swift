@@ -435,3 +435,68 @@ extension EncryptingStoreTests {
         #expect(back.shareKey?.rawRepresentation == ring.shareKey?.rawRepresentation)
     }
 }
+
+/// Media shared to another user (`share --with-media`) is encrypted to the recipient's share key: only the
+/// recipient's devices read it, whether or not they encrypt that kind themselves.
+@Suite struct SharedMediaEncryptionTests {
+    let sender = ContentKeyring.generate()
+    let recipient = ContentKeyring.generate()
+
+    func store(_ inner: any ObjectStore, ring: ContentKeyring, prefixes: [String], accept: Bool) throws -> EncryptingStore {
+        let dir = try makeTemporaryFolder()
+        var s = EncryptingStore(inner: inner, keyring: ring, prefixes: prefixes, staging: dir.appendingPathComponent("staging"),
+                                rejected: dir.appendingPathComponent("quarantine"))
+        if accept { s.acceptShared = { key, _ in key.hasPrefix("b/recordings/") || key.hasPrefix("b/images/") } }
+        return s
+    }
+
+    func exercise(_ inner: any ObjectStore) async throws {
+        var a = try store(inner, ring: sender, prefixes: ["a/inbound/", "a/recordings/", "a/images/"], accept: false)
+        a.recipients = ["b": try #require(recipient.shareKey).publicKey]
+        a.inMemoryLimit = 100_000  // the large file goes through the chunked file path
+        let dir = try makeTemporaryFolder()
+        let small = randomBytes(5000), large = randomBytes(3 * EncryptionFormat.chunkSize + 17)
+        try small.write(to: dir.appendingPathComponent("s.jpg"))
+        try large.write(to: dir.appendingPathComponent("l.m4a"))
+        let (_, sha) = try await a.putReturningSHA256(key: "b/images/s.jpg", fileURL: dir.appendingPathComponent("s.jpg"))
+        #expect(sha == Hashing.sha256Hex(small))
+        let (_, shaLarge) = try await a.putReturningSHA256(key: "b/recordings/l.m4a", fileURL: dir.appendingPathComponent("l.m4a"))
+        #expect(shaLarge == Hashing.sha256Hex(large))
+        // The bucket holds ciphertext to the recipient's share key; listings give plaintext sizes.
+        for (key, plain) in [("b/images/s.jpg", small), ("b/recordings/l.m4a", large)] {
+            let raw = try await inner.get(key: key)
+            #expect(EncryptionFormat.isSharedObject(raw))
+            #expect(raw.range(of: plain.subdata(in: 100..<164)) == nil)
+        }
+
+        // The recipient reads both, whether its store encrypts media or only diffs.
+        for prefixes in [["b/inbound/", "b/recordings/", "b/images/"], ["b/inbound/"]] {
+            let b = try store(inner, ring: recipient, prefixes: prefixes, accept: true)
+            for (key, plain) in [("b/images/s.jpg", small), ("b/recordings/l.m4a", large)] {
+                let out = dir.appendingPathComponent("out-\(prefixes.count)-" + (key as NSString).lastPathComponent)
+                try await b.download(key: key, to: out)
+                #expect(try Data(contentsOf: out) == plain, "\(key) with \(prefixes)")
+            }
+        }
+        // A recipient store that does not accept shared media installs nothing; another user cannot read it.
+        let refusing = try store(inner, ring: recipient, prefixes: ["b/recordings/"], accept: false)
+        let target = dir.appendingPathComponent("refused.m4a")
+        await #expect(throws: EncryptionError.notAShare(object: "b/recordings/l.m4a")) { try await refusing.download(key: "b/recordings/l.m4a", to: target) }
+        #expect(!FileManager.default.fileExists(atPath: target.path))
+        let stranger = try store(inner, ring: ContentKeyring.generate(), prefixes: ["b/images/"], accept: true)
+        await #expect(throws: EncryptionError.self) { try await stranger.download(key: "b/images/s.jpg", to: dir.appendingPathComponent("x.jpg")) }
+        #expect(!FileManager.default.fileExists(atPath: dir.appendingPathComponent("x.jpg").path))
+        // The sender's own media stays under its own content key.
+        try await a.put(key: "a/images/own.jpg", data: small)
+        #expect(!EncryptionFormat.isSharedObject(try await inner.get(key: "a/images/own.jpg")))
+    }
+
+    @Test func localFolder_sharedMedia_isReadableByTheRecipientOnly() async throws {
+        try await exercise(try LocalFolderStore(root: try makeTemporaryFolder()))
+    }
+
+    @Test func s3_sharedMedia_isReadableByTheRecipientOnly() async throws {
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
+        try await exercise(moto.store())
+    }
+}

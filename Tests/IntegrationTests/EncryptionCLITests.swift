@@ -387,6 +387,43 @@ struct EncryptionCLITests {
         #expect(try ltScalar(RTSyncHome(root: h2b).database, "SELECT title FROM things WHERE id = '2siEySuKO1wK4XiJHWQ0YxhLx33'")?.string == "own")
     }
 
+    /// `share --with-media` to a recipient whose share key is recorded: the rows' image goes up encrypted to that key
+    /// (no plaintext in the bucket), and the recipient's media sync installs the plaintext; a third user's media sync
+    /// is not involved (it is in the recipient's folder), and the sender's own media stays under its content key.
+    @Test func shareWithMedia_toARecipientsShareKey_encryptsTheMediaToIt_andTheRecipientReadsIt() async throws {
+        let dir = try TemporaryDirectory()
+        let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        for home in [h1, h2] {
+            try #require(try await ltRTSync(["init", "--home", home.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+        }
+        try #require(try await ltRTSync(["keys", "encrypt", "all", "--home", h1.path]).status == 0)
+        // The recipient encrypts diffs only: shared media still opens there.
+        try #require(try await ltRTSync(["keys", "encrypt", "inbound", "--home", h2.path]).status == 0)
+        let user2 = try RTSyncHome(root: h2).loadSettings().userID
+        let shareKey = try await ltRTSync(["keys", "share-key", "--home", h2.path])
+        try #require(shareKey.status == 0, "\(shareKey.stderr)")
+        try #require(try await ltRTSync(["keys", "add-recipient", user2, shareKey.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "--home", h1.path]).status == 0)
+        let image = h1.appendingPathComponent("documents/images/laptop.png")
+        try FileManager.default.createDirectory(at: image.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let bytes = Data("png bytes only user2 may read ".utf8) + Data((0..<70_000).map { _ in UInt8.random(in: 0...255) })
+        try bytes.write(to: image)
+
+        let shared = try await ltRTSync(["share", "--home", h1.path, "--to", user2, "--table", "evidence", "--where", "local_file IS NOT NULL", "--with-media"])
+        try #require(shared.status == 0, "\(shared.stderr)")
+        let uploaded = try Data(contentsOf: bucket.appendingPathComponent("\(user2)/images/laptop.png"))
+        #expect(EncryptionFormat.isSharedObject(uploaded))
+        #expect(uploaded.range(of: Data("png bytes only".utf8)) == nil)
+
+        let pulled = try await ltRTSync(["media", "sync", "--home", h2.path, "--pull"])
+        #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
+        #expect(try Data(contentsOf: h2.appendingPathComponent("documents/images/laptop.png")) == bytes)
+        // The next two-way media sync is idle: the shared object is not taken for a changed file and sent back.
+        let again = try await ltRTSync(["media", "sync", "--home", h2.path])
+        #expect(again.status == 0, "\(again.stdout) \(again.stderr)")
+        #expect(try Data(contentsOf: bucket.appendingPathComponent("\(user2)/images/laptop.png")) == uploaded)
+    }
+
     /// Joining with a key file that is not the user's: init fails naming an object the key does not open, and leaves
     /// the new home as it was (no database, no key, no settings change) instead of falling back to demo data.
     @Test func joiningWithTheWrongKeyFile_failsClearly_andChangesNothing() async throws {
