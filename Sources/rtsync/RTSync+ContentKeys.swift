@@ -176,12 +176,14 @@ extension RTSync.Keys {
         @OptionGroup var options: HomeOptions
         @Argument(help: "The encrypted file.") var input: String
         @Argument(help: "Where to write the plaintext.") var output: String
+        @Option(help: ArgumentHelp("The media path an object under an encrypted name is bound to (e.g. images/a.jpg).", valueName: "path"))
+        var name: String?
         func run() throws {
             let ring = try requireKeyring(options.resolvedHome)
             let target = URL(fileURLWithPath: output)
             let temp = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).\(UUID().uuidString).tmp")
             do {
-                try EncryptionFormat.decryptFile(URL(fileURLWithPath: input), to: temp, keyring: ring, object: input)
+                try EncryptionFormat.decryptFile(URL(fileURLWithPath: input), to: temp, keyring: ring, object: input, name: name)
                 if FileManager.default.fileExists(atPath: target.path) { try FileManager.default.removeItem(at: target) }
                 try FileManager.default.moveItem(at: temp, to: target)
                 print("decrypted \(input) -> \(output)")

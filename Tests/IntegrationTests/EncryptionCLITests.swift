@@ -424,6 +424,36 @@ struct EncryptionCLITests {
         #expect(try Data(contentsOf: bucket.appendingPathComponent("\(user2)/images/laptop.png")) == uploaded)
     }
 
+    /// `keys encrypt all,names`: media names in the bucket are encrypted (no plaintext folder or file name under
+    /// recordings/), a second device that joins with the key file (which carries the kinds) pulls the files under
+    /// their names, and `names` without a media kind is refused.
+    @Test func encryptedNames_throughTheCLI_hideMediaNames_andASecondDevicePullsThem() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+        let refused = try await ltRTSync(["keys", "encrypt", "inbound,names", "--home", a.path])
+        #expect(refused.status == 1 && refused.stderr.contains("add recordings or images"), "\(refused.stderr)")
+        try #require(try await ltRTSync(["keys", "encrypt", "all,names", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        let file = a.appendingPathComponent("documents/recordings/2025/memo one.m4a")
+        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let bytes = Data((0..<50_000).map { _ in UInt8.random(in: 0...255) })
+        try bytes.write(to: file)
+        let pushed = try await ltRTSync(["sync", "--home", a.path, "--media"])
+        #expect(pushed.status == 0, "\(pushed.stdout) \(pushed.stderr)")
+        let stored = (FileManager.default.enumerator(atPath: bucket.appendingPathComponent("\(user)/recordings").path)?.allObjects as? [String] ?? [])
+        #expect(stored.count == 2, "\(stored)")  // one folder, one file
+        #expect(stored.allSatisfy { !$0.contains("2025") && !$0.contains("memo") && !$0.contains(".m4a") }, "\(stored)")
+
+        let keyFile = dir.url.appendingPathComponent("k.json")
+        try #require(try await ltRTSync(["keys", "export", keyFile.path, "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["init", "--home", b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user, "--key-file", keyFile.path]).status == 0)
+        let pulled = try await ltRTSync(["sync", "--home", b.path, "--media"])
+        #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
+        #expect(try Data(contentsOf: b.appendingPathComponent("documents/recordings/2025/memo one.m4a")) == bytes)
+    }
+
     /// Joining with a key file that is not the user's: init fails naming an object the key does not open, and leaves
     /// the new home as it was (no database, no key, no settings change) instead of falling back to demo data.
     @Test func joiningWithTheWrongKeyFile_failsClearly_andChangesNothing() async throws {
