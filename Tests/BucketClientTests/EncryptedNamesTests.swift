@@ -201,3 +201,33 @@ import Testing
         #expect(try EncryptionFormat.decrypt(bound, keyring: keyring, object: "x", name: "images/a.jpg") == Data("bound".utf8))
     }
 }
+
+/// Listings of encrypted names that span several pages of the wrapped store.
+@Suite struct EncryptedNamesListingTests {
+    let keyring = ContentKeyring.generate()
+
+    @Test func severalFoldersOverManySmallPages_listInPlaintextOrder_withoutAnOrderError() async throws {
+        let base = try LocalFolderStore(root: try makeTemporaryFolder())
+        let inner = SmallPageStore(base: base, pageSize: 3)
+        var store = EncryptingStore(inner: inner, keyring: keyring, prefixes: ["u/recordings/", "u/images/", "u/trash/"],
+                                    staging: try makeTemporaryFolder())
+        store.names = EncryptedNames(user: "u", kinds: ["recordings", "images"], keyring: keyring)
+        var keys: [String] = []
+        for i in 0..<12 {
+            keys.append("u/images/img \(i).jpg")
+            keys.append("u/recordings/\(i % 3)/rec \(i).m4a")
+        }
+        for key in keys { try await store.put(key: key, data: Data(key.utf8)) }
+        try await store.put(key: "u/inbound/x.sqlite", data: Data("between the folders".utf8))
+        let sorted = keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+
+        let both = try await store.listFolders(["u/images/", "u/recordings/"])
+        #expect(both.map(\.key) == sorted)
+        #expect(try await store.listFolders(["u/recordings/1/"]).map(\.key) == sorted.filter { $0.hasPrefix("u/recordings/1/") })
+        #expect(try await store.listAll(prefix: "u/images/img 1").map(\.key) == ["u/images/img 1.jpg", "u/images/img 10.jpg", "u/images/img 11.jpg"])
+        #expect(try await store.listAll(prefix: "u/images/", startAfter: "u/images/img 5.jpg").map(\.key)
+                == sorted.filter { $0.hasPrefix("u/images/") && "u/images/img 5.jpg".utf8.lexicographicallyPrecedes($0.utf8) })
+        // A wider listing pages through the wrapped store and decrypts every name.
+        #expect(Set(try await store.listAll(prefix: "u/").map(\.key)) == Set(keys + ["u/inbound/x.sqlite"]))
+    }
+}
