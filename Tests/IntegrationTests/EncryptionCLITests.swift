@@ -454,6 +454,36 @@ struct EncryptionCLITests {
         #expect(try Data(contentsOf: b.appendingPathComponent("documents/recordings/2025/memo one.m4a")) == bytes)
     }
 
+    /// `media fetch --decrypt-to`: the cache keeps the ciphertext, the plaintext of the asked range goes to the file;
+    /// another home's keys fail clearly and write nothing.
+    @Test func mediaFetchDecryptTo_writesThePlaintextRange_andCachesOnlyCiphertext() async throws {
+        let dir = try TemporaryDirectory()
+        let h = dir.url.appendingPathComponent("H"), other = dir.url.appendingPathComponent("O")
+        for home in [h, other] {
+            try #require(try await ltRTSync(["init", "--home", home.path, "--tier", "premium"]).status == 0)
+            try #require(try await ltRTSync(["keys", "create", "--home", home.path]).status == 0)
+        }
+        let ring = try #require(try RTSyncHome(root: h).contentKeyring())
+        let plain = Data("recording bytes ".utf8) + Data((0..<200_000).map { _ in UInt8.random(in: 0...255) })
+        let source = dir.url.appendingPathComponent("served.m4a")
+        try EncryptionFormat.encrypt(plain, keyring: ring).write(to: source)
+        let cache = dir.url.appendingPathComponent("cache"), out = dir.url.appendingPathComponent("out.bin")
+        let r = try await ltRTSync(["media", "fetch", source.absoluteString, "--cache", cache.path, "--decrypt-to", out.path,
+                                    "--home", h.path, "--range", "70000-70009"])
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        #expect(try Data(contentsOf: out) == plain.subdata(in: 70000..<70010))
+        let whole = try await ltRTSync(["media", "fetch", source.absoluteString, "--cache", cache.path, "--decrypt-to", out.path, "--home", h.path])
+        #expect(whole.status == 0, "\(whole.stderr)")
+        #expect(try Data(contentsOf: out) == plain)
+        for name in try FileManager.default.contentsOfDirectory(atPath: cache.path) {
+            #expect(try Data(contentsOf: cache.appendingPathComponent(name)).range(of: Data("recording bytes".utf8)) == nil, "\(name)")
+        }
+        let wrong = dir.url.appendingPathComponent("wrong.bin")
+        let refused = try await ltRTSync(["media", "fetch", source.absoluteString, "--cache", cache.path, "--decrypt-to", wrong.path, "--home", other.path])
+        #expect(refused.status == 1 && refused.stderr.hasPrefix("error: object is encrypted with content key"), "\(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: wrong.path))
+    }
+
     /// Joining with a key file that is not the user's: init fails naming an object the key does not open, and leaves
     /// the new home as it was (no database, no key, no settings change) instead of falling back to demo data.
     @Test func joiningWithTheWrongKeyFile_failsClearly_andChangesNothing() async throws {
