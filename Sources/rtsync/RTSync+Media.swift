@@ -315,7 +315,12 @@ extension RTSync.Media {
                         try? FileManager.default.removeItem(at: temp)
                         throw BucketError.localIO(path: target.path, description: error.localizedDescription)
                     }
-                    if json { try printJSON([result]) } else { print("\(result.status.rawValue)\t\(target.path)\t\(result.url)\t\(plain.count) bytes decrypted") }
+                    // A ranged read of a URL not in the cache fetched only its chunks and cached nothing (no result).
+                    if json {
+                        if let result { try printJSON([result]) } else { try printJSON([["url": urls[0], "status": "ranged"]]) }
+                    } else {
+                        print("\(result?.status.rawValue ?? "ranged")\t\(target.path)\t\(urls[0])\t\(plain.count) bytes decrypted")
+                    }
                     return
                 }
                 for (index, text) in urls.enumerated() {

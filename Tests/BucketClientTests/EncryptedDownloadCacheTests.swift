@@ -14,7 +14,8 @@ import Testing
         let whole = try await cache.decrypted(url, keyring: keyring)
         #expect(whole.plaintext == plain)
         // The cache holds the ciphertext as fetched, no plaintext anywhere in its folder.
-        let cached = try Data(contentsOf: whole.result.fileURL)
+        let fileURL = try #require(whole.result?.fileURL)
+        let cached = try Data(contentsOf: fileURL)
         #expect(cached.prefix(8) == Data(EncryptionFormat.magic))
         for name in try FileManager.default.contentsOfDirectory(atPath: cacheFolder.path) {
             let bytes = try Data(contentsOf: cacheFolder.appendingPathComponent(name))
@@ -32,7 +33,7 @@ import Testing
         // chunks 0-1 still opens, since only those are read; a range in chunk 3, or all of it, fails naming the URL.
         var damaged = cached
         damaged[EncryptionFormat.headerSize + 3 * (chunk + 16) + 10] ^= 0xff
-        try damaged.write(to: whole.result.fileURL)
+        try damaged.write(to: fileURL)
         #expect(try await cache.decrypted(url, range: ByteRange(start: 10, end: c + 10), keyring: keyring).plaintext
                 == plain.subdata(in: 10..<chunk + 11))
         await #expect(throws: EncryptionError.authenticationFailed(object: url.absoluteString, chunk: 3)) {
@@ -64,6 +65,43 @@ import Testing
         try await encrypting.put(key: "u/recordings/rec.m4a", data: plain)
         let url = try s3.presignedURL(key: "u/recordings/rec.m4a", expires: 600)
         try await exercise(url: url, plain: plain, cacheFolder: try makeTemporaryFolder())
+    }
+
+    @Test func rangedReadOfAnUncachedHTTPURL_fetchesOnlyTheHeaderAndItsChunks_andCachesNothing() async throws {
+        guard !MotoServer.skipRequested else { return }
+        let s3 = try await MotoServer.anonymous.value.store()
+        let plain = randomBytes(6 * chunk + 99)
+        let sealed = EncryptionFormat.encrypt(plain, keyring: keyring)
+        // Chunk 4 damaged: reads that do not need it still open, so it is not fetched or opened.
+        var damaged = sealed
+        damaged[EncryptionFormat.headerSize + 4 * (chunk + 16) + 7] ^= 0xff
+        try await s3.put(key: "u/recordings/r.m4a", data: damaged)
+        let url = try s3.presignedURL(key: "u/recordings/r.m4a", expires: 600)
+        let folder = try makeTemporaryFolder()
+        let cache = try DownloadCache(folder: folder, maxBytes: 64 << 20)
+        let c = Int64(chunk)
+        let got = try await cache.decrypted(url, range: ByteRange(start: c - 5, end: c + 5), keyring: keyring)
+        #expect(got.result == nil)
+        #expect(got.plaintext == plain.subdata(in: chunk - 5..<chunk + 6))
+        #expect(cache.requestCounter.count("GET") == 2)  // the header, then chunks 0 and 1
+        #expect(await cache.cachedFile(for: url) == nil)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).isEmpty)
+        // The last chunk (6, after the damaged one) opens; a range in chunk 4 fails naming the URL.
+        #expect(try await cache.decrypted(url, range: ByteRange(start: 6 * c + 1), keyring: keyring).plaintext == plain.subdata(in: 6 * chunk + 1..<plain.count))
+        await #expect(throws: EncryptionError.authenticationFailed(object: url.absoluteString, chunk: 4)) {
+            try await cache.decrypted(url, range: ByteRange(start: 4 * c, end: 4 * c), keyring: keyring)
+        }
+        // Past the end: empty, since the object's last chunk is its final one.
+        #expect(try await cache.decrypted(url, range: ByteRange(start: Int64(plain.count) + 100), keyring: keyring).plaintext.isEmpty)
+        // An object cut at a chunk boundary is reported truncated, also for a range past its end.
+        try await s3.put(key: "u/recordings/cut.m4a", data: Data(sealed.prefix(EncryptionFormat.headerSize + 3 * (chunk + 16))))
+        let cut = try s3.presignedURL(key: "u/recordings/cut.m4a", expires: 600)
+        await #expect(throws: EncryptionError.truncated(object: cut.absoluteString)) {
+            try await cache.decrypted(cut, range: ByteRange(start: 2 * c), keyring: keyring)
+        }
+        await #expect(throws: EncryptionError.truncated(object: cut.absoluteString)) {
+            try await cache.decrypted(cut, range: ByteRange(start: 5 * c), keyring: keyring)
+        }
     }
 
     @Test func boundToAnEncryptedName_opensOnlyWithThatName() async throws {
