@@ -90,6 +90,98 @@ public actor DownloadCache {
         index.entries[url.absoluteString].map { folder.appendingPathComponent($0.fileName) }
     }
 
+    /// The plaintext of `range` (nil: all) of an object encrypted with the user's content keys (``EncryptionFormat``)
+    /// at `url`, opening only the header and the chunks that hold the range. A whole read, and any read of a URL
+    /// already cached, goes through ``fetch(_:)`` (cached as it is, ciphertext, and revalidated); a ranged read of an
+    /// http(s) URL not in the cache fetches just the header and those chunks (Range requests) and caches nothing. The
+    /// cache keeps ciphertext only: plaintext exists in memory, never in the cache folder. `name` is the media path an
+    /// object under an encrypted name is bound to.
+    /// - Returns: the cache's result (nil for an uncached ranged read) and the plaintext.
+    /// - Throws: ``BucketError`` as ``fetch(_:)``; ``EncryptionError`` naming the URL for a wrong key, a tampered,
+    ///   truncated or plaintext object in the chunks read.
+    public func decrypted(_ url: URL, range: ByteRange? = nil, keyring: ContentKeyring, name: String? = nil) async throws -> (result: Result?, plaintext: Data) {
+        let object = url.absoluteString
+        if let range, ["http", "https"].contains(url.scheme?.lowercased() ?? ""), cachedFile(for: url).map({ FileManager.default.fileExists(atPath: $0.path) }) != true {
+            let (head, total) = try await getRange(url, ByteRange(start: 0, end: Int64(EncryptionFormat.headerSize) - 1))
+            let header = try EncryptionFormat.Header(head, object: object)
+            if header.algorithm == EncryptionFormat.algorithmShareX25519 { throw EncryptionError.notAShare(object: object) }
+            let cipher = try EncryptionFormat.ChunkCipher(header: header, keyring: keyring, object: object, name: name)
+            let span = EncryptionFormat.chunkSpan(plainStart: range.start, plainEnd: range.end)
+            let body = try await getRange(url, span.range).data
+            if body.isEmpty && span.first > 0 {
+                // Past the end: empty when the object's last chunk is its final one, else it was cut short.
+                guard let total, let plainSize = EncryptionFormat.plaintextSize(ciphertextSize: total) else {
+                    throw EncryptionError.malformed(object: object, reason: "its size is not an encrypted object's")
+                }
+                let last = EncryptionFormat.chunkCount(plaintextSize: plainSize) - 1
+                let tail = try await getRange(url, ByteRange(start: EncryptionFormat.chunkOffset(last))).data
+                guard try cipher.openEither(tail, index: last).1 else { throw EncryptionError.truncated(object: object) }
+                return (nil, Data())
+            }
+            return (nil, try EncryptionFormat.openSpan(body, span: span, range: range, cipher: cipher))
+        }
+        let result = try await fetch(url)
+        let plain = try EncryptionFormat.decrypt(file: result.fileURL, range: range, keyring: keyring, object: object, name: name)
+        return (result, plain)
+    }
+
+    /// Bytes `range` of `url` (a 206 answer, or the slice of a 200 from a server that ignores ranges; empty past the
+    /// end) and the object's total size when the answer gives it; retried like ``fetch(_:)``.
+    private func getRange(_ url: URL, _ range: ByteRange) async throws -> (data: Data, total: Int64?) {
+        let key = url.absoluteString
+        var request = URLRequest(url: url)
+        request.setValue("bytes=\(range.start)-\(range.end.map(String.init) ?? "")", forHTTPHeaderField: "Range")
+        var attempt = 0
+        while true {
+            requestCounter.record("GET")
+            do {
+                let (data, response) = try await session.data(for: request)
+                guard let http = response as? HTTPURLResponse else {
+                    throw BucketError.invalidResponse(request: "GET \(key)", reason: "not an HTTP response")
+                }
+                if RetryPolicy.isRetryable(status: http.statusCode), attempt + 1 < retry.maxAttempts {
+                    try await retry.wait(beforeRetry: attempt)
+                    attempt += 1
+                    continue
+                }
+                let contentRange = http.value(forHTTPHeaderField: "Content-Range")
+                if http.statusCode == 416 {
+                    // "bytes */TOTAL": the range starts past the end.
+                    return (Data(), contentRange.flatMap { $0.split(separator: "/").last.flatMap { Int64($0) } })
+                }
+                if http.statusCode == 404 { throw BucketError.notFound(key: key) }
+                if http.statusCode == 200 {
+                    let from = Int(min(range.start, Int64(data.count)))
+                    let to = range.end.map { Int(min($0 + 1, Int64(data.count))) } ?? data.count
+                    return (data.subdata(in: from..<max(from, to)), Int64(data.count))
+                }
+                guard http.statusCode == 206 else {
+                    throw BucketError.httpError(request: "GET \(key)", status: http.statusCode, code: nil, message: nil)
+                }
+                guard let part = S3Store.contentRange(contentRange), part.start == range.start, Int64(data.count) == part.end - part.start + 1 else {
+                    throw BucketError.truncated(key: key, expected: range.end.map { $0 - range.start + 1 } ?? -1, received: Int64(data.count))
+                }
+                return (data, part.total)
+            } catch let error as BucketError {
+                if error.isDamagedDownload, attempt + 1 < retry.maxAttempts {
+                    try await retry.wait(beforeRetry: attempt)
+                    attempt += 1
+                    continue
+                }
+                throw error
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                if RetryPolicy.isRetryable(error), attempt + 1 < retry.maxAttempts {
+                    try await retry.wait(beforeRetry: attempt)
+                    attempt += 1
+                    continue
+                }
+                throw BucketError.transport(request: "GET \(key)", description: error.localizedDescription)
+            }
+        }
+    }
+
     /// Fetches `url` into the cache (revalidating a cached copy) and returns where it is.
     /// - Throws: ``BucketError`` when it cannot be fetched and nothing is cached.
     public func fetch(_ url: URL) async throws -> Result {

@@ -27,6 +27,9 @@ public struct EncryptingStore: ObjectStore {
     /// Decides whether a downloaded object another user encrypted to this user's share key may be installed (given
     /// its key and decrypted file); nil: never.
     public var acceptShared: (@Sendable (_ key: String, _ file: URL) -> Bool)?
+    /// Encrypted media names (nil: names as they are). Callers use plaintext keys; this store maps them to the
+    /// bucket's encrypted keys and back, and binds each such object's content to its plaintext media path.
+    public var names: EncryptedNames?
 
     /// Wraps `inner`, encrypting objects whose keys start with one of `prefixes`.
     public init(inner: any ObjectStore, keyring: ContentKeyring, prefixes: [String], staging: URL, rejected: URL? = nil) {
@@ -40,10 +43,11 @@ public struct EncryptingStore: ObjectStore {
     /// Whether the object under `key` is encrypted.
     public func encrypts(_ key: String) -> Bool { prefixes.contains { key.hasPrefix($0) } }
 
-    /// The share key of the user whose inbound folder `key` is in, when known.
+    /// The share key of the user whose inbound folder (a shared diff) or media folder (shared media: `share
+    /// --with-media` puts the rows' files into the recipient's `recordings/` and `images/`) `key` is in, when known.
     func recipient(of key: String) -> Curve25519.KeyAgreement.PublicKey? {
         let parts = key.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[1] == "inbound" else { return nil }
+        guard parts.count >= 3, (parts.count == 3 && parts[1] == "inbound") || parts[1] == "recordings" || parts[1] == "images" else { return nil }
         return recipients[String(parts[0])]
     }
 
@@ -52,62 +56,87 @@ public struct EncryptingStore: ObjectStore {
     /// The wrapped store's request counter.
     public var requestCounter: RequestCounter { inner.requestCounter }
 
-    private func plain(_ info: ObjectInfo) -> ObjectInfo {
-        guard encrypts(info.key), let size = EncryptionFormat.plaintextSize(ciphertextSize: info.size) else { return info }
+    /// `info` with the plaintext size of an encrypted object, under plaintext key `key` (default: its own key).
+    private func plain(_ info: ObjectInfo, key: String? = nil) -> ObjectInfo {
         var out = info
+        if let key { out.key = key }
+        guard encrypts(out.key), let size = EncryptionFormat.plaintextSize(ciphertextSize: info.size) else { return out }
         out.size = size
         return out
     }
 
-    /// Lists like the wrapped store, with plaintext sizes for encrypted objects (nothing is read or decrypted).
+    /// A listed object of the wrapped store as callers see it: plaintext key and size.
+    private func listed(_ info: ObjectInfo) throws -> ObjectInfo {
+        guard let names else { return plain(info) }
+        return plain(info, key: try names.plainKey(info.key))
+    }
+
+    /// The wrapped store's key for plaintext `key` (encrypted media names when ``names`` is set).
+    public func bucketKey(_ key: String) throws -> String { try names?.bucketKey(key) ?? key }
+
+    /// The media path an object under `key` is bound to, when its name is encrypted.
+    private func bound(_ key: String) -> String? { names?.boundPath(of: key) }
+
+    /// Lists like the wrapped store, with plaintext sizes for encrypted objects (nothing is read or decrypted). With
+    /// encrypted names, keys are decrypted; a listing whose prefix (or start) lies inside a folder with encrypted names
+    /// lists that folder whole and returns one page in plaintext key order (encrypted names sort differently), and
+    /// pages of a wider listing hold decrypted keys in the bucket's order.
+    /// - Throws: ``EncryptionError/nameNotDecryptable(object:)`` for a name this device's keys do not open.
     public func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        if let names, continuationToken == nil, names.covers(prefix) || startAfter.map(names.covers) == true {
+            var rawPrefix = prefix
+            if let (root, _) = names.area(of: prefix) {
+                // Whole segments of the prefix are encrypted; a partial last one is matched after decryption.
+                let rest = prefix.dropFirst(root.count)
+                let folder = rest.lastIndex(of: "/").map { String(rest[...$0]) } ?? ""
+                rawPrefix = folder.isEmpty ? root : try names.bucketKey(root + folder)
+            }
+            let objects = try await inner.listAll(prefix: rawPrefix).map(listed)
+                .filter { object in object.key.hasPrefix(prefix) && (startAfter.map { s in s.utf8.lexicographicallyPrecedes(object.key.utf8) } ?? true) }
+                .sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+            return ObjectPage(objects: objects, nextContinuationToken: nil)
+        }
         var page = try await inner.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
-        page.objects = page.objects.map(plain)
+        page.objects = try page.objects.map(listed)
         return page
     }
 
+    /// Lists the folders in the wrapped store (in bucket order, as few pages as it takes), then decrypts the names;
+    /// returned in plaintext key order.
+    public func listFolders(_ folders: [String]) async throws -> [ObjectInfo] {
+        guard let names else { return try await inner.listFolders(folders).map { plain($0) } }
+        let raw = try folders.map { folder in
+            // A folder's whole segments are encrypted like a key's (its trailing "/" leaves an empty last part).
+            let f = folder.hasSuffix("/") || folder.isEmpty ? folder : folder + "/"
+            guard names.covers(f) else { return f }
+            return try names.bucketKey(String(f.dropLast())) + "/"
+        }
+        return try await inner.listFolders(raw).map(listed).sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+    }
+
     /// HEAD of the wrapped store, with the plaintext size for an encrypted object.
-    public func head(key: String) async throws -> ObjectInfo { plain(try await inner.head(key: key)) }
+    public func head(key: String) async throws -> ObjectInfo { plain(try await inner.head(key: try bucketKey(key)), key: key) }
 
     /// Deletes from the wrapped store.
-    public func delete(key: String) async throws { try await inner.delete(key: key) }
+    public func delete(key: String) async throws { try await inner.delete(key: try bucketKey(key)) }
 
     // MARK: - Reading
 
     /// The plaintext of an object, or of `range` of it (fetching the header and only the chunks the range needs).
     /// - Throws: ``EncryptionError`` naming the object when it is not sound ciphertext for a key of ``keyring``.
     public func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data {
-        guard encrypts(key) else { return try await inner.get(key: key, range: range, ifMatch: ifMatch) }
+        let raw = try bucketKey(key)
+        guard encrypts(key) else { return try await inner.get(key: raw, range: range, ifMatch: ifMatch) }
         guard let range, range.start > 0 || range.end != nil else {
-            return try EncryptionFormat.decrypt(try await inner.get(key: key, range: nil, ifMatch: ifMatch), keyring: keyring, object: key)
+            return try EncryptionFormat.decrypt(try await inner.get(key: raw, range: nil, ifMatch: ifMatch), keyring: keyring, object: key, name: bound(key))
         }
         // A ranged read fetches the header and only the chunks holding the range.
         let header = try EncryptionFormat.Header(
-            try await inner.get(key: key, range: ByteRange(start: 0, end: Int64(EncryptionFormat.headerSize) - 1), ifMatch: ifMatch), object: key)
-        let cipher = try EncryptionFormat.ChunkCipher(header: header, keyring: keyring, object: key)
+            try await inner.get(key: raw, range: ByteRange(start: 0, end: Int64(EncryptionFormat.headerSize) - 1), ifMatch: ifMatch), object: key)
+        let cipher = try EncryptionFormat.ChunkCipher(header: header, keyring: keyring, object: key, name: bound(key))
         let span = EncryptionFormat.chunkSpan(plainStart: range.start, plainEnd: range.end)
-        let body = try await inner.get(key: key, range: span.range, ifMatch: ifMatch)
-        var plain = Data()
-        var offset = body.startIndex
-        var index = span.first
-        var sawFinal = false
-        while offset < body.endIndex {
-            if sawFinal { throw EncryptionError.malformed(object: key, reason: "bytes after the final chunk") }
-            let end = min(offset + EncryptionFormat.sealedChunkSize, body.endIndex)
-            let (chunk, final) = try cipher.openEither(body[offset..<end], index: index)
-            plain.append(chunk)
-            sawFinal = final
-            offset = end
-            index += 1
-        }
-        // Read to the end (or past it) without meeting the final chunk: the object was cut short.
-        let wantedPastEnd = span.last.map { index <= $0 } ?? true
-        if wantedPastEnd && !sawFinal { throw EncryptionError.truncated(object: key) }
-        let skip = Int(range.start - span.first * Int64(EncryptionFormat.chunkSize))
-        guard skip <= plain.count else { return Data() }
-        let from = plain.startIndex + skip
-        let to = range.end.map { min(plain.endIndex, from + Int($0 - range.start) + 1) } ?? plain.endIndex
-        return Data(plain[from..<to])
+        let body = try await inner.get(key: raw, range: span.range, ifMatch: ifMatch)
+        return try EncryptionFormat.openSpan(body, span: span, range: range, cipher: cipher)
     }
 
     private func stagingURL(for key: String, suffix: String) -> URL {
@@ -119,7 +148,7 @@ public struct EncryptingStore: ObjectStore {
         try LocalFiles.createParent(of: fileURL)
         let temp = LocalFiles.temporaryURL(beside: fileURL)
         do {
-            if try EncryptionFormat.decryptFile(cipherFile, to: temp, keyring: keyring, object: key), acceptShared?(key, temp) != true {
+            if try EncryptionFormat.decryptFile(cipherFile, to: temp, keyring: keyring, object: key, name: bound(key)), acceptShared?(key, temp) != true {
                 throw EncryptionError.notAShare(object: key)
             }
         } catch {
@@ -136,6 +165,27 @@ public struct EncryptingStore: ObjectStore {
         try LocalFiles.moveAtomically(temp, to: fileURL)
     }
 
+    /// On a kind this store does not encrypt: a downloaded media file that another user encrypted to this user's share
+    /// key (shared media) is decrypted in place when ``acceptShared`` takes it; any other object encrypted to the share
+    /// key is removed and refused. Everything else is left as it is.
+    /// - Throws: ``EncryptionError`` naming the object.
+    private func openSharedMedia(key: String, at fileURL: URL) throws {
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count >= 3, parts[1] == "recordings" || parts[1] == "images",
+              let handle = FileHandle(forReadingAtPath: fileURL.path) else { return }
+        let head = (try? handle.read(upToCount: EncryptionFormat.headerSize)) ?? Data()
+        try? handle.close()
+        guard EncryptionFormat.isSharedObject(head) else { return }
+        let cipherFile = stagingURL(for: key, suffix: ".shared")
+        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        try? FileManager.default.removeItem(at: cipherFile)
+        do { try FileManager.default.moveItem(at: fileURL, to: cipherFile) } catch {
+            throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+        }
+        defer { try? FileManager.default.removeItem(at: cipherFile) }
+        try install(cipherFile, key: key, to: fileURL)
+    }
+
     /// Downloads and decrypts an object into `fileURL` (see ``download(key:to:expecting:)``).
     @discardableResult
     public func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
@@ -146,16 +196,23 @@ public struct EncryptingStore: ObjectStore {
     /// into `fileURL`; when decryption fails nothing is installed and the ciphertext goes to ``rejected``.
     @discardableResult
     public func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo {
-        guard encrypts(key) else { return try await inner.download(key: key, to: fileURL, expecting: listed) }
+        let raw = try bucketKey(key)
+        var rawListed = listed
+        rawListed?.key = raw
+        guard encrypts(key) else {
+            let info = try await inner.download(key: raw, to: fileURL, expecting: rawListed)
+            try openSharedMedia(key: key, at: fileURL)
+            return plain(info, key: key)
+        }
         try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
         // The ciphertext lands in staging (resumable there), checked against the listed size as ciphertext.
         let cipherFile = stagingURL(for: key, suffix: ".download")
         defer { try? FileManager.default.removeItem(at: cipherFile) }
-        var expected = listed
+        var expected = rawListed
         expected?.size = EncryptionFormat.ciphertextSize(plaintextSize: listed?.size ?? 0)
-        let info = try await inner.download(key: key, to: cipherFile, expecting: expected)
+        let info = try await inner.download(key: raw, to: cipherFile, expecting: expected)
         try install(cipherFile, key: key, to: fileURL)
-        return plain(info)
+        return plain(info, key: key)
     }
 
     // MARK: - Writing
@@ -166,8 +223,9 @@ public struct EncryptingStore: ObjectStore {
         if !encrypts(key), let recipient = recipient(of: key) {
             return plain(try await inner.put(key: key, data: EncryptionFormat.encrypt(data, to: recipient), ifNoneMatch: ifNoneMatch))
         }
-        guard encrypts(key) else { return try await inner.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
-        return plain(try await inner.put(key: key, data: EncryptionFormat.encrypt(data, keyring: keyring), ifNoneMatch: ifNoneMatch))
+        let raw = try bucketKey(key)
+        guard encrypts(key) else { return plain(try await inner.put(key: raw, data: data, ifNoneMatch: ifNoneMatch), key: key) }
+        return plain(try await inner.put(key: raw, data: EncryptionFormat.encrypt(data, keyring: keyring, name: bound(key)), ifNoneMatch: ifNoneMatch), key: key)
     }
 
     /// The staging file of an upload of `fileURL` to `key`: named by key, file and its size and mtime, so a rerun of
@@ -199,14 +257,27 @@ public struct EncryptingStore: ObjectStore {
     /// Encrypts and stores a file (in memory up to ``inMemoryLimit``, else through a resumable staging file) and
     /// returns the SHA-256 of its plaintext.
     public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
-        if !encrypts(key), recipient(of: key) != nil {
-            let bytes: Data
-            do { bytes = try Data(contentsOf: fileURL) } catch {
-                throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+        if !encrypts(key), let recipient = recipient(of: key) {
+            guard let st = FileStat.of(fileURL.path) else { throw BucketError.localIO(path: fileURL.path, description: "no such file") }
+            if st.size <= Int64(inMemoryLimit) {
+                let bytes: Data
+                do { bytes = try Data(contentsOf: fileURL) } catch {
+                    throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+                }
+                return (try await put(key: key, data: bytes, ifNoneMatch: false), Hashing.sha256Hex(bytes))
             }
-            return (try await put(key: key, data: bytes, ifNoneMatch: false), Hashing.sha256Hex(bytes))
+            // Large shared media: encrypted to the recipient chunk by chunk into a staging file, then uploaded.
+            try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+            let temp = LocalFiles.temporaryURL(beside: staging.appendingPathComponent("share"))
+            defer { try? FileManager.default.removeItem(at: temp) }
+            let sha = try EncryptionFormat.encryptFile(fileURL, to: temp, recipient: recipient, flush: false)
+            return (plain(try await inner.put(key: key, fileURL: temp)), sha)
         }
-        guard encrypts(key) else { return try await inner.putReturningSHA256(key: key, fileURL: fileURL) }
+        let raw = try bucketKey(key)
+        guard encrypts(key) else {
+            let (info, sha) = try await inner.putReturningSHA256(key: raw, fileURL: fileURL)
+            return (plain(info, key: key), sha)
+        }
         guard let target = uploadStaging(key: key, fileURL: fileURL), let st = FileStat.of(fileURL.path) else {
             throw BucketError.localIO(path: fileURL.path, description: "no such file")
         }
@@ -215,8 +286,17 @@ public struct EncryptingStore: ObjectStore {
             do { bytes = try Data(contentsOf: fileURL) } catch {
                 throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
             }
-            let info = try await inner.put(key: key, data: EncryptionFormat.encrypt(bytes, keyring: keyring), ifNoneMatch: false)
-            return (plain(info), Hashing.sha256Hex(bytes))
+            let info = try await inner.put(key: raw, data: EncryptionFormat.encrypt(bytes, keyring: keyring, name: bound(key)), ifNoneMatch: false)
+            return (plain(info, key: key), Hashing.sha256Hex(bytes))
+        }
+        // A local folder takes the ciphertext straight into its temporary file (one write of every byte, as a plain
+        // put's copy); there is no multipart upload to resume.
+        if let local = inner as? LocalFolderStore {
+            var sha = ""
+            let info = try local.put(key: raw) { tmp in
+                sha = try EncryptionFormat.encryptFile(fileURL, to: tmp, keyring: keyring, flush: false, name: bound(key))
+            }
+            return (plain(info, key: key), sha)
         }
         try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
         removeAbandonedStaging(except: target)
@@ -228,28 +308,41 @@ public struct EncryptingStore: ObjectStore {
         } else {
             let temp = LocalFiles.temporaryURL(beside: target)
             defer { try? FileManager.default.removeItem(at: temp) }
-            sha = try EncryptionFormat.encryptFile(fileURL, to: temp, keyring: keyring, flush: false)
+            let (ring, name) = (keyring, bound(key))
+            // Off the cooperative pool: a large file takes a while, and other files' transfers go on meanwhile.
+            sha = try await Self.offPool { try EncryptionFormat.encryptFile(fileURL, to: temp, keyring: ring, flush: false, name: name) }
             try LocalFiles.moveAtomically(temp, to: target)
         }
-        let info = try await inner.put(key: key, fileURL: target)
+        let info = try await inner.put(key: raw, fileURL: target)
         try? FileManager.default.removeItem(at: target)
-        return (plain(info), sha)
+        return (plain(info, key: key), sha)
+    }
+
+    /// Runs blocking work (encrypting a large file) on a global dispatch queue, so the few threads of Swift's
+    /// cooperative pool keep serving the other transfers of the run in the meantime.
+    static func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global(qos: .userInitiated).async { continuation.resume(with: Result { try work() }) }
+        }
     }
 
     /// The object an interrupted upload of `fileURL` completed, judged on its staging file.
     public func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo? {
-        guard encrypts(key) else { return try await inner.finishedUpload(key: key, fileURL: fileURL) }
+        let raw = try bucketKey(key)
+        guard encrypts(key) else { return try await inner.finishedUpload(key: raw, fileURL: fileURL).map { plain($0, key: key) } }
         guard let target = uploadStaging(key: key, fileURL: fileURL), FileManager.default.fileExists(atPath: target.path),
-              let info = try await inner.finishedUpload(key: key, fileURL: target) else { return nil }
+              let info = try await inner.finishedUpload(key: raw, fileURL: target) else { return nil }
         try? FileManager.default.removeItem(at: target)
-        return plain(info)
+        return plain(info, key: key)
     }
 
     /// Copies inside the bucket when both keys are encrypted or both are not; nil across the boundary.
     public func serverSideCopy(from source: String, to target: String) async throws -> ObjectInfo? {
         // Ciphertext copies as it is between encrypted prefixes (the name is not part of what is authenticated);
         // across the boundary the caller downloads and puts, which decrypts or encrypts.
-        guard encrypts(source) == encrypts(target) else { return nil }
-        return try await inner.serverSideCopy(from: source, to: target).map(plain)
+        // With encrypted names the content is bound to its media path: copied only where that stays the same (into
+        // and out of the trash).
+        guard encrypts(source) == encrypts(target), bound(source) == bound(target) else { return nil }
+        return try await inner.serverSideCopy(from: try bucketKey(source), to: try bucketKey(target)).map { plain($0, key: target) }
     }
 }

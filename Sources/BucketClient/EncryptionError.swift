@@ -33,6 +33,13 @@ public enum EncryptionError: Error, Sendable, Equatable {
     /// The object was encrypted to the user's share key (anyone may do that) but is not a share or request diff
     /// from another user, the only thing accepted that way.
     case notAShare(object: String)
+    /// An object under an encrypted media name is not bound to a name, or one bound to its name is read without it.
+    case nameBinding(object: String, reason: String)
+    /// An object's name under a folder with encrypted names does not open with this device's keys: a wrong key, a
+    /// name written without name encryption, or a changed name.
+    case nameNotDecryptable(object: String)
+    /// A media file name (one path segment) is too long to encrypt within the 255 bytes a name may have.
+    case nameTooLong(path: String, limit: Int)
 }
 
 extension EncryptionError: LocalizedError, CustomStringConvertible {
@@ -53,13 +60,16 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .encryptionOff(let o): return "object is encrypted but this device does not decrypt its kind (\(o))"
         case .noUserYet(let f): return "encryption is on but this home has no user yet (\(f))"
         case .notAShare(let o): return "object is encrypted to this user's share key but is not a share or request from another user (\(o))"
+        case .nameBinding(let o, let r): return "encrypted object cannot be opened under this name: \(r) (\(o))"
+        case .nameNotDecryptable(let o): return "object name does not decrypt with this device's keys: a wrong key, a name written without name encryption, or a changed name (\(o))"
+        case .nameTooLong(let p, let l): return "a file or folder name longer than \(l) bytes cannot be stored under an encrypted name (\(p))"
         }
     }
 
     /// What the user can do about it.
     public var hint: String? {
         switch self {
-        case .notEncrypted, .authenticationFailed, .truncated, .malformed, .notAShare:
+        case .notEncrypted, .authenticationFailed, .truncated, .malformed, .notAShare, .nameBinding:
             return "nothing was installed; restore the object from a trusted copy, or delete it if it was not written by your devices"
         case .unsupportedFormat: return "update rtsync on this device"
         case .unknownKey: return "import the key from a device that has it: `rtsync keys export F` there, `rtsync keys import F` here"
@@ -69,6 +79,8 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .conflictingKey: return "this file's keys belong to another user's home; check the file"
         case .premiumRequired: return "switch this home to premium with `rtsync init --tier premium`"
         case .encryptionOff: return "import the user's key file from one of their devices: `rtsync keys import F` (it also turns on the kinds they encrypt)"
+        case .nameNotDecryptable: return "import the user's key file (`rtsync keys import F`); an object uploaded before names were encrypted must be uploaded again (or removed) with the setting on"
+        case .nameTooLong: return "rename it shorter, or turn encrypted names off (`rtsync keys encrypt` without `names`)"
         case .noUserYet: return "run `rtsync init` first (`rtsync init --user U --key-file F` to join an existing user)"
         }
     }

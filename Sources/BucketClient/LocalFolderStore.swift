@@ -204,6 +204,32 @@ public struct LocalFolderStore: ObjectStore {
         return info(key: key, stat: st)
     }
 
+    /// Stores an object whose bytes `write` puts into the temporary file it is given (beside the object), flushed and
+    /// renamed into place when `write` returns: what a wrapping store uses to write its bytes (ciphertext) straight
+    /// into the folder instead of into a file that is then copied.
+    /// - Throws: what `write` throws (nothing is stored then), or ``BucketError`` for the folder.
+    @discardableResult
+    public func put(key: String, writing write: (URL) throws -> Void) throws -> ObjectInfo {
+        requestCounter.record("PutObject")
+        let url = try SafeKey.fileURL(root: root, key: key)
+        if FileStat.of(url.path)?.isDirectory == true {
+            throw BucketError.unsafeKey(key: key, reason: "a folder of that name exists")
+        }
+        try LocalFiles.createParent(of: url)
+        let tmp = LocalFiles.temporaryURL(beside: url)
+        do {
+            try write(tmp)
+            try LocalFiles.flush(tmp)
+        } catch {
+            try? FileManager.default.removeItem(at: tmp)
+            throw error
+        }
+        try LocalFiles.moveAtomically(tmp, to: url)
+        let (_, st) = try statObject(key)
+        TransferProgress.current?.record(bytes: st.size, key: key, objectSize: st.size, finishedObject: true)
+        return info(key: key, stat: st)
+    }
+
     /// Removes hidden temp files (`.rtsync-tmp-*`) that interrupted writes left in the folders `prefixes` name (not
     /// below them): at once when the name says this machine wrote it from a process that is gone, else once
     /// unchanged for `age` seconds (a write in progress keeps its file's time current, and the folder may be shared

@@ -15,6 +15,10 @@ public protocol ObjectStore: Sendable {
     /// - Throws: ``BucketError`` on failure.
     func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage
 
+    /// Every object in the given folders (key prefixes ending in `/`), in key order; the default lists them in as few
+    /// pages as it can (``listFolders(_:)`` in FolderListing.swift), a wrapping store may map what it returns.
+    func listFolders(_ folders: [String]) async throws -> [ObjectInfo]
+
     /// Returns the bytes of an object, or of `range` of it; fails with `.preconditionFailed` when `ifMatch` does not match.
     func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data
 

@@ -14,18 +14,30 @@ public enum EncryptedKind: String, CaseIterable, Sendable {
     case recordings
     /// Images in `<user>/images/` (and their deleted copies in `<user>/trash/`).
     case images
+    /// Not a folder: the file names of the encrypted media kinds are encrypted too (`EncryptedNames`). Not part of
+    /// "all"; name it with at least one of recordings and images.
+    case names
 
-    /// The kinds of a comma-separated list ("all": every kind).
-    /// - Throws: `EncryptionError.keyFile` naming an unknown kind.
+    /// The kinds of a comma-separated list ("all": inbound, backups, recordings and images; add "names" for
+    /// encrypted media names).
+    /// - Throws: `EncryptionError.keyFile` naming an unknown kind, or names without a media kind.
     public static func parse(_ text: String) throws -> [EncryptedKind] {
-        if text == "all" { return allCases }
-        return try text.split(separator: ",").map { part in
+        var out: [EncryptedKind] = []
+        for part in text.split(separator: ",") {
             let name = part.trimmingCharacters(in: .whitespaces)
-            guard let kind = EncryptedKind(rawValue: name) else {
-                throw EncryptionError.keyFile(path: name, reason: "unknown kind; use inbound, backups, recordings, images or all")
+            let kinds: [EncryptedKind]
+            if name == "all" { kinds = [.inbound, .backups, .recordings, .images] } else {
+                guard let kind = EncryptedKind(rawValue: name) else {
+                    throw EncryptionError.keyFile(path: name, reason: "unknown kind; use inbound, backups, recordings, images, names or all")
+                }
+                kinds = [kind]
             }
-            return kind
+            for k in kinds where !out.contains(k) { out.append(k) }
         }
+        if out.contains(.names) && !out.contains(.recordings) && !out.contains(.images) {
+            throw EncryptionError.keyFile(path: text, reason: "names encrypts the names of encrypted media: add recordings or images")
+        }
+        return out
     }
 }
 
@@ -41,7 +53,7 @@ extension RTSyncHome {
     /// The key prefixes `settings.encryption` covers for `user` (trash too when media is encrypted, since deleted
     /// media moves there as it is).
     public static func encryptedPrefixes(user: String, kinds: [String]) -> [String] {
-        var out = kinds.compactMap { EncryptedKind(rawValue: $0) }.map { "\(user)/\($0.rawValue)/" }
+        var out = kinds.compactMap { EncryptedKind(rawValue: $0) }.filter { $0 != .names }.map { "\(user)/\($0.rawValue)/" }
         if kinds.contains("recordings") || kinds.contains("images") { out.append("\(user)/trash/") }
         return out
     }
@@ -69,10 +81,16 @@ extension RTSyncHome {
         var wrapped = EncryptingStore(inner: store, keyring: keyring, prefixes: Self.encryptedPrefixes(user: user, kinds: settings.encryption),
                                       staging: encryptionStaging, rejected: quarantine)
         wrapped.recipients = shareRecipients()
+        let namedKinds = [EncryptedKind.recordings, .images].map(\.rawValue).filter(settings.encryption.contains)
+        if settings.encryption.contains(EncryptedKind.names.rawValue) && !namedKinds.isEmpty {
+            wrapped.names = EncryptedNames(user: user, kinds: namedKinds, keyring: keyring)
+        }
         let owner = user
-        // Anyone may encrypt to the share key: only a share or request diff by another user in our inbound is taken.
+        // Anyone may encrypt to the share key: only a share or request diff by another user in our inbound is taken,
+        // and media in our media folders (what `share --with-media` sends; their names are never encrypted).
         wrapped.acceptShared = { key, file in
-            key.hasPrefix(Syncer.inboundPrefix(user: owner)) && ObjectStoreRemote.isShareFromAnotherUser(file, user: owner)
+            if key.hasPrefix("\(owner)/recordings/") || key.hasPrefix("\(owner)/images/") { return true }
+            return key.hasPrefix(Syncer.inboundPrefix(user: owner)) && ObjectStoreRemote.isShareFromAnotherUser(file, user: owner)
         }
         return wrapped
     }
@@ -133,6 +151,9 @@ extension RTSyncHome {
 }
 
 extension ObjectStoreRemote {
+    /// The prefixes the wrapped store encrypts (an ``EncryptingStore``'s), else none.
+    public var encryptedPrefixes: [String] { (store as? EncryptingStore)?.prefixes ?? [] }
+
     /// Opens the store a bucket URL names for `home`, encrypting what `settings.encryption` covers.
     /// - Throws: `BucketError.unsupportedURL`, or an `EncryptionError` when encryption is on but cannot be used.
     public static func open(_ url: String, home: RTSyncHome, settings: RTSyncSettings, initializing: Bool = false) throws -> ObjectStoreRemote {
@@ -196,10 +217,12 @@ extension EncryptingStore {
                 .sorted { $0.key > $1.key }
             var checked = 0
             for object in newest where checked < objectsPerPrefix {
+                // A name that does not open with these keys is as telling as content that does not.
+                let plainKey = try names?.plainKey(object.key) ?? object.key
                 let head = try await inner.get(key: object.key, range: ByteRange(start: 0, end: Int64(EncryptionFormat.headerSize) - 1), ifMatch: nil)
                 // Plaintext shares and objects encrypted to the share key say nothing about the content keys.
                 guard head.prefix(8) == Data(EncryptionFormat.magic), !EncryptionFormat.isSharedObject(head) else { continue }
-                _ = try await get(key: object.key, range: ByteRange(start: 0, end: 0), ifMatch: nil)
+                _ = try await get(key: plainKey, range: ByteRange(start: 0, end: 0), ifMatch: nil)
                 checked += 1
             }
         }

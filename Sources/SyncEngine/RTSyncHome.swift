@@ -41,7 +41,7 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     public var backupIntervalMinutes: Int = 60
     /// Inbound diffs past which sync compacts automatically.
     public var compactThreshold: Int = 1000
-    /// What client-side encryption covers: any of "inbound", "backups", "recordings", "images" (empty: off; premium).
+    /// What client-side encryption covers: any of "inbound", "backups", "recordings", "images", and "names" for encrypted media names (empty: off; premium).
     public var encryption: [String] = []
 
     /// Default settings.

@@ -70,6 +70,14 @@ public protocol RemoteStore: Sendable {
     /// server, named by their resume files there; returns what it aborted or removed. Call it only for files
     /// whose keys no other writer uses (backups), holding the home's lock. Only an S3 store has any.
     func abandonInterruptedUploads(in folder: URL, keyPrefix: String) async -> [String]
+    /// Key prefixes whose objects this store encrypts client-side (none by default); sync refuses a store that does
+    /// not encrypt what the home's settings ask for.
+    var encryptedPrefixes: [String] { get }
+}
+
+extension RemoteStore {
+    /// No client-side encryption.
+    public var encryptedPrefixes: [String] { [] }
 }
 
 extension RemoteStore {

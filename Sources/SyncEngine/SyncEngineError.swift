@@ -32,6 +32,9 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
     /// The database file is not the one its site id was recorded for: it looks like a copy (`cp`) of another
     /// device's database, and syncing it would make two devices share one site id.
     case databaseCopied(path: String, recordedPath: String)
+    /// The home's settings turn client-side encryption on for these kinds, but the bucket given to sync does not
+    /// encrypt them (opened without the home's settings): nothing is uploaded as plaintext.
+    case remoteNotEncrypting(kinds: [String], settings: String)
 
     public var description: String {
         switch self {
@@ -48,6 +51,7 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
         case .noUserID(let p): return "database has no user id: it was never initialized for sync (\(p))"
         case .invalidIdentity(let p, let r): return "cannot initialize the database for sync: \(r) (\(p))"
         case .databaseCopied(let p, let r): return "database is a copy of the one its site id belongs to, at \(r) (\(p))"
+        case .remoteNotEncrypting(let k, let p): return "the settings encrypt \(k.joined(separator: ", ")) but the bucket was opened without encryption (\(p))"
         }
     }
 
@@ -63,6 +67,7 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
         case .interrupted: return "nothing was lost: run the operation again to finish"
         case .noUserID: return "initialize it for sync with the user's id (SyncDatabase.initializeForSync(userID:)) before syncing"
         case .invalidIdentity: return "use a user id of letters, digits, '-', '_' or '.', and keep the site id the database already has"
+        case .remoteNotEncrypting: return "open the bucket with the home's settings: ObjectStoreRemote.open(url, home: home, settings: home.loadSettings())"
         case .databaseCopied: return "give this copy its own identity (SyncDatabase.becomeNewSite()), or, if the file was only moved, record its new place (SyncDatabase.confirmLocation())"
         default: return nil
         }

@@ -87,6 +87,12 @@ public struct Syncer: Sendable {
     public func checkAllowed(_ settings: RTSyncSettings) throws {
         if settings.demo { throw LifecycleError.demoMode(action: "sync") }
         try settings.tier.require(.syncDatabase(cloud: !remote.isLocal))
+        // A bucket opened without the home's settings (ObjectStoreRemote.open(url)) would upload plaintext.
+        if !settings.encryption.isEmpty && !settings.userID.isEmpty {
+            let folders = ["inbound", "backups", "recordings", "images"]
+            let missing = settings.encryption.filter { folders.contains($0) && !remote.encryptedPrefixes.contains("\(settings.userID)/\($0)/") }
+            if !missing.isEmpty { throw SyncEngineError.remoteNotEncrypting(kinds: missing, settings: home.settingsFile.path) }
+        }
     }
 
     /// How long a sync waits for another run on the same home to finish before giving up.

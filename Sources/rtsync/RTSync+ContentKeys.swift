@@ -92,9 +92,9 @@ extension RTSync.Keys {
     struct Encrypt: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Turn client-side encryption on for some kinds of objects, or off (premium).",
-            discussion: "Kinds: inbound (diffs), backups (backups and snapshots), recordings, images, or all. Objects already in the bucket stay as they are; new ones are encrypted. Makes a content key when the home has none.")
+            discussion: "Kinds: inbound (diffs), backups (backups and snapshots), recordings, images, or all (those four); add names (e.g. all,names) to encrypt the file names of encrypted media too. Objects already in the bucket stay as they are; new ones are encrypted. Makes a content key when the home has none.")
         @OptionGroup var options: HomeOptions
-        @Argument(help: "Comma-separated kinds (inbound,backups,recordings,images), all, or off.") var kinds: String
+        @Argument(help: "Comma-separated kinds (inbound,backups,recordings,images,names), all, or off.") var kinds: String
         func run() throws {
             let home = options.resolvedHome
             do {
@@ -176,12 +176,14 @@ extension RTSync.Keys {
         @OptionGroup var options: HomeOptions
         @Argument(help: "The encrypted file.") var input: String
         @Argument(help: "Where to write the plaintext.") var output: String
+        @Option(help: ArgumentHelp("The media path an object under an encrypted name is bound to (e.g. images/a.jpg).", valueName: "path"))
+        var name: String?
         func run() throws {
             let ring = try requireKeyring(options.resolvedHome)
             let target = URL(fileURLWithPath: output)
             let temp = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).\(UUID().uuidString).tmp")
             do {
-                try EncryptionFormat.decryptFile(URL(fileURLWithPath: input), to: temp, keyring: ring, object: input)
+                try EncryptionFormat.decryptFile(URL(fileURLWithPath: input), to: temp, keyring: ring, object: input, name: name)
                 if FileManager.default.fileExists(atPath: target.path) { try FileManager.default.removeItem(at: target) }
                 try FileManager.default.moveItem(at: temp, to: target)
                 print("decrypted \(input) -> \(output)")
@@ -209,7 +211,7 @@ extension RTSync.Keys {
     struct AddRecipient: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Encrypt what this home shares with USER to USER's share key (as `rtsync keys share-key` prints it there).",
-            discussion: "Applies to share and request diffs sent with `rtsync share` / `rtsync request` while this home has encryption on; media sent with --with-media stays plaintext.")
+            discussion: "Applies to share and request diffs sent with `rtsync share` / `rtsync request` while this home has encryption on; media sent with --with-media is encrypted to the same key.")
         @OptionGroup var options: HomeOptions
         @Argument(help: "The recipient's user id.") var user: String
         @Argument(help: "The recipient's share key: 64 hex characters.") var publicKey: String

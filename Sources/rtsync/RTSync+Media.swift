@@ -262,9 +262,31 @@ extension RTSync.Media {
         var maxBytes: Int64 = 512 << 20
         @Flag(help: "Print results as JSON.") var json = false
         @OptionGroup var progressOptions: ProgressOptions
+        @Option(name: .customLong("decrypt-to"), help: ArgumentHelp("Decrypt the (one) fetched object with --home's content keys and write the plaintext here; the cache keeps the ciphertext.", valueName: "file"))
+        var decryptTo: String?
+        @Option(help: ArgumentHelp("With --decrypt-to: the home whose content keys decrypt.", valueName: "dir")) var home: String?
+        @Option(help: ArgumentHelp("With --decrypt-to: only plaintext bytes START-END (END may be left out); only the chunks holding them are decrypted.", valueName: "start-end"))
+        var range: String?
+        @Option(help: ArgumentHelp("With --decrypt-to: the media path an object under an encrypted name is bound to (images/a.jpg).", valueName: "path"))
+        var name: String?
+
+        /// `--range START-END` as a byte range.
+        var byteRange: ByteRange? {
+            get throws {
+                guard let range else { return nil }
+                let parts = range.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+                guard parts.count == 2, let start = Int64(parts[0]), start >= 0 else { throw ValidationError("--range is START-END or START- (\(range))") }
+                if parts[1].isEmpty { return ByteRange(start: start) }
+                guard let end = Int64(parts[1]), end >= start else { throw ValidationError("--range is START-END with END >= START (\(range))") }
+                return ByteRange(start: start, end: end)
+            }
+        }
 
         func validate() throws {
             if urls.isEmpty { throw ValidationError("give at least one URL") }
+            if decryptTo != nil && (urls.count != 1 || home == nil) { throw ValidationError("--decrypt-to takes one URL and --home") }
+            if decryptTo == nil && (range != nil || name != nil) { throw ValidationError("--range and --name go with --decrypt-to") }
+            _ = try byteRange
             if maxBytes <= 0 { throw ValidationError("--max-bytes must be positive") }
             for text in urls {
                 guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
@@ -280,6 +302,27 @@ extension RTSync.Media {
                 var results: [DownloadCache.Result] = []
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
                 defer { display.finish() }
+                if let decryptTo, let home {
+                    let ring = try RTSync.Keys.requireKeyring(RTSyncHome.resolve(home))
+                    let (result, plain) = try await downloadCache.decrypted(URL(string: urls[0])!, range: try byteRange, keyring: ring, name: name)
+                    let target = URL(fileURLWithPath: decryptTo)
+                    let temp = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).\(UUID().uuidString).tmp")
+                    do {
+                        try plain.write(to: temp)
+                        if FileManager.default.fileExists(atPath: target.path) { try FileManager.default.removeItem(at: target) }
+                        try FileManager.default.moveItem(at: temp, to: target)
+                    } catch {
+                        try? FileManager.default.removeItem(at: temp)
+                        throw BucketError.localIO(path: target.path, description: error.localizedDescription)
+                    }
+                    // A ranged read of a URL not in the cache fetched only its chunks and cached nothing (no result).
+                    if json {
+                        if let result { try printJSON([result]) } else { try printJSON([["url": urls[0], "status": "ranged"]]) }
+                    } else {
+                        print("\(result?.status.rawValue ?? "ranged")\t\(target.path)\t\(urls[0])\t\(plain.count) bytes decrypted")
+                    }
+                    return
+                }
                 for (index, text) in urls.enumerated() {
                     display.set("fetch \(index + 1)/\(urls.count): \(text)")
                     let result = try await TransferProgress.$current.withValue(display.transfers) { try await downloadCache.fetch(URL(string: text)!) }

@@ -121,6 +121,19 @@ import Testing
         try Data(contentsOf: enc).prefix(EncryptionFormat.headerSize + 2 * (chunk + 16)).write(to: enc)
         #expect(throws: EncryptionError.truncated(object: "o")) { try EncryptionFormat.decryptFile(enc, to: out, keyring: keyring, object: "o") }
     }
+
+    @Test func files_aroundTheOneMiBReadBatch_encryptLikeMemory() throws {
+        let dir = try makeTemporaryFolder()
+        for size in [0, 16 * chunk - 1, 16 * chunk, 16 * chunk + 1, 33 * chunk + 5] {
+            let plain = randomBytes(size)
+            let src = dir.appendingPathComponent("b.bin"), enc = dir.appendingPathComponent("b.enc")
+            try plain.write(to: src)
+            #expect(try EncryptionFormat.encryptFile(src, to: enc, keyring: keyring) == Hashing.sha256Hex(plain))
+            let sealed = try Data(contentsOf: enc)
+            #expect(Int64(sealed.count) == EncryptionFormat.ciphertextSize(plaintextSize: Int64(size)))
+            #expect(try EncryptionFormat.decrypt(sealed, keyring: keyring, object: "o") == plain, "size \(size)")
+        }
+    }
 }
 
 @Suite struct ContentKeyringTests {
@@ -328,6 +341,31 @@ import Testing
 }
 
 extension EncryptingStoreTests {
+    /// Into a local folder a large file is encrypted straight into the folder's temporary file: no staging file, the
+    /// object decrypts to the file; a put that cannot land leaves no temporary file behind.
+    @Test func localFolder_largeFile_isEncryptedStraightIntoTheFolder_withoutAStagingFile() async throws {
+        let root = try makeTemporaryFolder()
+        let inner = try LocalFolderStore(root: root)
+        var (store, dir) = try wrap(inner)
+        store.inMemoryLimit = 0
+        let media = randomBytes(40 * EncryptionFormat.chunkSize + 3)
+        let file = dir.appendingPathComponent("big.mov")
+        try media.write(to: file)
+        let (info, sha) = try await store.putReturningSHA256(key: "u/recordings/big.mov", fileURL: file)
+        #expect(info.size == Int64(media.count) && sha == Hashing.sha256Hex(media))
+        #expect(!FileManager.default.fileExists(atPath: store.staging.path))
+        let raw = try await inner.get(key: "u/recordings/big.mov")
+        #expect(raw.prefix(8) == Data(EncryptionFormat.magic) && raw.range(of: media.subdata(in: 1000..<1064)) == nil)
+        #expect(try await store.get(key: "u/recordings/big.mov") == media)
+        // A folder where the object would go: refused, and nothing is left in the bucket's folder.
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("u/recordings/dir.mov"), withIntermediateDirectories: true)
+        await #expect(throws: BucketError.self) { try await store.put(key: "u/recordings/dir.mov", fileURL: file) }
+        // The source gone mid-way is a local I/O error, and no temporary file stays.
+        await #expect(throws: BucketError.self) { try await store.put(key: "u/recordings/gone.mov", fileURL: dir.appendingPathComponent("missing.mov")) }
+        let left = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("u/recordings").path).sorted()
+        #expect(left == ["big.mov", "dir.mov"])
+    }
+
     /// A multipart upload of a large encrypted file stopped after two parts resumes in the next process: the staging
     /// file and the S3 resume state survive, no part is sent twice, and the object decrypts to the file.
     @Test func interruptedEncryptedMultipartUpload_resumesWithoutReuploadingParts() async throws {
@@ -395,5 +433,70 @@ extension EncryptingStoreTests {
         let ring = ContentKeyring.generate()
         let back = try ContentKeyring.decode(ring.encoded(), path: "k")
         #expect(back.shareKey?.rawRepresentation == ring.shareKey?.rawRepresentation)
+    }
+}
+
+/// Media shared to another user (`share --with-media`) is encrypted to the recipient's share key: only the
+/// recipient's devices read it, whether or not they encrypt that kind themselves.
+@Suite struct SharedMediaEncryptionTests {
+    let sender = ContentKeyring.generate()
+    let recipient = ContentKeyring.generate()
+
+    func store(_ inner: any ObjectStore, ring: ContentKeyring, prefixes: [String], accept: Bool) throws -> EncryptingStore {
+        let dir = try makeTemporaryFolder()
+        var s = EncryptingStore(inner: inner, keyring: ring, prefixes: prefixes, staging: dir.appendingPathComponent("staging"),
+                                rejected: dir.appendingPathComponent("quarantine"))
+        if accept { s.acceptShared = { key, _ in key.hasPrefix("b/recordings/") || key.hasPrefix("b/images/") } }
+        return s
+    }
+
+    func exercise(_ inner: any ObjectStore) async throws {
+        var a = try store(inner, ring: sender, prefixes: ["a/inbound/", "a/recordings/", "a/images/"], accept: false)
+        a.recipients = ["b": try #require(recipient.shareKey).publicKey]
+        a.inMemoryLimit = 100_000  // the large file goes through the chunked file path
+        let dir = try makeTemporaryFolder()
+        let small = randomBytes(5000), large = randomBytes(3 * EncryptionFormat.chunkSize + 17)
+        try small.write(to: dir.appendingPathComponent("s.jpg"))
+        try large.write(to: dir.appendingPathComponent("l.m4a"))
+        let (_, sha) = try await a.putReturningSHA256(key: "b/images/s.jpg", fileURL: dir.appendingPathComponent("s.jpg"))
+        #expect(sha == Hashing.sha256Hex(small))
+        let (_, shaLarge) = try await a.putReturningSHA256(key: "b/recordings/l.m4a", fileURL: dir.appendingPathComponent("l.m4a"))
+        #expect(shaLarge == Hashing.sha256Hex(large))
+        // The bucket holds ciphertext to the recipient's share key; listings give plaintext sizes.
+        for (key, plain) in [("b/images/s.jpg", small), ("b/recordings/l.m4a", large)] {
+            let raw = try await inner.get(key: key)
+            #expect(EncryptionFormat.isSharedObject(raw))
+            #expect(raw.range(of: plain.subdata(in: 100..<164)) == nil)
+        }
+
+        // The recipient reads both, whether its store encrypts media or only diffs.
+        for prefixes in [["b/inbound/", "b/recordings/", "b/images/"], ["b/inbound/"]] {
+            let b = try store(inner, ring: recipient, prefixes: prefixes, accept: true)
+            for (key, plain) in [("b/images/s.jpg", small), ("b/recordings/l.m4a", large)] {
+                let out = dir.appendingPathComponent("out-\(prefixes.count)-" + (key as NSString).lastPathComponent)
+                try await b.download(key: key, to: out)
+                #expect(try Data(contentsOf: out) == plain, "\(key) with \(prefixes)")
+            }
+        }
+        // A recipient store that does not accept shared media installs nothing; another user cannot read it.
+        let refusing = try store(inner, ring: recipient, prefixes: ["b/recordings/"], accept: false)
+        let target = dir.appendingPathComponent("refused.m4a")
+        await #expect(throws: EncryptionError.notAShare(object: "b/recordings/l.m4a")) { try await refusing.download(key: "b/recordings/l.m4a", to: target) }
+        #expect(!FileManager.default.fileExists(atPath: target.path))
+        let stranger = try store(inner, ring: ContentKeyring.generate(), prefixes: ["b/images/"], accept: true)
+        await #expect(throws: EncryptionError.self) { try await stranger.download(key: "b/images/s.jpg", to: dir.appendingPathComponent("x.jpg")) }
+        #expect(!FileManager.default.fileExists(atPath: dir.appendingPathComponent("x.jpg").path))
+        // The sender's own media stays under its own content key.
+        try await a.put(key: "a/images/own.jpg", data: small)
+        #expect(!EncryptionFormat.isSharedObject(try await inner.get(key: "a/images/own.jpg")))
+    }
+
+    @Test func localFolder_sharedMedia_isReadableByTheRecipientOnly() async throws {
+        try await exercise(try LocalFolderStore(root: try makeTemporaryFolder()))
+    }
+
+    @Test func s3_sharedMedia_isReadableByTheRecipientOnly() async throws {
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
+        try await exercise(moto.store())
     }
 }

@@ -387,6 +387,103 @@ struct EncryptionCLITests {
         #expect(try ltScalar(RTSyncHome(root: h2b).database, "SELECT title FROM things WHERE id = '2siEySuKO1wK4XiJHWQ0YxhLx33'")?.string == "own")
     }
 
+    /// `share --with-media` to a recipient whose share key is recorded: the rows' image goes up encrypted to that key
+    /// (no plaintext in the bucket), and the recipient's media sync installs the plaintext; a third user's media sync
+    /// is not involved (it is in the recipient's folder), and the sender's own media stays under its content key.
+    @Test func shareWithMedia_toARecipientsShareKey_encryptsTheMediaToIt_andTheRecipientReadsIt() async throws {
+        let dir = try TemporaryDirectory()
+        let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        for home in [h1, h2] {
+            try #require(try await ltRTSync(["init", "--home", home.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+        }
+        try #require(try await ltRTSync(["keys", "encrypt", "all", "--home", h1.path]).status == 0)
+        // The recipient encrypts diffs only: shared media still opens there.
+        try #require(try await ltRTSync(["keys", "encrypt", "inbound", "--home", h2.path]).status == 0)
+        let user2 = try RTSyncHome(root: h2).loadSettings().userID
+        let shareKey = try await ltRTSync(["keys", "share-key", "--home", h2.path])
+        try #require(shareKey.status == 0, "\(shareKey.stderr)")
+        try #require(try await ltRTSync(["keys", "add-recipient", user2, shareKey.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "--home", h1.path]).status == 0)
+        let image = h1.appendingPathComponent("documents/images/laptop.png")
+        try FileManager.default.createDirectory(at: image.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let bytes = Data("png bytes only user2 may read ".utf8) + Data((0..<70_000).map { _ in UInt8.random(in: 0...255) })
+        try bytes.write(to: image)
+
+        let shared = try await ltRTSync(["share", "--home", h1.path, "--to", user2, "--table", "evidence", "--where", "local_file IS NOT NULL", "--with-media"])
+        try #require(shared.status == 0, "\(shared.stderr)")
+        let uploaded = try Data(contentsOf: bucket.appendingPathComponent("\(user2)/images/laptop.png"))
+        #expect(EncryptionFormat.isSharedObject(uploaded))
+        #expect(uploaded.range(of: Data("png bytes only".utf8)) == nil)
+
+        let pulled = try await ltRTSync(["media", "sync", "--home", h2.path, "--pull"])
+        #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
+        #expect(try Data(contentsOf: h2.appendingPathComponent("documents/images/laptop.png")) == bytes)
+        // The next two-way media sync is idle: the shared object is not taken for a changed file and sent back.
+        let again = try await ltRTSync(["media", "sync", "--home", h2.path])
+        #expect(again.status == 0, "\(again.stdout) \(again.stderr)")
+        #expect(try Data(contentsOf: bucket.appendingPathComponent("\(user2)/images/laptop.png")) == uploaded)
+    }
+
+    /// `keys encrypt all,names`: media names in the bucket are encrypted (no plaintext folder or file name under
+    /// recordings/), a second device that joins with the key file (which carries the kinds) pulls the files under
+    /// their names, and `names` without a media kind is refused.
+    @Test func encryptedNames_throughTheCLI_hideMediaNames_andASecondDevicePullsThem() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+        let refused = try await ltRTSync(["keys", "encrypt", "inbound,names", "--home", a.path])
+        #expect(refused.status == 1 && refused.stderr.contains("add recordings or images"), "\(refused.stderr)")
+        try #require(try await ltRTSync(["keys", "encrypt", "all,names", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        let file = a.appendingPathComponent("documents/recordings/2025/memo one.m4a")
+        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let bytes = Data((0..<50_000).map { _ in UInt8.random(in: 0...255) })
+        try bytes.write(to: file)
+        let pushed = try await ltRTSync(["sync", "--home", a.path, "--media"])
+        #expect(pushed.status == 0, "\(pushed.stdout) \(pushed.stderr)")
+        let stored = (FileManager.default.enumerator(atPath: bucket.appendingPathComponent("\(user)/recordings").path)?.allObjects as? [String] ?? [])
+        #expect(stored.count == 2, "\(stored)")  // one folder, one file
+        #expect(stored.allSatisfy { !$0.contains("2025") && !$0.contains("memo") && !$0.contains(".m4a") }, "\(stored)")
+
+        let keyFile = dir.url.appendingPathComponent("k.json")
+        try #require(try await ltRTSync(["keys", "export", keyFile.path, "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["init", "--home", b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user, "--key-file", keyFile.path]).status == 0)
+        let pulled = try await ltRTSync(["sync", "--home", b.path, "--media"])
+        #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
+        #expect(try Data(contentsOf: b.appendingPathComponent("documents/recordings/2025/memo one.m4a")) == bytes)
+    }
+
+    /// `media fetch --decrypt-to`: the cache keeps the ciphertext, the plaintext of the asked range goes to the file;
+    /// another home's keys fail clearly and write nothing.
+    @Test func mediaFetchDecryptTo_writesThePlaintextRange_andCachesOnlyCiphertext() async throws {
+        let dir = try TemporaryDirectory()
+        let h = dir.url.appendingPathComponent("H"), other = dir.url.appendingPathComponent("O")
+        for home in [h, other] {
+            try #require(try await ltRTSync(["init", "--home", home.path, "--tier", "premium"]).status == 0)
+            try #require(try await ltRTSync(["keys", "create", "--home", home.path]).status == 0)
+        }
+        let ring = try #require(try RTSyncHome(root: h).contentKeyring())
+        let plain = Data("recording bytes ".utf8) + Data((0..<200_000).map { _ in UInt8.random(in: 0...255) })
+        let source = dir.url.appendingPathComponent("served.m4a")
+        try EncryptionFormat.encrypt(plain, keyring: ring).write(to: source)
+        let cache = dir.url.appendingPathComponent("cache"), out = dir.url.appendingPathComponent("out.bin")
+        let r = try await ltRTSync(["media", "fetch", source.absoluteString, "--cache", cache.path, "--decrypt-to", out.path,
+                                    "--home", h.path, "--range", "70000-70009"])
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        #expect(try Data(contentsOf: out) == plain.subdata(in: 70000..<70010))
+        let whole = try await ltRTSync(["media", "fetch", source.absoluteString, "--cache", cache.path, "--decrypt-to", out.path, "--home", h.path])
+        #expect(whole.status == 0, "\(whole.stderr)")
+        #expect(try Data(contentsOf: out) == plain)
+        for name in try FileManager.default.contentsOfDirectory(atPath: cache.path) {
+            #expect(try Data(contentsOf: cache.appendingPathComponent(name)).range(of: Data("recording bytes".utf8)) == nil, "\(name)")
+        }
+        let wrong = dir.url.appendingPathComponent("wrong.bin")
+        let refused = try await ltRTSync(["media", "fetch", source.absoluteString, "--cache", cache.path, "--decrypt-to", wrong.path, "--home", other.path])
+        #expect(refused.status == 1 && refused.stderr.hasPrefix("error: object is encrypted with content key"), "\(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: wrong.path))
+    }
+
     /// Joining with a key file that is not the user's: init fails naming an object the key does not open, and leaves
     /// the new home as it was (no database, no key, no settings change) instead of falling back to demo data.
     @Test func joiningWithTheWrongKeyFile_failsClearly_andChangesNothing() async throws {

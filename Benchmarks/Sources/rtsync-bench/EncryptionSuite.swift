@@ -9,7 +9,7 @@ import Foundation
 /// multipart for the large ones). Plain and encrypted take turns going first. Files: 200 × 64 KiB images and
 /// 2 × 16 MiB recordings with `--quick`, 1,000 × 64 KiB and 4 × 64 MiB otherwise.
 func runEncryptionSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) async throws -> [Row] {
-    let runs = min(ctx.runs, 3)
+    let runs = min(ctx.runs, 5)
     let smallCount = ctx.quick ? 200 : 1_000
     let (bigCount, bigSize) = ctx.quick ? (2, 16 << 20) : (4, 64 << 20)
     let root = try ctx.freshDir("encryption")
