@@ -151,7 +151,7 @@ extension RTSyncHome {
 }
 
 extension ObjectStoreRemote {
-    /// The prefixes the wrapped store encrypts (an ``EncryptingStore``'s), else none.
+    /// The prefixes the wrapped store encrypts (an `EncryptingStore`'s), else none.
     public var encryptedPrefixes: [String] { (store as? EncryptingStore)?.prefixes ?? [] }
 
     /// Opens the store a bucket URL names for `home`, encrypting what `settings.encryption` covers.
