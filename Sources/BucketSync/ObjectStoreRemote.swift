@@ -1,4 +1,5 @@
 import BucketClient
+import DiffFormat
 import Foundation
 import SyncEngine
 
@@ -30,10 +31,12 @@ public struct ObjectStoreRemote: RemoteStore {
 
     public func download(key: String, to file: URL) async throws {
         try await mapped(key) {
-            do { _ = try await store.download(key: key, to: file) } catch {
-                if try await !acceptPlainShare(key: key, to: file, after: error) { throw error }
+            let target = Self.travelsCompressed(key) ? Self.staging(for: file) : file
+            do { _ = try await store.download(key: key, to: target) } catch {
+                if try await !acceptPlainShare(key: key, to: target, after: error) { throw error }
             }
-            try refuseUnexpectedCiphertext(key: key, at: file)
+            try refuseUnexpectedCiphertext(key: key, at: target)
+            if target != file { try DiffTransport.install(target, as: file, name: key) }
         }
     }
 
@@ -42,18 +45,23 @@ public struct ObjectStoreRemote: RemoteStore {
     public func download(_ object: RemoteObject, to file: URL) async throws {
         let listed = ObjectInfo(key: object.key, size: object.size, etag: object.etag ?? "", lastModified: nil)
         try await mapped(object.key) {
-            do { _ = try await store.download(key: object.key, to: file, expecting: listed) } catch {
-                if try await !acceptPlainShare(key: object.key, to: file, after: error) { throw error }
+            let target = Self.travelsCompressed(object.key) ? Self.staging(for: file) : file
+            do { _ = try await store.download(key: object.key, to: target, expecting: listed) } catch {
+                if try await !acceptPlainShare(key: object.key, to: target, after: error) { throw error }
             }
-            try refuseUnexpectedCiphertext(key: object.key, at: file)
+            try refuseUnexpectedCiphertext(key: object.key, at: target)
+            if target != file { try DiffTransport.install(target, as: file, name: object.key) }
         }
     }
 
     public func upload(file: URL, key: String, ifAbsent: Bool) async throws {
         try await mapped(key) {
             if ifAbsent {
-                // Diffs are small: a conditional single put makes a retried upload harmless.
-                _ = try await store.put(key: key, data: try Data(contentsOf: file), ifNoneMatch: true)
+                // Diffs are small: a conditional single put makes a retried upload harmless. They travel
+                // compressed (DiffTransport), before any encryption the store adds.
+                var data = try Data(contentsOf: file)
+                if Self.travelsCompressed(key), data.starts(with: Self.sqliteHeader) { data = try DiffTransport.compress(data, name: key) }
+                _ = try await store.put(key: key, data: data, ifNoneMatch: true)
             } else {
                 _ = try await store.put(key: key, fileURL: file)
             }
@@ -66,6 +74,21 @@ public struct ObjectStoreRemote: RemoteStore {
 
     public func delete(key: String) async throws {
         try await mapped(key) { try await store.delete(key: key) }
+    }
+
+    /// Whether objects at `key` are diffs, which travel compressed: `<user>/inbound/<name>.sqlite`. Downloads of
+    /// them are expanded (and a diff uploaded uncompressed by an older version is taken as it is).
+    public static func travelsCompressed(_ key: String) -> Bool {
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        return parts.count == 3 && parts[1] == "inbound" && !parts[0].isEmpty && parts[2].hasSuffix(".sqlite")
+    }
+
+    /// The first 16 bytes of every SQLite database file.
+    static let sqliteHeader = Data("SQLite format 3\0".utf8)
+
+    /// Where a diff is downloaded before it is expanded into `file` (hidden, beside it).
+    static func staging(for file: URL) -> URL {
+        file.deletingLastPathComponent().appendingPathComponent(".\(file.lastPathComponent).incoming")
     }
 
     /// Maps BucketClient's errors to the cases SyncEngine acts on.

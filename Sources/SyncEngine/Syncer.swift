@@ -89,6 +89,8 @@ public struct Syncer: Sendable {
 
     /// How long a sync waits for another run on the same home to finish before giving up.
     public var lockWait: TimeInterval = 30
+    /// Most diffs downloaded at the same time.
+    public var downloadConcurrency = 8
     /// Asked at safe points (between phases, diffs and uploads, and every few hundred rows of an export), as is the
     /// cancellation of the task running the sync; when it returns true the run stops there: an export in progress is rolled back and its temp file removed, a diff
     /// being applied is finished, and the report lists what is left (`SyncReport.interrupted`).
@@ -283,21 +285,45 @@ public struct Syncer: Sendable {
                 report.phases.append(SyncPhase(name: "download", ok: true, summary: "\(wanted.count) diff(s) would be downloaded and applied"))
             } else {
                 var failure: String?
-                for (index, obj) in wanted.enumerated() {
-                    if stopRequested() { break }
-                    let name = String(obj.key.dropFirst(inbound.count))
-                    let local = home.inbox.appendingPathComponent(name)
-                    if !fm.fileExists(atPath: local.path) {
-                        do {
-                            step(SyncProgress(phase: .download, itemsDone: index, itemsTotal: wanted.count, item: name))
-                            try await retry.run { try await remote.download(obj, to: local) }
-                            report.downloaded.append(obj.key)
-                        } catch {
-                            failure = "\(obj.key): \(error)"
-                            continue
+                // Up to `downloadConcurrency` downloads at a time (a catch-up has hundreds of small diffs); each
+                // lands in the inbox only once complete, and they are applied in KSUID order whatever order they
+                // arrive in. Once a stop is asked for, no new one starts; those under way finish.
+                let locals = wanted.map { home.inbox.appendingPathComponent(String($0.key.dropFirst(inbound.count))) }
+                var outcomes = [DownloadOutcome](repeating: .notStarted, count: wanted.count)
+                let (remote, retry) = (self.remote, self.retry)
+                await withTaskGroup(of: (Int, DownloadOutcome).self) { group in
+                    var next = 0, running = 0, finished = 0
+                    while true {
+                        while running < max(1, downloadConcurrency), next < wanted.count, !stopRequested() {
+                            let i = next
+                            next += 1
+                            if fm.fileExists(atPath: locals[i].path) { outcomes[i] = .present; continue }
+                            let (obj, local) = (wanted[i], locals[i])
+                            group.addTask {
+                                do {
+                                    try await retry.run { try await remote.download(obj, to: local) }
+                                    return (i, .downloaded)
+                                } catch {
+                                    return (i, .failed("\(obj.key): \(error)"))
+                                }
+                            }
+                            running += 1
                         }
+                        guard let (i, outcome) = await group.next() else { break }
+                        running -= 1
+                        finished += 1
+                        outcomes[i] = outcome
+                        step(SyncProgress(phase: .download, itemsDone: finished, itemsTotal: wanted.count, item: locals[i].lastPathComponent))
                     }
-                    toApply.append(local)
+                }
+                for (i, outcome) in outcomes.enumerated() {
+                    switch outcome {
+                    case .notStarted: continue
+                    case .failed(let text): failure = text; continue
+                    case .downloaded: report.downloaded.append(wanted[i].key)
+                    case .present: break
+                    }
+                    toApply.append(locals[i])
                 }
                 report.phases.append(SyncPhase(name: "download", ok: failure == nil,
                                                summary: "downloaded \(report.downloaded.count) of \(wanted.count) new diff(s)", error: failure))
@@ -452,6 +478,12 @@ public struct Syncer: Sendable {
         }
         return nil
     }
+}
+
+/// What became of one diff the download phase wanted.
+private enum DownloadOutcome: Sendable {
+    case notStarted, present, downloaded
+    case failed(String)
 }
 
 /// Set once when the task running a sync is cancelled; read at the run's safe points, also from other threads.
