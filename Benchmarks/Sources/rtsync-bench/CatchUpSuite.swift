@@ -13,7 +13,8 @@ func runCatchUpSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) a
     let local = try LocalFolderStore(root: dir.appendingPathComponent("bucket", isDirectory: true))
     rows += try await catchUpCases(ctx, diffs: diffs, bucketLabel: "local folder", dir: dir, remote: ObjectStoreRemote(store: local, isLocal: true), moto: nil)
     try? FileManager.default.removeItem(at: dir)
-    if let moto {
+    // RTSYNC_BENCH_CATCHUP_LOCAL_ONLY=1: the local-folder cases only (for profiling).
+    if let moto, ProcessInfo.processInfo.environment["RTSYNC_BENCH_CATCHUP_LOCAL_ONLY"] != "1" {
         let dir = try ctx.freshDir("catchup-s3")
         rows += try await catchUpCases(ctx, diffs: diffs, bucketLabel: "moto S3", dir: dir, remote: ObjectStoreRemote(store: moto.store(prefix: "catchup/"), isLocal: false), moto: moto)
         try? FileManager.default.removeItem(at: dir)
