@@ -151,7 +151,7 @@ extension ObjectStoreRemote {
         try FileManager.default.moveItem(at: temp, to: file)
         // Not evidence of anything: the copy EncryptingStore kept when it refused the object goes.
         if let rejected = encrypting.rejected {
-            try? FileManager.default.removeItem(at: rejected.appendingPathComponent(file.lastPathComponent + ".encrypted-rejected"))
+            try? FileManager.default.removeItem(at: rejected.appendingPathComponent((key as NSString).lastPathComponent + ".encrypted-rejected"))
         }
         return true
     }

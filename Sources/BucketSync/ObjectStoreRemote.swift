@@ -31,12 +31,10 @@ public struct ObjectStoreRemote: RemoteStore {
 
     public func download(key: String, to file: URL) async throws {
         try await mapped(key) {
-            let target = Self.travelsCompressed(key) ? Self.staging(for: file) : file
-            do { _ = try await store.download(key: key, to: target) } catch {
-                if try await !acceptPlainShare(key: key, to: target, after: error) { throw error }
+            do { _ = try await store.download(key: key, to: file) } catch {
+                if try await !acceptPlainShare(key: key, to: file, after: error) { throw error }
             }
-            try refuseUnexpectedCiphertext(key: key, at: target)
-            if target != file { try DiffTransport.install(target, as: file, name: key) }
+            try refuseUnexpectedCiphertext(key: key, at: file)
         }
     }
 
@@ -45,12 +43,10 @@ public struct ObjectStoreRemote: RemoteStore {
     public func download(_ object: RemoteObject, to file: URL) async throws {
         let listed = ObjectInfo(key: object.key, size: object.size, etag: object.etag ?? "", lastModified: nil)
         try await mapped(object.key) {
-            let target = Self.travelsCompressed(object.key) ? Self.staging(for: file) : file
-            do { _ = try await store.download(key: object.key, to: target, expecting: listed) } catch {
-                if try await !acceptPlainShare(key: object.key, to: target, after: error) { throw error }
+            do { _ = try await store.download(key: object.key, to: file, expecting: listed) } catch {
+                if try await !acceptPlainShare(key: object.key, to: file, after: error) { throw error }
             }
-            try refuseUnexpectedCiphertext(key: object.key, at: target)
-            if target != file { try DiffTransport.install(target, as: file, name: object.key) }
+            try refuseUnexpectedCiphertext(key: object.key, at: file)
         }
     }
 
@@ -76,8 +72,8 @@ public struct ObjectStoreRemote: RemoteStore {
         try await mapped(key) { try await store.delete(key: key) }
     }
 
-    /// Whether objects at `key` are diffs, which travel compressed: `<user>/inbound/<name>.sqlite`. Downloads of
-    /// them are expanded (and a diff uploaded uncompressed by an older version is taken as it is).
+    /// Whether objects at `key` are diffs, which are uploaded compressed: `<user>/inbound/<name>.sqlite`. Downloads
+    /// deliver the object as it is; `Syncer` expands it (`DiffTransport.install`).
     public static func travelsCompressed(_ key: String) -> Bool {
         let parts = key.split(separator: "/", omittingEmptySubsequences: false)
         return parts.count == 3 && parts[1] == "inbound" && !parts[0].isEmpty && parts[2].hasSuffix(".sqlite")
@@ -85,11 +81,6 @@ public struct ObjectStoreRemote: RemoteStore {
 
     /// The first 16 bytes of every SQLite database file.
     static let sqliteHeader = Data("SQLite format 3\0".utf8)
-
-    /// Where a diff is downloaded before it is expanded into `file` (hidden, beside it).
-    static func staging(for file: URL) -> URL {
-        file.deletingLastPathComponent().appendingPathComponent(".\(file.lastPathComponent).incoming")
-    }
 
     /// Maps BucketClient's errors to the cases SyncEngine acts on.
     private func mapped<T>(_ key: String, _ body: () async throws -> T) async throws -> T {

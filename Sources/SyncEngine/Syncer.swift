@@ -292,16 +292,22 @@ public struct Syncer: Sendable {
                 var outcomes = [DownloadOutcome](repeating: .notStarted, count: wanted.count)
                 let (remote, retry) = (self.remote, self.retry)
                 await withTaskGroup(of: (Int, DownloadOutcome).self) { group in
-                    var next = 0, running = 0, finished = 0
+                    var next = 0, running = 0
                     while true {
                         while running < max(1, downloadConcurrency), next < wanted.count, !stopRequested() {
                             let i = next
                             next += 1
                             if fm.fileExists(atPath: locals[i].path) { outcomes[i] = .present; continue }
                             let (obj, local) = (wanted[i], locals[i])
+                            step(SyncProgress(phase: .download, itemsDone: i, itemsTotal: wanted.count, item: local.lastPathComponent))
                             group.addTask {
+                                // Diffs travel compressed (DiffTransport): fetched beside the inbox file, expanded into
+                                // it (one that does not expand is installed as it came, and apply quarantines it).
+                                let staging = local.deletingLastPathComponent().appendingPathComponent(".\(local.lastPathComponent).incoming")
+                                defer { try? FileManager.default.removeItem(at: staging) }
                                 do {
-                                    try await retry.run { try await remote.download(obj, to: local) }
+                                    try await retry.run { try await remote.download(obj, to: staging) }
+                                    try DiffTransport.install(staging, as: local, name: obj.key)
                                     return (i, .downloaded)
                                 } catch {
                                     return (i, .failed("\(obj.key): \(error)"))
@@ -311,9 +317,7 @@ public struct Syncer: Sendable {
                         }
                         guard let (i, outcome) = await group.next() else { break }
                         running -= 1
-                        finished += 1
                         outcomes[i] = outcome
-                        step(SyncProgress(phase: .download, itemsDone: finished, itemsTotal: wanted.count, item: locals[i].lastPathComponent))
                     }
                 }
                 for (i, outcome) in outcomes.enumerated() {
@@ -344,7 +348,14 @@ public struct Syncer: Sendable {
             for url in toApply {
                 // A file that does not open as a diff goes to apply, which reports and quarantines it.
                 // Fully validated here: requests and other users' shares are recorded before (or without) apply.
-                guard let reader = try? DiffReader(url: url) else { accepted.append(url); continue }
+                // A diff of this user, with signatures not required, needs only its metadata here (apply checks
+                // every row and the digest as it merges); a signature, another user's share or a request is
+                // judged on a reader that has checked them all.
+                guard var reader = try? DiffReader(url: url, rowValidation: .whileReading) else { accepted.append(url); continue }
+                if settings.requireSignatures || reader.metadata.authorUser != user {
+                    guard let full = try? DiffReader(url: url) else { accepted.append(url); continue }
+                    reader = full
+                }
                 let m = reader.metadata
                 if let refusal = signatureRefusal(reader, settings: settings) {
                     var r = ApplyReport(file: url.path, diffID: m.id.string, status: .rejected, reason: refusal)
