@@ -11,9 +11,6 @@ import RTSQLite
 /// before that leaves nothing of any diff of the group applied (their files stay in the inbox), and the
 /// never-twice record (`rtsync_applied`) commits with the rows it stands for.
 extension SyncDatabase {
-    /// Most diffs applied in one transaction. Bounds how much work a failed commit has to redo one diff at a time.
-    static let applyGroupLimit = 256
-
     /// The first pass of `apply(diffs:)`: `ordered` applied in that order, runs of small diffs in groups.
     /// Returns a report for each diff started, and whether `shouldStop` ended the pass early.
     func applyInGroups(_ ordered: [URL], quarantine: URL?, limits: DiffLimits, shouldStop: (@Sendable () -> Bool)?,
@@ -23,7 +20,7 @@ extension SyncDatabase {
         while index < ordered.count {
             if shouldStop?() == true { return (reports, true) }
             var end = index
-            while end < ordered.count, end - index < Self.applyGroupLimit, isGroupable(ordered[end]) { end += 1 }
+            while end < ordered.count, end - index < max(1, applyGroupLimit), isGroupable(ordered[end]) { end += 1 }
             if end - index < 2 {
                 // A large diff (merged in bulk, in a transaction of its own), or a small one alone.
                 onDiff?(reports.count, ordered.count, ordered[index])

@@ -91,6 +91,8 @@ public struct Syncer: Sendable {
     public var lockWait: TimeInterval = 30
     /// Most diffs downloaded at the same time.
     public var downloadConcurrency = 8
+    /// Most small diffs applied in one transaction (`SyncDatabase.applyGroupLimit`); 1 applies each alone.
+    public var applyGroupLimit = 256
     /// Asked at safe points (between phases, diffs and uploads, and every few hundred rows of an export), as is the
     /// cancellation of the task running the sync; when it returns true the run stops there: an export in progress is rolled back and its temp file removed, a diff
     /// being applied is finished, and the report lists what is left (`SyncReport.interrupted`).
@@ -137,6 +139,7 @@ public struct Syncer: Sendable {
             text(p.description)
         }
         let db = try SyncDatabase(path: home.database.path)
+        db.applyGroupLimit = applyGroupLimit
         // A database never initialized for sync must not sync under an empty user (its keys would start with "/").
         let recordedUser = db.isTracked ? try db.userID() : ""
         let user = settings.userID.isEmpty ? recordedUser : settings.userID

@@ -58,6 +58,7 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
     let exporter = try SyncDatabase(path: a.database.path)
 
     var manySync: [Double] = [], oneSync: [Double] = [], manyApply: [Double] = [], oneApply: [Double] = []
+    var oldSync: [Double] = [], oldApply: [Double] = [], manyCPU: [Double] = [], oneCPU: [Double] = [], oldCPU: [Double] = []
     var manyRequests = 0, oneRequests = 0, manyServer = 0, oneServer = 0
     var offset = 0
     var editSeed: UInt64 = 100
@@ -79,12 +80,13 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         return files
     }
     /// Times `apply(diffs:)` of `files` into a copy of B's database as it is now.
-    func timeApply(_ files: [URL], _ name: String) throws -> Double {
+    func timeApply(_ files: [URL], _ name: String, asBefore: Bool = false) throws -> Double {
         let copy = dir.appendingPathComponent("apply-\(name).sqlite")
         removeDatabase(copy.path)
         try dbB.exec("VACUUM INTO '\(copy.path)'")
         try Items.open(copy.path).exec("PRAGMA journal_mode=WAL")
         let target = try SyncDatabase(path: copy.path)
+        if asBefore { target.applyGroupLimit = 1 }
         var reports: [ApplyReport] = []
         let t = try timeOnce { reports = target.apply(diffs: files) }
         guard reports.count == files.count, reports.allSatisfy({ $0.status == .applied }) else {
@@ -94,9 +96,15 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         return t
     }
     /// Times B's sync and checks B then has every edited value.
-    func timeSyncB(_ edited: [String]) async throws -> (Double, SyncReport) {
+    /// Client CPU (user + system) of the last `timeSyncB`.
+    var lastCPU = 0.0
+    func timeSyncB(_ edited: [String], asBefore: Bool = false) async throws -> (Double, SyncReport) {
         var r: SyncReport?
-        let t = try await timeOnceAsync { r = try await syncB.sync() }
+        var syncer = syncB
+        if asBefore { syncer.downloadConcurrency = 1; syncer.applyGroupLimit = 1 }
+        let cpu = cpuSeconds()
+        let t = try await timeOnceAsync { r = try await syncer.sync() }
+        lastCPU = cpuSeconds() - cpu
         try check(r!, "B")
         let q = try dbB.prepare("SELECT updated_at >= 1800000000 FROM items WHERE id = ?")
         for key in edited {
@@ -120,7 +128,18 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         manySync.append(tm)
         manyRequests = rm.requests
         if let moto { manyServer = moto.settledRequestCount() - before }
+        manyCPU.append(lastCPU)
         guard rm.applied.filter({ $0.status == .applied }).count == n else { throw BenchSQLiteError(code: 0, message: "B applied \(rm.applied.count) of \(n) diffs") }
+
+        // The same as before catch-up groups: one download at a time, each diff in a transaction of its own.
+        let old = (0..<n).map { keys[(offset + $0) % keys.count] }
+        offset += n
+        let oldFiles = try export(old, oneEach: true, into: dir.appendingPathComponent("old"))
+        try check(try await syncA.sync(), "A")
+        oldApply.append(try timeApply(oldFiles, "old", asBefore: true))
+        let (tOld, rOld) = try await timeSyncB(old, asBefore: true)
+        oldSync.append(tOld); oldCPU.append(lastCPU)
+        guard rOld.applied.filter({ $0.status == .applied }).count == n else { throw BenchSQLiteError(code: 0, message: "B applied \(rOld.applied.count) of \(n) diffs (as before)") }
 
         // One diff holding N edited rows (other keys), the same way.
         let one = (0..<n).map { keys[(offset + $0) % keys.count] }
@@ -130,7 +149,7 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         oneApply.append(try timeApply(oneFiles, "one"))
         before = moto?.settledRequestCount() ?? 0
         let (to, ro) = try await timeSyncB(one)
-        oneSync.append(to)
+        oneSync.append(to); oneCPU.append(lastCPU)
         oneRequests = ro.requests
         if let moto { oneServer = moto.settledRequestCount() - before }
         ctx.log("catchup (\(bucketLabel)): run \(run + 1) of \(runs): sync \(formatTime(tm)) vs \(formatTime(to)), apply \(formatTime(manyApply.last!)) vs \(formatTime(oneApply.last!))")
@@ -145,5 +164,11 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
                       extra: "\(manyRequests) requests vs \(oneRequests)" + (moto != nil ? " (server saw \(manyServer) vs \(oneServer))" : ""),
                       aim: moto != nil ? "≤ 1.5x one diff; < 2 s through moto" : "≤ 1.5x one diff")
     syncRow.aimMet = syncRow.ratio.map { $0 <= 1.5 && (moto == nil || syncRow.rtsync!.median < 2) }
-    return [applyRow, syncRow]
+    syncRow.extra! += "; B's CPU (median): \(formatTime(Stat(samples: manyCPU).median)) vs \(formatTime(Stat(samples: oneCPU).median))"
+    let beforeApply = Row(suite: "catchup", name: "[\(bucketLabel)] apply(diffs:) of \(count) one-row diffs", rtsync: Stat(samples: manyApply),
+                          baselineName: "the same, each diff its own transaction (as before)", baseline: Stat(samples: oldApply))
+    let beforeSync = Row(suite: "catchup", name: "[\(bucketLabel)] B's sync catching up on \(count) one-row diffs", rtsync: Stat(samples: manySync),
+                         baselineName: "the same, 1 download at a time, each diff its own transaction (as before)", baseline: Stat(samples: oldSync),
+                         extra: "B's CPU (median): \(formatTime(Stat(samples: manyCPU).median)) vs \(formatTime(Stat(samples: oldCPU).median))")
+    return [applyRow, syncRow, beforeApply, beforeSync]
 }
