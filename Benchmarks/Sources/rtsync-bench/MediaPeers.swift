@@ -68,6 +68,8 @@ func runMediaPeerCases(_ ctx: BenchContext, moto: MotoServer, runs: Int, cases: 
         var options = MediaSyncOptions()
         options.direction = direction
         options.kinds = kinds
+        // Experiments only: RTSYNC_BENCH_MEDIA_FILES sets how many files transfer at once (default 8), as in the aws rounds.
+        if let files = ProcessInfo.processInfo.environment["RTSYNC_BENCH_MEDIA_FILES"].flatMap({ Int($0) }) { options.concurrency = files }
         let before = moto.settledRequestCount()
         var report: MediaSyncReport?
         let t = try await timeOnceAsync {
