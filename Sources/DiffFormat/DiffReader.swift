@@ -83,7 +83,7 @@ public final class DiffReader {
             do {
                 try DiffTransport.expand(try Data(contentsOf: content, options: .mappedIfSafe), name: file, limit: limits.maxFileBytes, to: nil)
             } catch let e as DiffFormatError { throw e } catch { throw DiffFormatError.badCompression(file: file, reason: "\(error)") }
-            throw DiffFormatError.badCompression(file: file, reason: "still compressed for transport; expand it first (`DiffTransport.install`, as a sync's download does)")
+            throw DiffFormatError.badCompression(file: file, reason: "still compressed for transport, as a bucket stores diffs; a sync expands it on download (`DiffTransport.install`)")
         }
         guard header.count == 100, header.prefix(16) == Data("SQLite format 3\0".utf8) else { throw DiffFormatError.notSQLite(file: file) }
         // Bytes 18-19 are 2 in WAL mode: such a file may need a -wal file we would not read; ours never are.

@@ -184,6 +184,11 @@ public struct Syncer: Sendable {
         // diffs applied since (this run holds the lock, so none of them is another run's).
         if !dryRun {
             report.cleanedUp = HomeDebris.clean(home, olderThan: debrisAge)
+            for name in (try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? [] where name.hasPrefix(".") && name.contains(".sqlite.incoming") {
+                // A diff download cut short before it was expanded into the inbox (and its resume files).
+                let url = home.inbox.appendingPathComponent(name)
+                if (try? fm.removeItem(at: url)) != nil { report.cleanedUp.append(url.path) }
+            }
             for name in (try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? [] where name.hasSuffix(".partial") || name.hasSuffix(".partial.etag") {
                 let diffName = String(name.prefix(upTo: name.range(of: ".partial")!.lowerBound))
                 guard let id = DiffFile.diffID(fromFileName: diffName), applied.contains(id.string) else { continue }

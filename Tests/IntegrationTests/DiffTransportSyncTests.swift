@@ -60,8 +60,14 @@ enum LTTransportScenarios {
         ]
         for bomb in bombs { _ = try await a.remote.store.put(key: inbound + bomb.name, data: bomb.data, ifNoneMatch: true) }
 
+        // What a download killed before its expansion leaves in the inbox: the next run removes it.
+        let leftovers = [".\(KSUID.generate().string).sqlite.incoming", ".\(KSUID.generate().string).sqlite.incoming.partial"]
+        try FileManager.default.createDirectory(at: b.home.inbox, withIntermediateDirectories: true)
+        for name in leftovers { try Data("cut short".utf8).write(to: b.home.inbox.appendingPathComponent(name)) }
+
         // B's next sync applies the old-format diff, refuses the three with their reasons, keeps them in quarantine.
         let rb = try await b.sync()
+        for name in leftovers { #expect(rb.cleanedUp.contains { $0.hasSuffix("/" + name) }, "\(name) not removed: \(rb.cleanedUp)") }
         #expect(try b.thingTitle("thing-compressed") == "compressed")
         #expect(try b.thingTitle("thing-uncompressed") == "old format")
         for bomb in bombs {
