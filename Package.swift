@@ -24,6 +24,8 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite3"])]
         ),
+        // The system zlib (zlib1g-dev on Debian/Ubuntu; part of the SDK on Apple platforms): diffs compressed in transit.
+        .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"]), .brew(["zlib"])]),
         // The one place that calls the sqlite3_* C API: connection, statement, backup.
         .target(name: "RTSQLite", dependencies: ["CSQLite"]),
         // Copy-on-write file clone (FICLONE ioctl / clonefile), which Swift cannot call directly.
@@ -38,7 +40,7 @@ let package = Package(
         ),
         .target(
             name: "DiffFormat",
-            dependencies: ["RTSQLite", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["RTSQLite", "CZlib", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
             name: "SyncEngine",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs when it is missing, then runs the whole suite (`swift test`).
-#   system (scripts/setup.sh): libsqlite3-dev + pkg-config, sqlite3
+#   system (scripts/setup.sh): libsqlite3-dev + pkg-config, zlib1g-dev, sqlite3
 #   system (here): btrfs-progs (mkfs.btrfs, btrfs: the copy-on-write backup tests on a loop-mounted btrfs image),
 #     e2fsprogs (filefrag: shared extents of a clone), util-linux (mount, findmnt), faketime (devices whose wall
 #     clock is off, in the edit-time tests); tests that need a loop mount skip themselves, saying why, where

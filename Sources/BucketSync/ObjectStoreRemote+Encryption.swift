@@ -178,14 +178,23 @@ extension ObjectStoreRemote {
         try FileManager.default.moveItem(at: temp, to: file)
         // Not evidence of anything: the copy EncryptingStore kept when it refused the object goes.
         if let rejected = encrypting.rejected {
-            try? FileManager.default.removeItem(at: rejected.appendingPathComponent(file.lastPathComponent + ".encrypted-rejected"))
+            try? FileManager.default.removeItem(at: rejected.appendingPathComponent((key as NSString).lastPathComponent + ".encrypted-rejected"))
         }
         return true
     }
 
     /// Whether `url` opens as a valid share or request diff whose author is not `user`.
     static func isShareFromAnotherUser(_ url: URL, user: String) -> Bool {
-        guard let reader = try? DiffReader(url: url) else { return false }
+        // A diff travels compressed (DiffTransport): its metadata is read from an expanded copy.
+        var expanded: URL?
+        defer { if let expanded { try? FileManager.default.removeItem(at: expanded) } }
+        if DiffTransport.isCompressed(file: url) {
+            let copy = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).share-check")
+            guard let data = try? Data(contentsOf: url),
+                  (try? DiffTransport.expand(data, name: url.path, limit: DiffLimits.default.maxFileBytes, to: copy)) != nil else { return false }
+            expanded = copy
+        }
+        guard let reader = try? DiffReader(url: url, contentsAt: expanded ?? url) else { return false }
         let m = reader.metadata
         return (m.kind == .share || m.kind == .request) && m.authorUser != user
     }

@@ -1,4 +1,5 @@
 import BucketClient
+import DiffFormat
 import Foundation
 import SyncEngine
 
@@ -52,8 +53,11 @@ public struct ObjectStoreRemote: RemoteStore {
     public func upload(file: URL, key: String, ifAbsent: Bool) async throws {
         try await mapped(key) {
             if ifAbsent {
-                // Diffs are small: a conditional single put makes a retried upload harmless.
-                _ = try await store.put(key: key, data: try Data(contentsOf: file), ifNoneMatch: true)
+                // Diffs are small: a conditional single put makes a retried upload harmless. They travel
+                // compressed (DiffTransport), before any encryption the store adds.
+                var data = try Data(contentsOf: file)
+                if Self.travelsCompressed(key), data.starts(with: Self.sqliteHeader) { data = try DiffTransport.compress(data, name: key) }
+                _ = try await store.put(key: key, data: data, ifNoneMatch: true)
             } else {
                 _ = try await store.put(key: key, fileURL: file)
             }
@@ -67,6 +71,16 @@ public struct ObjectStoreRemote: RemoteStore {
     public func delete(key: String) async throws {
         try await mapped(key) { try await store.delete(key: key) }
     }
+
+    /// Whether objects at `key` are diffs, which are uploaded compressed: `<user>/inbound/<name>.sqlite`. Downloads
+    /// deliver the object as it is; `Syncer` expands it (`DiffTransport.install`).
+    public static func travelsCompressed(_ key: String) -> Bool {
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        return parts.count == 3 && parts[1] == "inbound" && !parts[0].isEmpty && parts[2].hasSuffix(".sqlite")
+    }
+
+    /// The first 16 bytes of every SQLite database file.
+    static let sqliteHeader = Data("SQLite format 3\0".utf8)
 
     /// Maps BucketClient's errors to the cases SyncEngine acts on.
     private func mapped<T>(_ key: String, _ body: () async throws -> T) async throws -> T {

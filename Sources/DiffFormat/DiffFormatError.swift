@@ -18,6 +18,8 @@ public enum DiffFormatError: Error, Sendable, Equatable, CustomStringConvertible
     case limitExceeded(file: String, what: String, limit: Int64)
     case fileNameMismatch(file: String, diffID: String)
     case writeFailed(file: String, reason: String)
+    /// A diff compressed for transport (`DiffTransport`) that does not expand, or would expand past its limit.
+    case badCompression(file: String, reason: String)
 
     /// The file the error is about.
     public var file: String {
@@ -27,7 +29,7 @@ public enum DiffFormatError: Error, Sendable, Equatable, CustomStringConvertible
              .containsTrigger(let f, _), .containsView(let f, _), .unexpectedObject(let f, _, _),
              .invalidMetadata(let f, _, _), .invalidTableDefinition(let f, _, _), .schemaHashMismatch(let f, _),
              .invalidRow(let f, _, _, _), .digestMismatch(let f, _, _), .limitExceeded(let f, _, _),
-             .fileNameMismatch(let f, _), .writeFailed(let f, _):
+             .fileNameMismatch(let f, _), .writeFailed(let f, _), .badCompression(let f, _):
             return f
         }
     }
@@ -53,6 +55,7 @@ public enum DiffFormatError: Error, Sendable, Equatable, CustomStringConvertible
         case .limitExceeded(_, let w, let l): return "\(w) exceeds the limit of \(l)"
         case .fileNameMismatch(_, let id): return "file name does not match its diff id \(id)"
         case .writeFailed(_, let r): return "could not write diff: \(r)"
+        case .badCompression(_, let r): return "compressed diff (rtsync's zlib transport encoding) refused: \(r)"
         }
     }
 
@@ -60,7 +63,7 @@ public enum DiffFormatError: Error, Sendable, Equatable, CustomStringConvertible
     public var hint: String {
         switch self {
         case .unsupportedVersion: return "upgrade rtsync on this device to read newer diffs"
-        case .digestMismatch, .corrupt, .notSQLite: return "fetch the diff again from the bucket; if it stays bad, ask its author to re-export"
+        case .digestMismatch, .corrupt, .notSQLite, .badCompression: return "fetch the diff again from the bucket; if it stays bad, ask its author to re-export"
         case .writeFailed: return "check the output folder exists, is writable and has free space"
         case .fileNotFound: return "check the path"
         default: return "this file was not written by a compatible rtsync; it has been left unapplied"

@@ -83,6 +83,13 @@ public final class DiffReader: @unchecked Sendable {
         guard let handle = FileHandle(forReadingAtPath: content.path) else { throw DiffFormatError.fileNotFound(file: file) }
         let header = (try? handle.read(upToCount: 100)) ?? Data()
         try? handle.close()
+        // A diff still compressed for transport: say why it was not expanded (damaged, a bomb), or that it has to be.
+        if DiffTransport.isCompressed(header) {
+            do {
+                try DiffTransport.expand(try Data(contentsOf: content, options: .mappedIfSafe), name: file, limit: limits.maxFileBytes, to: nil)
+            } catch let e as DiffFormatError { throw e } catch { throw DiffFormatError.badCompression(file: file, reason: "\(error)") }
+            throw DiffFormatError.badCompression(file: file, reason: "still compressed for transport, as a bucket stores diffs; a sync expands it on download (`DiffTransport.install`)")
+        }
         guard header.count == 100, header.prefix(16) == Data("SQLite format 3\0".utf8) else { throw DiffFormatError.notSQLite(file: file) }
         // Bytes 18-19 are 2 in WAL mode: such a file may need a -wal file we would not read; ours never are.
         if header[18] == 2 || header[19] == 2 {

@@ -160,6 +160,14 @@ public final class Connection {
     public var changes: Int { Int(sqlite3_changes(handle)) }
     /// False while a transaction is open.
     public var isAutocommit: Bool { sqlite3_get_autocommit(handle) != 0 }
+    /// Whether the open transaction has foreign-key violations not yet resolved (deferred ones, checked at
+    /// COMMIT): `SQLITE_DBSTATUS_DEFERRED_FKS`. A rollback to a savepoint restores it as it was there.
+    public var hasUnresolvedForeignKeys: Bool {
+        var current: Int32 = 0, highwater: Int32 = 0
+        // SQLITE_DBSTATUS_DEFERRED_FKS (10): a macro Swift cannot import.
+        _ = sqlite3_db_status(handle, 10, &current, &highwater, 0)
+        return current != 0
+    }
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
     /// Waits up to `milliseconds` for locks held by other connections.

@@ -26,13 +26,10 @@ extension SyncDatabase {
             }
         }.map(\.element)
         // With `shouldStop`, diffs not started when it says so get no report and stay where they are.
-        var reports: [ApplyReport] = []
-        var stopped = false
-        for url in ordered {
-            if shouldStop?() == true { stopped = true; break }
-            onDiff?(reports.count, ordered.count, url)
-            reports.append(apply(diff: url, quarantine: quarantine, limits: limits))
-        }
+        // Small diffs are applied several to a transaction (SyncDatabase+Groups), each in its own savepoint.
+        let firstPass = applyInGroups(ordered, quarantine: quarantine, limits: limits, shouldStop: shouldStop, onDiff: onDiff)
+        var reports = firstPass.reports
+        let stopped = firstPass.stopped
         // A diff deferred for rows another diff of the batch brings is tried again once that one is applied.
         var progress = !stopped && reports.contains { $0.status == .applied }
         retrying: while progress, reports.contains(where: { $0.status == .deferred }) {
@@ -55,7 +52,13 @@ extension SyncDatabase {
     /// Applies one diff; `replacingHeld` are held-back rows (`rtsync_held` ids) the diff carries again, removed in
     /// the same transaction.
     func apply(diff url: URL, quarantine: URL? = nil, limits: DiffLimits = .default, replacingHeld: [Int64]) -> ApplyReport {
-        locked {
+        locked { applyLocked(diff: url, quarantine: quarantine, limits: limits, replacingHeld: replacingHeld, grouped: false) }
+    }
+
+    /// The body of `apply(diff:)`, on the locked connection. `grouped`: inside a transaction of a group of diffs
+    /// (`applyGroup`): the diff gets a savepoint instead of its own transaction, and is never merged in bulk.
+    func applyLocked(diff url: URL, quarantine: URL?, limits: DiffLimits, replacingHeld: [Int64], grouped: Bool) -> ApplyReport {
+        do {
             var report = ApplyReport(file: url.path, diffID: nil, status: .rejected)
             func reject(_ reason: String) -> ApplyReport {
                 report.status = .rejected
@@ -74,7 +77,7 @@ extension SyncDatabase {
             }
             // The reader reads a private copy when rows may be written in bulk: that attaches the file a second
             // time, and both reads must see the bytes that were checked even if `url` is replaced meanwhile.
-            let copy = bulkApply && db.interpretsURIs ? Self.privateCopy(of: url, limits: limits, minimumBytes: bulkApplyMinimumBytes) : nil
+            let copy = !grouped && bulkApply && db.interpretsURIs ? Self.privateCopy(of: url, limits: limits, minimumBytes: bulkApplyMinimumBytes) : nil
             defer { if let copy { try? FileManager.default.removeItem(at: copy.deletingLastPathComponent()) } }
             let reader: DiffReader
             do { reader = try DiffReader(url: url, contentsAt: copy ?? url, limits: limits, rowValidation: .whileReading) } catch let e as DiffFormatError {
@@ -84,7 +87,7 @@ extension SyncDatabase {
             report.diffID = meta.id.string
             do {
                 // Bookkeeping is installed once (track does it); only a never-tracked database needs it here.
-                if (try? requireTracked()) == nil { try db.transaction { try installBookkeeping() } }
+                if !grouped, (try? requireTracked()) == nil { try db.transaction { try installBookkeeping() } }
                 // The two skips below read no row to merge: check the content first, as a merge would.
                 if try db.scalar("SELECT 1 FROM rtsync_applied WHERE diff_id = ?", [.text(meta.id.string)]) != nil {
                     try reader.forEachChange { _ in }
@@ -107,7 +110,7 @@ extension SyncDatabase {
                 // The merge may attach the diff to copy new rows in bulk; it is detached once the transaction ends.
                 defer { try? db.execute("DETACH DATABASE " + Merger.attachedDiff) }
                 var bulkRows = 0
-                try db.transaction {
+                try diffTransaction(grouped: grouped) {
                     for id in replacingHeld {
                         try db.execute("DELETE FROM rtsync_held_cells WHERE held_id = ?", [.integer(id)])
                         try db.execute("DELETE FROM rtsync_held WHERE id = ?", [.integer(id)])

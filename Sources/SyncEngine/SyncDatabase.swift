@@ -20,6 +20,9 @@ public final class SyncDatabase: @unchecked Sendable {
     package var bulkApplyMinimumBytes: Int64 = 64 * 1024
     /// Rows apply wrote in bulk since this value was opened (for tests).
     package internal(set) var bulkRowsWritten = 0
+    /// Most small diffs `apply(diffs:)` applies in one transaction (each in a savepoint); 1 applies every diff in a
+    /// transaction of its own.
+    public var applyGroupLimit = 256
 
     /// Opens an existing database (never creates one: a typo must not make an empty database).
     /// - Throws: `SyncEngineError.databaseNotFound`, or `SQLiteError` when it cannot be opened.

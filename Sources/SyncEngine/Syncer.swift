@@ -97,6 +97,10 @@ public struct Syncer: Sendable {
 
     /// How long a sync waits for another run on the same home to finish before giving up.
     public var lockWait: TimeInterval = 30
+    /// Most diffs downloaded at the same time.
+    public var downloadConcurrency = 8
+    /// Most small diffs applied in one transaction (`SyncDatabase.applyGroupLimit`); 1 applies each alone.
+    public var applyGroupLimit = 256
     /// Asked at safe points (between phases, diffs and uploads, and every few hundred rows of an export), as is the
     /// cancellation of the task running the sync; when it returns true the run stops there: an export in progress is rolled back and its temp file removed, a diff
     /// being applied is finished, and the report lists what is left (`SyncReport.interrupted`).
@@ -143,6 +147,7 @@ public struct Syncer: Sendable {
             text(p.description)
         }
         let db = try SyncDatabase(path: home.database.path)
+        db.applyGroupLimit = applyGroupLimit
         // A database never initialized for sync must not sync under an empty user (its keys would start with "/").
         let recordedUser = db.isTracked ? try db.userID() : ""
         let user = settings.userID.isEmpty ? recordedUser : settings.userID
@@ -187,6 +192,11 @@ public struct Syncer: Sendable {
         // diffs applied since (this run holds the lock, so none of them is another run's).
         if !dryRun {
             report.cleanedUp = HomeDebris.clean(home, olderThan: debrisAge)
+            for name in (try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? [] where name.hasPrefix(".") && name.contains(".sqlite.incoming") {
+                // A diff download cut short before it was expanded into the inbox (and its resume files).
+                let url = home.inbox.appendingPathComponent(name)
+                if (try? fm.removeItem(at: url)) != nil { report.cleanedUp.append(url.path) }
+            }
             for name in (try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? [] where name.hasSuffix(".partial") || name.hasSuffix(".partial.etag") {
                 let diffName = String(name.prefix(upTo: name.range(of: ".partial")!.lowerBound))
                 guard let id = DiffFile.diffID(fromFileName: diffName), applied.contains(id.string) else { continue }
@@ -291,21 +301,49 @@ public struct Syncer: Sendable {
                 report.phases.append(SyncPhase(name: "download", ok: true, summary: "\(wanted.count) diff(s) would be downloaded and applied"))
             } else {
                 var failure: String?
-                for (index, obj) in wanted.enumerated() {
-                    if stopRequested() { break }
-                    let name = String(obj.key.dropFirst(inbound.count))
-                    let local = home.inbox.appendingPathComponent(name)
-                    if !fm.fileExists(atPath: local.path) {
-                        do {
-                            step(SyncProgress(phase: .download, itemsDone: index, itemsTotal: wanted.count, item: name))
-                            try await retry.run { try await remote.download(obj, to: local) }
-                            report.downloaded.append(obj.key)
-                        } catch {
-                            failure = "\(obj.key): \(error)"
-                            continue
+                // Up to `downloadConcurrency` downloads at a time (a catch-up has hundreds of small diffs); each
+                // lands in the inbox only once complete, and they are applied in KSUID order whatever order they
+                // arrive in. Once a stop is asked for, no new one starts; those under way finish.
+                let locals = wanted.map { home.inbox.appendingPathComponent(String($0.key.dropFirst(inbound.count))) }
+                var outcomes = [DownloadOutcome](repeating: .notStarted, count: wanted.count)
+                let (remote, retry) = (self.remote, self.retry)
+                await withTaskGroup(of: (Int, DownloadOutcome).self) { group in
+                    var next = 0, running = 0
+                    while true {
+                        while running < max(1, downloadConcurrency), next < wanted.count, !stopRequested() {
+                            let i = next
+                            next += 1
+                            if fm.fileExists(atPath: locals[i].path) { outcomes[i] = .present; continue }
+                            let (obj, local) = (wanted[i], locals[i])
+                            step(SyncProgress(phase: .download, itemsDone: i, itemsTotal: wanted.count, item: local.lastPathComponent))
+                            group.addTask {
+                                // Diffs travel compressed (DiffTransport): fetched beside the inbox file, expanded into
+                                // it (one that does not expand is installed as it came, and apply quarantines it).
+                                let staging = local.deletingLastPathComponent().appendingPathComponent(".\(local.lastPathComponent).incoming")
+                                defer { try? FileManager.default.removeItem(at: staging) }
+                                do {
+                                    try await retry.run { try await remote.download(obj, to: staging) }
+                                    try DiffTransport.install(staging, as: local, name: obj.key)
+                                    return (i, .downloaded)
+                                } catch {
+                                    return (i, .failed("\(obj.key): \(error)"))
+                                }
+                            }
+                            running += 1
                         }
+                        guard let (i, outcome) = await group.next() else { break }
+                        running -= 1
+                        outcomes[i] = outcome
                     }
-                    toApply.append(local)
+                }
+                for (i, outcome) in outcomes.enumerated() {
+                    switch outcome {
+                    case .notStarted: continue
+                    case .failed(let text): failure = text; continue
+                    case .downloaded: report.downloaded.append(wanted[i].key)
+                    case .present: break
+                    }
+                    toApply.append(locals[i])
                 }
                 report.phases.append(SyncPhase(name: "download", ok: failure == nil,
                                                summary: "downloaded \(report.downloaded.count) of \(wanted.count) new diff(s)", error: failure))
@@ -326,7 +364,14 @@ public struct Syncer: Sendable {
             for url in toApply {
                 // A file that does not open as a diff goes to apply, which reports and quarantines it.
                 // Fully validated here: requests and other users' shares are recorded before (or without) apply.
-                guard let reader = try? DiffReader(url: url) else { accepted.append(url); continue }
+                // A diff of this user, with signatures not required, needs only its metadata here (apply checks
+                // every row and the digest as it merges); a signature, another user's share or a request is
+                // judged on a reader that has checked them all.
+                guard var reader = try? DiffReader(url: url, rowValidation: .whileReading) else { accepted.append(url); continue }
+                if settings.requireSignatures || reader.metadata.authorUser != user {
+                    guard let full = try? DiffReader(url: url) else { accepted.append(url); continue }
+                    reader = full
+                }
                 let m = reader.metadata
                 if let refusal = signatureRefusal(reader, settings: settings) {
                     var r = ApplyReport(file: url.path, diffID: m.id.string, status: .rejected, reason: refusal)
@@ -460,6 +505,12 @@ public struct Syncer: Sendable {
         }
         return nil
     }
+}
+
+/// What became of one diff the download phase wanted.
+private enum DownloadOutcome: Sendable {
+    case notStarted, present, downloaded
+    case failed(String)
 }
 
 /// Set once when the task running a sync is cancelled; read at the run's safe points, also from other threads.

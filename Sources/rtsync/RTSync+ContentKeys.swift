@@ -1,6 +1,7 @@
 import ArgumentParser
 import BucketClient
 import BucketSync
+import DiffFormat
 import Foundation
 import SyncEngine
 
@@ -185,8 +186,13 @@ extension RTSync.Keys {
             do {
                 try EncryptionFormat.decryptFile(URL(fileURLWithPath: input), to: temp, keyring: ring, object: input, name: name)
                 if FileManager.default.fileExists(atPath: target.path) { try FileManager.default.removeItem(at: target) }
-                try FileManager.default.moveItem(at: temp, to: target)
-                print("decrypted \(input) -> \(output)")
+                // A diff travels compressed under the encryption: the plaintext written is the expanded diff file.
+                let compressed = DiffTransport.isCompressed(file: temp)
+                if let problem = try DiffTransport.install(temp, as: target, name: input) {
+                    try? FileManager.default.removeItem(at: target)
+                    throw DiffFormatError.badCompression(file: input, reason: problem)
+                }
+                print("decrypted \(input) -> \(output)" + (compressed ? " (expanded from the diff's transport compression)" : ""))
             } catch {
                 try? FileManager.default.removeItem(at: temp)
                 throw report(error)

@@ -155,7 +155,7 @@ struct ConcurrentSyncCLITests {
         let inbound = root.appendingPathComponent("bucket").appendingPathComponent(user).appendingPathComponent("inbound")
         var sent = 0
         for name in hsNames(inbound) where DiffFile.diffID(fromFileName: name) != nil {
-            let file = inbound.appendingPathComponent(name)
+            let file = try ltDiffFile(inbound.appendingPathComponent(name))
             if try ltScalar(file, "SELECT count(*) FROM sqlite_schema WHERE name = 'things'")?.int64 == 1 {
                 sent += Int(try ltScalar(file, "SELECT count(*) FROM things WHERE id LIKE 'c%-%'")?.int64 ?? 0)
             }
@@ -326,13 +326,18 @@ struct SyncStopTests {
         let bDevice = LTDevice(name: "B", home: b, remote: a.remote)
         let aSite = try a.siteID()
         var syncer = Syncer(home: b, remote: a.remote, retry: ltShortRetry)
-        let bDatabase = b.database
-        syncer.shouldStop = { ((try? ltScalar(bDatabase, "SELECT count(*) FROM rtsync_applied WHERE author_site = ?", [.text(aSite)]))?.int64 ?? 0) >= 1 }
+        // The stop is asked for once the first diff's apply has started; the run ends before the next one. (Small
+        // diffs are applied several to a transaction, so another connection sees them only when the run commits
+        // them at the stop.)
+        let asked = HSFlag()
+        syncer.onProgress = { p in if p.phase == .apply { asked.set() } }
+        syncer.shouldStop = { asked.isSet }
 
         let stopped = try await syncer.sync()
 
         #expect(stopped.interrupted, "\(stopped.phases)")
         #expect(stopped.applied.filter { $0.status == .applied }.count == 1, "\(stopped.applied)")
+        #expect(try ltScalar(b.database, "SELECT count(*) FROM rtsync_applied WHERE author_site = ?", [.text(aSite)])?.int64 == 1, "the one applied is committed")
         #expect(stopped.phases.last?.summary.contains("2 downloaded diff(s) to apply") == true, "\(stopped.phases)")
         #expect(hsNames(b.inbox).filter { DiffFile.diffID(fromFileName: $0) != nil }.count == 2)
 
@@ -409,8 +414,9 @@ struct SyncSignalTests {
         #expect(try SyncDatabase(path: home.database.path).pendingChangeCount() == 0)
         let inbound = root.appendingPathComponent("bucket").appendingPathComponent(user).appendingPathComponent("inbound")
         let sent = try hsNames(inbound).filter { DiffFile.diffID(fromFileName: $0) != nil }.reduce(0) { total, name in
-            total + Int(try ltScalar(inbound.appendingPathComponent(name), "SELECT count(*) FROM sqlite_schema WHERE name = 'things'")?.int64 == 1
-                        ? (try ltScalar(inbound.appendingPathComponent(name), "SELECT count(*) FROM things WHERE id LIKE 'big-%'")?.int64 ?? 0) : 0)
+            let file = try ltDiffFile(inbound.appendingPathComponent(name))
+            return total + Int(try ltScalar(file, "SELECT count(*) FROM sqlite_schema WHERE name = 'things'")?.int64 == 1
+                        ? (try ltScalar(file, "SELECT count(*) FROM things WHERE id LIKE 'big-%'")?.int64 ?? 0) : 0)
         }
         #expect(sent == rows, "every row reached the bucket exactly once")
     }
@@ -428,4 +434,12 @@ final class HSWatch: @unchecked Sendable {
         get { lock.lock(); defer { lock.unlock() }; return _signalled }
         set { lock.lock(); _signalled = newValue; lock.unlock() }
     }
+}
+
+/// A flag set from a `@Sendable` closure and read from another.
+final class HSFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
+    func set() { lock.lock(); value = true; lock.unlock() }
 }

@@ -66,6 +66,15 @@ func ltAppTables(_ path: URL) throws -> [String: [String]] {
 }
 
 /// One scalar from a database file.
+/// A diff object read straight from a bucket folder, as the SQLite file it carries: expanded into a new temp file
+/// when it travelled compressed (`DiffTransport`), the file itself otherwise.
+func ltDiffFile(_ url: URL) throws -> URL {
+    guard DiffTransport.isCompressed(file: url) else { return url }
+    let out = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-lt-expanded-\(UUID().uuidString)-\(url.lastPathComponent)")
+    try DiffTransport.expand(try Data(contentsOf: url), name: url.path, limit: DiffLimits.default.maxFileBytes, to: out)
+    return out
+}
+
 func ltScalar(_ path: URL, _ sql: String, _ arguments: [SQLValue] = []) throws -> SQLValue? {
     try Connection(path: path.path, mode: .readOnly).scalar(sql, arguments)
 }

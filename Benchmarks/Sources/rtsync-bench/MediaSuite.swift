@@ -90,7 +90,6 @@ func runMediaSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) asy
 
     var rows: [Row] = []
     var lastSmall: (prefix: String, manifest: URL, awsPrefix: String)?
-    let missing = ["rclone", "s5cmd"].filter { which($0) == nil }
     // RTSYNC_BENCH_MEDIA_CASES=big (or small) runs only that push, for profiling; the re-syncs need the small push.
     let only = ProcessInfo.processInfo.environment["RTSYNC_BENCH_MEDIA_CASES"].map { Set($0.split(separator: ",").map(String.init)) }
     for (label, docs, kind, count, tag) in [("push \(smallCount) × 64 KB", smallDocs, MediaKind.images, smallCount, "small"),
@@ -139,9 +138,15 @@ func runMediaSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) asy
                       aim: "faster than aws s3 sync")
         if let awsStat { row.aimMet = rt.median < awsStat.median }
         rows.append(row)
-        for tool in missing {
-            rows.append(Row(suite: "media", name: label, rtsync: rt, baselineName: "\(tool) sync", baselineNote: "not installed"))
-        }
+    }
+
+    // rclone and s5cmd: push, pull and no-change re-sync, in rounds of their own with rtsync (MediaPeers.swift).
+    let peerCases: [(label: String, docs: URL, kind: MediaKind, count: Int, tag: String)] = [
+        ("push \(smallCount) × 64 KB", smallDocs, MediaKind.images, smallCount, "small"),
+        ("push \(bigCount) × \(bigSize >> 20) MB", bigDocs, MediaKind.recordings, bigCount, "big"),
+    ].filter { only?.contains($0.tag) ?? true }
+    if ProcessInfo.processInfo.environment["RTSYNC_BENCH_MEDIA_PEERS"] != "0" {
+        rows += try await runMediaPeerCases(ctx, moto: moto, runs: runs, cases: peerCases, root: root)
     }
 
     // No-change re-syncs of the small folder onto what the last push run left (same prefix, same manifest).

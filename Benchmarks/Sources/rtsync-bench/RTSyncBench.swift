@@ -3,7 +3,7 @@ import Foundation
 
 @main
 struct RTSyncBench: AsyncParsableCommand {
-    static let suites = ["capture", "export-apply", "backup", "media", "sync", "encryption"]
+    static let suites = ["capture", "export-apply", "backup", "media", "sync", "catchup", "encryption"]
 
     static let configuration = CommandConfiguration(
         commandName: "rtsync-bench",
@@ -48,7 +48,7 @@ struct RTSyncBench: AsyncParsableCommand {
         print("runs per case: \(ctx.runs)\(quick ? " (--quick)" : "")\n")
 
         var moto: MotoServer?, motoNote = ""
-        if selected.contains("media") || selected.contains("sync") || selected.contains("encryption") {
+        if selected.contains("media") || selected.contains("sync") || selected.contains("catchup") || selected.contains("encryption") {
             (moto, motoNote) = await MotoServer.start(scratch: scratchURL)
             FileHandle.standardError.write(Data("  · \(motoNote)\n".utf8))
         }
@@ -68,6 +68,7 @@ struct RTSyncBench: AsyncParsableCommand {
                 case "backup": rows = try await runBackupSuite(ctx)
                 case "media": rows = try await runMediaSuite(ctx, moto: moto, motoNote: motoNote)
                 case "sync": rows = try await runSyncSuite(ctx, moto: moto, motoNote: motoNote)
+                case "catchup": rows = try await runCatchUpSuite(ctx, moto: moto, motoNote: motoNote)
                 case "encryption": rows = try await runEncryptionSuite(ctx, moto: moto, motoNote: motoNote)
                 default: rows = []
                 }

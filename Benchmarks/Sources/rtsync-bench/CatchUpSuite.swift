@@ -1,0 +1,174 @@
+import BucketClient
+import BucketSync
+import Foundation
+import SyncEngine
+
+/// catchup (issue 19, aim 4): device B was offline while device A made N one-row syncs. Measured: B's sync that
+/// downloads and applies all N diffs, and `SyncDatabase.apply(diffs:)` of the N files alone, each against the
+/// same for one diff holding N edited rows. Through a local folder and moto.
+func runCatchUpSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) async throws -> [Row] {
+    var rows: [Row] = []
+    let diffs = ctx.quick ? 100 : 300
+    let dir = try ctx.freshDir("catchup-local")
+    let local = try LocalFolderStore(root: dir.appendingPathComponent("bucket", isDirectory: true))
+    rows += try await catchUpCases(ctx, diffs: diffs, bucketLabel: "local folder", dir: dir, remote: ObjectStoreRemote(store: local, isLocal: true), moto: nil)
+    try? FileManager.default.removeItem(at: dir)
+    // RTSYNC_BENCH_CATCHUP_LOCAL_ONLY=1: the local-folder cases only (for profiling).
+    if let moto, ProcessInfo.processInfo.environment["RTSYNC_BENCH_CATCHUP_LOCAL_ONLY"] != "1" {
+        let dir = try ctx.freshDir("catchup-s3")
+        rows += try await catchUpCases(ctx, diffs: diffs, bucketLabel: "moto S3", dir: dir, remote: ObjectStoreRemote(store: moto.store(prefix: "catchup/"), isLocal: false), moto: moto)
+        try? FileManager.default.removeItem(at: dir)
+    } else {
+        rows.append(Row(suite: "catchup", name: "S3 bucket cases", rtsyncNote: "skipped: \(motoNote)"))
+    }
+    return rows
+}
+
+private func makeCatchUpHome(_ root: URL, seedRows: [[BenchValue]]) throws -> RTSyncHome {
+    let home = RTSyncHome(root: root)
+    try home.createFolders()
+    var settings = RTSyncSettings()
+    settings.userID = "catchup-user"
+    settings.tier = .premium
+    settings.keepBackups = 1
+    settings.backupIntervalMinutes = 1_000_000   // the first sync makes one backup; timed syncs then find none due
+    settings.compactThreshold = 1_000_000        // no compaction in the middle of the measurements
+    try home.saveSettings(settings)
+    try Items.createDatabase(home.database.path, tracked: true)
+    if !seedRows.isEmpty { try Items.bulkInsert(try Items.open(home.database.path), seedRows) }
+    try SyncDatabase(path: home.database.path).setUserID("catchup-user")
+    return home
+}
+
+private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String, dir: URL, remote: ObjectStoreRemote, moto: MotoServer?) async throws -> [Row] {
+    let fm = FileManager.default
+    let base = 2_000
+    let seed = Items.rows(base, seed: 0xCA7C)
+    let keys = Items.keys(of: seed)
+    let a = try makeCatchUpHome(dir.appendingPathComponent("A"), seedRows: seed)
+    let b = try makeCatchUpHome(dir.appendingPathComponent("B"), seedRows: [])
+    let syncA = Syncer(home: a, remote: remote), syncB = Syncer(home: b, remote: remote)
+    func check(_ r: SyncReport, _ who: String) throws {
+        if !r.ok { throw BenchSQLiteError(code: 0, message: "sync \(who) failed: \(r.phases.filter { !$0.ok }.map { "\($0.name): \($0.error ?? $0.summary)" })") }
+    }
+    ctx.log("catchup (\(bucketLabel)): warm-up, \(base) rows A→B")
+    try check(try await syncA.sync(), "A"); try check(try await syncB.sync(), "B")
+    let dbA = try Items.open(a.database.path), dbB = try Items.open(b.database.path)
+    guard try dbB.scalarInt("SELECT count(*) FROM items") == Int64(base) else { throw BenchSQLiteError(code: 0, message: "warm-up did not reach B") }
+    let exporter = try SyncDatabase(path: a.database.path)
+
+    var manySync: [Double] = [], oneSync: [Double] = [], manyApply: [Double] = [], oneApply: [Double] = []
+    var oldSync: [Double] = [], oldApply: [Double] = [], manyCPU: [Double] = [], oneCPU: [Double] = [], oldCPU: [Double] = []
+    var manyRequests = 0, oneRequests = 0, manyServer = 0, oneServer = 0
+    var offset = 0
+    var editSeed: UInt64 = 100
+    /// Edits `keys` on A and exports them, one diff per key (`oneEach`) or one diff for all; returns copies of the
+    /// diff files (for the apply-only cases) and leaves the diffs in A's outbox for A's next sync to upload.
+    func export(_ keys: [String], oneEach: Bool, into folder: URL) throws -> [URL] {
+        try? fm.removeItem(at: folder)
+        try fm.createDirectory(at: folder, withIntermediateDirectories: true)
+        editSeed += 1
+        let args = Items.updates(keys: keys, seed: editSeed)
+        var files: [URL] = []
+        for batch in oneEach ? args.map({ [$0] }) : [args] {
+            try Items.bulkUpdate(dbA, batch)
+            guard let result = try exporter.exportChanges(to: a.outbox) else { throw BenchSQLiteError(code: 0, message: "nothing exported") }
+            let copy = folder.appendingPathComponent(URL(fileURLWithPath: result.file).lastPathComponent)
+            try fm.copyItem(at: URL(fileURLWithPath: result.file), to: copy)
+            files.append(copy)
+        }
+        return files
+    }
+    /// Times `apply(diffs:)` of `files` into a copy of B's database as it is now.
+    func timeApply(_ files: [URL], _ name: String, asBefore: Bool = false) throws -> Double {
+        let copy = dir.appendingPathComponent("apply-\(name).sqlite")
+        removeDatabase(copy.path)
+        try dbB.exec("VACUUM INTO '\(copy.path)'")
+        try Items.open(copy.path).exec("PRAGMA journal_mode=WAL")
+        let target = try SyncDatabase(path: copy.path)
+        if asBefore { target.applyGroupLimit = 1 }
+        var reports: [ApplyReport] = []
+        let t = try timeOnce { reports = target.apply(diffs: files) }
+        guard reports.count == files.count, reports.allSatisfy({ $0.status == .applied }) else {
+            throw BenchSQLiteError(code: 0, message: "apply of \(name) failed: \(reports.filter { $0.status != .applied }.map { $0.reason ?? "" })")
+        }
+        removeDatabase(copy.path)
+        return t
+    }
+    /// Times B's sync and checks B then has every edited value.
+    /// Client CPU (user + system) of the last `timeSyncB`.
+    var lastCPU = 0.0
+    func timeSyncB(_ edited: [String], asBefore: Bool = false) async throws -> (Double, SyncReport) {
+        var r: SyncReport?
+        var syncer = syncB
+        if asBefore { syncer.downloadConcurrency = 1; syncer.applyGroupLimit = 1 }
+        let cpu = cpuSeconds()
+        let t = try await timeOnceAsync { r = try await syncer.sync() }
+        lastCPU = cpuSeconds() - cpu
+        try check(r!, "B")
+        let q = try dbB.prepare("SELECT updated_at >= 1800000000 FROM items WHERE id = ?")
+        for key in edited {
+            try q.bind([.text(key)])
+            guard try q.step(), sqlite3ColumnText(q, 0) == "1" else { throw BenchSQLiteError(code: 0, message: "B does not have the edited value") }
+            sqlite3Reset(q)
+        }
+        return (t, r!)
+    }
+
+    let runs = ctx.runs
+    for run in 0..<runs {
+        // N one-row diffs (untimed: made and uploaded by A), then B catches up.
+        let many = (0..<n).map { keys[(offset + $0) % keys.count] }
+        offset += n
+        let manyFiles = try export(many, oneEach: true, into: dir.appendingPathComponent("many"))
+        try check(try await syncA.sync(), "A")
+        manyApply.append(try timeApply(manyFiles, "many"))
+        var before = moto?.settledRequestCount() ?? 0
+        let (tm, rm) = try await timeSyncB(many)
+        manySync.append(tm)
+        manyRequests = rm.requests
+        if let moto { manyServer = moto.settledRequestCount() - before }
+        manyCPU.append(lastCPU)
+        guard rm.applied.filter({ $0.status == .applied }).count == n else { throw BenchSQLiteError(code: 0, message: "B applied \(rm.applied.count) of \(n) diffs") }
+
+        // The same as before catch-up groups: one download at a time, each diff in a transaction of its own.
+        let old = (0..<n).map { keys[(offset + $0) % keys.count] }
+        offset += n
+        let oldFiles = try export(old, oneEach: true, into: dir.appendingPathComponent("old"))
+        try check(try await syncA.sync(), "A")
+        oldApply.append(try timeApply(oldFiles, "old", asBefore: true))
+        let (tOld, rOld) = try await timeSyncB(old, asBefore: true)
+        oldSync.append(tOld); oldCPU.append(lastCPU)
+        guard rOld.applied.filter({ $0.status == .applied }).count == n else { throw BenchSQLiteError(code: 0, message: "B applied \(rOld.applied.count) of \(n) diffs (as before)") }
+
+        // One diff holding N edited rows (other keys), the same way.
+        let one = (0..<n).map { keys[(offset + $0) % keys.count] }
+        offset += n
+        let oneFiles = try export(one, oneEach: false, into: dir.appendingPathComponent("one"))
+        try check(try await syncA.sync(), "A")
+        oneApply.append(try timeApply(oneFiles, "one"))
+        before = moto?.settledRequestCount() ?? 0
+        let (to, ro) = try await timeSyncB(one)
+        oneSync.append(to); oneCPU.append(lastCPU)
+        oneRequests = ro.requests
+        if let moto { oneServer = moto.settledRequestCount() - before }
+        ctx.log("catchup (\(bucketLabel)): run \(run + 1) of \(runs): sync \(formatTime(tm)) vs \(formatTime(to)), apply \(formatTime(manyApply.last!)) vs \(formatTime(oneApply.last!))")
+    }
+    let count = n.formatted()
+    var applyRow = Row(suite: "catchup", name: "[\(bucketLabel)] apply(diffs:) of \(count) one-row diffs", rtsync: Stat(samples: manyApply),
+                       baselineName: "apply of 1 diff of \(count) rows", baseline: Stat(samples: oneApply),
+                       extra: "diffs already on disk; into a copy of B's database", aim: "≤ 1.5x one diff of all the rows")
+    applyRow.aimMet = applyRow.ratio.map { $0 <= 1.5 }
+    var syncRow = Row(suite: "catchup", name: "[\(bucketLabel)] B's sync catching up on \(count) one-row diffs", rtsync: Stat(samples: manySync),
+                      baselineName: "B's sync of 1 diff of \(count) rows", baseline: Stat(samples: oneSync),
+                      extra: "\(manyRequests) requests vs \(oneRequests)" + (moto != nil ? " (server saw \(manyServer) vs \(oneServer))" : ""),
+                      aim: moto != nil ? "≤ 1.5x one diff; < 2 s through moto" : "≤ 1.5x one diff")
+    syncRow.aimMet = syncRow.ratio.map { $0 <= 1.5 && (moto == nil || syncRow.rtsync!.median < 2) }
+    syncRow.extra! += "; B's CPU (median): \(formatTime(Stat(samples: manyCPU).median)) vs \(formatTime(Stat(samples: oneCPU).median))"
+    let beforeApply = Row(suite: "catchup", name: "[\(bucketLabel)] apply(diffs:) of \(count) one-row diffs", rtsync: Stat(samples: manyApply),
+                          baselineName: "the same, each diff its own transaction (as before)", baseline: Stat(samples: oldApply))
+    let beforeSync = Row(suite: "catchup", name: "[\(bucketLabel)] B's sync catching up on \(count) one-row diffs", rtsync: Stat(samples: manySync),
+                         baselineName: "the same, 1 download at a time, each diff its own transaction (as before)", baseline: Stat(samples: oldSync),
+                         extra: "B's CPU (median): \(formatTime(Stat(samples: manyCPU).median)) vs \(formatTime(Stat(samples: oldCPU).median))")
+    return [applyRow, syncRow, beforeApply, beforeSync]
+}

@@ -1,0 +1,119 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+/// Catch-up: many small diffs applied several to a transaction.
+///
+/// A device back from a day offline has hundreds of one-row diffs to apply. Each in its own transaction pays a
+/// commit (and its sync) per diff; a group shares one. Inside the group every diff still runs exactly the code
+/// that applies it alone (`applyLocked`), in a savepoint of its own, so a diff that is rejected or has to wait is
+/// rolled back to its savepoint alone and the others land. The group commits once at the end: a process killed
+/// before that leaves nothing of any diff of the group applied (their files stay in the inbox), and the
+/// never-twice record (`rtsync_applied`) commits with the rows it stands for.
+extension SyncDatabase {
+    /// The first pass of `apply(diffs:)`: `ordered` applied in that order, runs of small diffs in groups.
+    /// Returns a report for each diff started, and whether `shouldStop` ended the pass early.
+    func applyInGroups(_ ordered: [URL], quarantine: URL?, limits: DiffLimits, shouldStop: (@Sendable () -> Bool)?,
+                       onDiff: ((_ done: Int, _ total: Int, _ next: URL) -> Void)?) -> (reports: [ApplyReport], stopped: Bool) {
+        var reports: [ApplyReport] = []
+        var index = 0
+        while index < ordered.count {
+            if shouldStop?() == true { return (reports, true) }
+            var end = index
+            while end < ordered.count, end - index < max(1, applyGroupLimit), isGroupable(ordered[end]) { end += 1 }
+            if end - index < 2 {
+                // A large diff (merged in bulk, in a transaction of its own), or a small one alone.
+                onDiff?(reports.count, ordered.count, ordered[index])
+                reports.append(apply(diff: ordered[index], quarantine: quarantine, limits: limits))
+                index += 1
+                continue
+            }
+            let group = Array(ordered[index..<end])
+            let outcome = applyGroup(group, quarantine: quarantine, limits: limits, shouldStop: shouldStop) { i in
+                onDiff?(reports.count + i, ordered.count, group[i])
+            }
+            if outcome.committed {
+                reports += outcome.reports
+            } else if outcome.reports.isEmpty {
+                // The group's transaction could not begin (another connection holds the database): each diff
+                // alone, as before groups (a busy one is deferred).
+                for url in group {
+                    if shouldStop?() == true { return (reports, true) }
+                    onDiff?(reports.count, ordered.count, url)
+                    reports.append(apply(diff: url, quarantine: quarantine, limits: limits))
+                }
+                index = end
+                continue
+            } else {
+                // The group could not start or commit (a busy database, a full disk, a deferred foreign key
+                // only its commit found): nothing of it stayed. Each diff is applied alone instead, as before
+                // groups; those rejected in the group are already in quarantine and keep their reports.
+                for (i, report) in outcome.reports.enumerated() {
+                    reports.append(report.status == .rejected ? report : apply(diff: group[i], quarantine: quarantine, limits: limits))
+                }
+            }
+            index += outcome.reports.count
+            // Fewer reports than diffs: `shouldStop` ended the group, or SQLite rolled it back (the rest comes next).
+            if outcome.reports.count < group.count, outcome.committed { return (reports, true) }
+        }
+        return (reports, false)
+    }
+
+    /// Whether a diff file may join a group: one the merge would not write in bulk (smaller than
+    /// `bulkApplyMinimumBytes`, or bulk writes off), or not a regular file (apply rejects it, in or out of a group).
+    func isGroupable(_ url: URL) -> Bool {
+        guard bulkApply, db.interpretsURIs else { return true }
+        var info = stat()
+        guard lstat(url.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return true }
+        return Int64(info.st_size) < bulkApplyMinimumBytes
+    }
+
+    /// Applies `group` in one transaction, each diff in a savepoint. `committed` is false when the transaction
+    /// could not begin or commit (then nothing of it stayed, apart from rejected diffs moved to quarantine).
+    /// `shouldStop` is asked between diffs; the diffs done by then are committed, the rest get no report.
+    func applyGroup(_ group: [URL], quarantine: URL?, limits: DiffLimits, shouldStop: (@Sendable () -> Bool)?,
+                    onDiff: (Int) -> Void) -> (reports: [ApplyReport], committed: Bool) {
+        locked {
+            // Bookkeeping is installed in a transaction of its own (only a never-tracked database needs it).
+            if (try? requireTracked()) == nil {
+                guard (try? db.transaction({ try installBookkeeping() })) != nil else { return ([], false) }
+            }
+            guard (try? db.execute("BEGIN IMMEDIATE")) != nil else { return ([], false) }
+            var reports: [ApplyReport] = []
+            for (i, url) in group.enumerated() {
+                if i > 0, shouldStop?() == true { break }
+                onDiff(i)
+                reports.append(applyLocked(diff: url, quarantine: quarantine, limits: limits, replacingHeld: [], grouped: true))
+                // SQLite itself rolled the whole transaction back (a full disk, an I/O error): the group failed.
+                if db.isAutocommit { return (reports, false) }
+            }
+            do {
+                try db.execute("COMMIT")
+                return (reports, true)
+            } catch {
+                if !db.isAutocommit { try? db.execute("ROLLBACK") }
+                return (reports, false)
+            }
+        }
+    }
+
+    /// Runs one diff's merge in its own transaction, or (`grouped`) in a savepoint of the group's. A diff in a
+    /// group that leaves a foreign key unresolved is rolled back to its savepoint with the error its own commit
+    /// would have given (it waits for the diffs that bring the rows), so the group's commit finds none.
+    func diffTransaction(grouped: Bool, _ body: () throws -> Void) throws {
+        guard grouped else { try db.transaction(body); return }
+        let unresolvedBefore = db.hasUnresolvedForeignKeys
+        try db.execute("SAVEPOINT rtsync_group_diff")
+        do {
+            try body()
+            if !unresolvedBefore && db.hasUnresolvedForeignKeys {
+                throw SQLiteError(code: 787, message: "FOREIGN KEY constraint failed")
+            }
+            try db.execute("RELEASE rtsync_group_diff")
+        } catch {
+            try? db.execute("ROLLBACK TO rtsync_group_diff")
+            try? db.execute("RELEASE rtsync_group_diff")
+            throw error
+        }
+    }
+}
