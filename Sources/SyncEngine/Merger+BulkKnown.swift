@@ -12,9 +12,13 @@ extension Merger {
     /// alone: the default policy (column-level last writer wins; deletes only with `delete-wins` and when no
     /// table's foreign key refers to this one), no custom resolver, no foreign keys of its own, no UNIQUE
     /// constraint but the primary key, no renamed, missing or kept-aside columns, ASCII column names (which
-    /// SQLite's NOCASE and Swift's `lowercased()` fold alike) and at most 62 columns (a change mask is an integer).
+    /// SQLite's NOCASE and Swift's `lowercased()` fold alike) and at most 62 columns (a change mask is an integer);
+    /// the author's, this device's and the seen sites' ids ASCII.
     mutating func knownRowsMayBeMergedInBulk(_ plan: TablePlan, deletes: Int) throws -> Bool {
         let info = plan.info, def = info.definition, policy = info.table.policy
+        func ascii(_ t: String) -> Bool { t.utf8.allSatisfy { $0 > 0 && $0 < 0x80 } }
+        // Sites are compared by bytes in SQL and as Swift strings by the per-row merge: alike for ASCII.
+        guard ascii(meta.authorSite), ascii(ownSite), meta.seen.keys.allSatisfy(ascii) else { return false }
         guard policy.policy == .lwwColumn, resolvers[info.table.name] == nil, plan.fastInsert, plan.fastKeyPositions != nil,
               !plan.hasDeleteActions, plan.renamedFrom.isEmpty, def.columns.count <= 62,
               def.columnNames.allSatisfy({ $0.utf8.allSatisfy { $0 < 0x80 } }),
@@ -119,25 +123,31 @@ extension Merger {
             masks.append((text, mask))
         }
         guard masks.count <= 64 else { return false }
-        let anyChanged = masks.reduce(Int64(0)) { $0 | $1.mask } | (upserts > 0 ? carriedMask : 0)
+        let wholeRows = try upserts > 0 && (db.scalar("SELECT 1 FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NULL LIMIT 1", [.integer(did)])) != nil
+        let anyChanged = masks.reduce(Int64(0)) { $0 | $1.mask } | (wholeRows ? carriedMask : 0)
         // Columns some row may take (changed, or every carried column for a row with `changed` NULL).
         let candidates = localColumns.indices.filter { anyChanged & (1 << Int64($0)) != 0 && positionOfLocal[$0] != nil }
 
-        // Parameters: ?1 author site, ?2 author user, ?3 own site, ?4 published clock, ?5 `seen` as JSON,
-        // ?6 the non-ASCII pattern, then the `changed` texts.
+        // Parameters: ?1 author site, ?2 author user, ?3 own site, ?4 published clock, ?5 `seen` as JSON, then
+        // the `changed` texts.
         let seen = Dictionary(uniqueKeysWithValues: meta.seen.map { ($0.key, $0.value) })
         let seenJSON = String(decoding: (try? JSONEncoder().encode(seen)) ?? Data("{}".utf8), as: UTF8.self)
-        var arguments: [SQLValue] = [.text(meta.authorSite), .text(meta.authorUser), .text(ownSite), .integer(publishedHLC), .text(seenJSON),
-                                     .text("*[^\u{01}-\u{7F}]*")]
-        func nonASCII(_ x: String) -> String { "(\(x) GLOB ?6 OR length(\(x)) <> length(CAST(\(x) AS BLOB)))" }
+        var arguments: [SQLValue] = [.text(meta.authorSite), .text(meta.authorUser), .text(ownSite), .integer(publishedHLC), .text(seenJSON)]
+        // Text with a character of more than one byte, or a NUL: two such texts may differ in bytes and yet be equal
+        // as Swift compares them (canonical equivalence), and one may equal an ASCII text that way (K and the Kelvin
+        // sign). Invalid UTF-8 (lone bytes, counted as characters) decodes to U+FFFD, which no ASCII text equals;
+        // incoming text is valid UTF-8 (the reader checks it), and the sites it is compared with are ASCII.
+        func nonASCII(_ x: String) -> String { "(length(\(x)) <> length(CAST(\(x) AS BLOB)))" }
         // `isConcurrent` of a local clock: the author had not seen it (a site that is not ASCII: undecided, 1).
+        // Each test inside a CASE, so that SQLite evaluates the costly ones (a lookup in `seen`) only when needed.
         func concurrent(_ h: String, _ s: String) -> String {
-            "(\(nonASCII(s)) OR (NOT (\(h) = 0 AND \(s) = '') AND \(s) <> ?1 AND ((\(s) = ?3 AND \(h) > ?4) OR coalesce((SELECT value FROM json_each(?5) WHERE key = \(s)), 0) < \(h))))"
+            "(CASE WHEN \(s) = ?1 THEN 0 WHEN \(nonASCII(s)) THEN 1 WHEN \(h) = 0 AND \(s) = '' THEN 0 WHEN \(s) = ?3 AND \(h) > ?4 THEN 1 "
+                + "ELSE coalesce((SELECT value FROM json_each(?5) WHERE key = \(s)), 0) < \(h) END)"
         }
         var maskCases = "CASE WHEN r.changed IS NULL THEN \(carriedMask)"
         for (i, m) in masks.enumerated() {
             arguments.append(.text(m.text))
-            maskCases += " WHEN r.changed = ?\(7 + i) COLLATE BINARY THEN \(m.mask)"
+            maskCases += " WHEN r.changed = ?\(6 + i) COLLATE BINARY THEN \(m.mask)"
         }
         maskCases += " ELSE 0 END"
 
@@ -177,25 +187,29 @@ extension Merger {
             let same = "(typeof(lv\(i)) = typeof(rv\(i)) AND lv\(i) IS rv\(i) COLLATE BINARY)"
             let ambiguous = "(typeof(lv\(i)) = 'text' AND typeof(rv\(i)) = 'text' AND (\(nonASCII("lv\(i)")) OR \(nonASCII("rv\(i)"))))"
             takes.append("(CASE WHEN \(changed) AND \(later) THEN \(Int64(1) << Int64(i)) ELSE 0 END)")
-            updates.append("(\(changed) AND \(later) AND NOT \(same))")
-            bads.append("(\(changed) AND NOT \(same) AND ((\(ambiguous)) OR \(earlier) OR (\(later) AND \(concurrent(lh, ls)))))")
+            updates.append("(CASE WHEN \(changed) AND \(later) THEN NOT \(same) ELSE 0 END)")
+            // Taken over another value: ambiguous text, or a value the author had not seen, is logged; an older
+            // incoming value that differs is logged as refused; the same clock changes nothing.
+            bads.append("(CASE WHEN NOT \(changed) THEN 0 WHEN \(same) THEN 0 WHEN \(later) THEN (CASE WHEN \(ambiguous) THEN 1 ELSE \(concurrent(lh, ls)) END) "
+                        + "WHEN \(earlier) THEN 1 ELSE 0 END)")
         }
         let nonKey = localColumns.filter { c in !keyColumns.contains(c) }.map { SQLValue.text($0).sqlLiteral }.joined(separator: ", ")
         let localBornH = "coalesce(mbh, 0)", localBornS = "coalesce(mbs, '')"
         // A delete logs every non-key column whose local clock the author had not seen.
         let deleteLogs = nonKey.isEmpty ? "0" : """
-            (EXISTS (SELECT 1 FROM main.rtsync_clocks y WHERE y.tid = \(tid) AND y.pk = q.pk AND y.col IN (\(nonKey)) AND \(concurrent("y.hlc", "y.site")))
-             OR ((SELECT count(*) FROM main.rtsync_clocks y WHERE y.tid = \(tid) AND y.pk = q.pk AND y.col IN (\(nonKey))) < \(localColumns.count - keyColumns.count)
-                 AND \(concurrent(localBornH, localBornS))))
+            (CASE WHEN EXISTS (SELECT 1 FROM main.rtsync_clocks y WHERE y.tid = \(tid) AND y.pk = q.pk AND y.col IN (\(nonKey)) AND \(concurrent("y.hlc", "y.site"))) THEN 1
+                  WHEN \(concurrent(localBornH, localBornS)) THEN (SELECT count(*) FROM main.rtsync_clocks y WHERE y.tid = \(tid) AND y.pk = q.pk AND y.col IN (\(nonKey))) < \(localColumns.count - keyColumns.count)
+                  ELSE 0 END)
             """
-        let knownUpdate = "here AND lpk = pk COLLATE BINARY AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY"
-            + (bads.isEmpty ? "" : " AND NOT (" + bads.joined(separator: " OR ") + ")")
-        let knownDelete = "here AND lpk = pk COLLATE BINARY AND NOT (bh < \(localBornH) OR (bh = \(localBornH) AND bs < \(localBornS))) AND NOT \(deleteLogs)"
+        let knownUpdate = "CASE WHEN NOT (here AND lpk = pk COLLATE BINARY AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY) THEN 0 "
+            + (bads.isEmpty ? "ELSE 1 END" : bads.map { "WHEN \($0) THEN 0 " }.joined() + "ELSE 1 END")
+        let knownDelete = "CASE WHEN NOT (here AND lpk = pk COLLATE BINARY) THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND bs < \(localBornS)) THEN 0 "
+            + "ELSE NOT \(deleteLogs) END"
         let cls = """
-            CASE WHEN NOT keyok OR stray OR cells THEN 0
+            CASE WHEN NOT keyok THEN 0 WHEN cells THEN 0 WHEN stray THEN 0
                  WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN 1 ELSE 0 END)
-                                                             WHEN \(knownUpdate) THEN 2 ELSE 0 END
-                 WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN \(knownDelete) THEN 3 ELSE 0 END
+                                                             WHEN (\(knownUpdate)) THEN 2 ELSE 0 END
+                 WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN (\(knownDelete)) THEN 3 ELSE 0 END
                  ELSE 0 END
             """
         let take = takes.isEmpty ? "0" : takes.joined(separator: " | ")
