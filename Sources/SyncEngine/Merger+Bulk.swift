@@ -44,16 +44,26 @@ extension Merger {
     mutating func insertNewRowsInBulk() throws -> BulkResult? {
         guard bulkAllowed else { return nil }
         var candidates: [(did: Int64, plan: TablePlan, upserts: Int)] = []
+        // Tables whose rows this device may already have (Merger+BulkKnown), tried when they are not all new.
+        var knownCandidates: [(did: Int64, plan: TablePlan, upserts: Int, deletes: Int)] = []
         var rowsInDiff = 0
         for (did, remoteDef) in reader.tableIDs.sorted(by: { $0.key < $1.key }) {
             let counts = reader.counts[remoteDef.name] ?? OperationCounts()
             rowsInDiff += counts.upserts + counts.deletes
-            guard counts.upserts > 0, counts.deletes == 0 else { continue }
-            let plan = try plan(for: remoteDef.name)
-            guard plan.fastInsert, plan.fastKeyPositions != nil, !plan.hasDeleteActions else { continue }
-            candidates.append((did, plan, counts.upserts))
+            guard counts.upserts + counts.deletes > 0 else { continue }
+            if counts.deletes == 0 {
+                let plan = try plan(for: remoteDef.name)
+                if plan.fastInsert, plan.fastKeyPositions != nil, !plan.hasDeleteActions {
+                    candidates.append((did, plan, counts.upserts))
+                    continue
+                }
+            }
+            // A table this database lacks is the per-row merge's to reject, for the first problem in file order.
+            if knownRowsAllowed, let plan = try? plan(for: remoteDef.name), try knownRowsMayBeMergedInBulk(plan, deletes: counts.deletes) {
+                knownCandidates.append((did, plan, counts.upserts, counts.deletes))
+            }
         }
-        guard !candidates.isEmpty,
+        guard !candidates.isEmpty || !knownCandidates.isEmpty,
               // rtsync's capture triggers are dropped by now: any trigger left is the app's (or demo protection).
               try db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' LIMIT 1") == nil,
               try attachDiff() else { return nil }
@@ -64,22 +74,32 @@ extension Merger {
             let table = BulkTable(self, plan: c.plan, diffTable: c.did)
             // An error reading the file (a column missing, say) leaves the table to the per-row merge, which
             // reads the file its own way and rejects it for what it finds.
-            if (try? table.firstRowsAreNew(self)) == true { tables.append((table, c.upserts)) }
+            if (try? table.firstRowsAreNew(self)) == true {
+                tables.append((table, c.upserts))
+            } else if knownRowsAllowed, try knownRowsMayBeMergedInBulk(c.plan, deletes: 0) {
+                knownCandidates.append((c.did, c.plan, c.upserts, 0))
+            }
         }
-        guard tables.reduce(0, { $0 + $1.upserts }) * 2 >= rowsInDiff else { return nil }
+        // Likewise a table whose first rows are neither known here nor new is left to the per-row merge.
+        knownCandidates = knownCandidates.filter { k in (try? firstRowsMayBeKnown(k.plan, diffTable: k.did)) == true }
+        let bulkShare = tables.reduce(0, { $0 + $1.upserts }) + knownCandidates.reduce(0, { $0 + $1.upserts + $1.deletes })
+        guard bulkShare * 2 >= rowsInDiff else { return nil }
         let check = BackgroundRowCheck(reader: reader, clockLimit: clockLimit)
         defer { check.finish() }
         var result = BulkResult()
+        let before = (report, bulkRows, bulkKnownRows)
         try db.execute("SAVEPOINT rtsync_bulk_all")
         do {
             for t in tables where try bulkInsert(t.table, upserts: t.upserts) { result.tables.insert(t.table.diffTable) }
+            for k in knownCandidates where try mergeKnownRowsInBulk(k.plan, diffTable: k.did, upserts: k.upserts, deletes: k.deletes) {
+                result.tables.insert(k.did)
+            }
             try check.wait()
         } catch {
             check.finish()
             // When the error ended the transaction itself (disk full, I/O), there is nothing to roll back to.
             guard (try? db.execute("ROLLBACK TO rtsync_bulk_all; RELEASE rtsync_bulk_all")) != nil else { throw error }
-            report.inserted -= bulkRows
-            bulkRows = 0
+            (report, bulkRows, bulkKnownRows) = before
             return nil
         }
         try db.execute("RELEASE rtsync_bulk_all")
@@ -126,7 +146,8 @@ extension Merger {
         /// ?1 is the author's site, ?2 the author's user.
         let arguments: [SQLValue]
 
-        init(_ merger: Merger, plan: TablePlan, diffTable did: Int64) {
+        /// `only`, when given, is a further condition on the upserts read (`r` is the diff's `rtsync_rows`).
+        init(_ merger: Merger, plan: TablePlan, diffTable did: Int64, only: String? = nil) {
             self.plan = plan
             diffTable = did
             let d = Merger.attachedDiff
@@ -136,7 +157,7 @@ extension Merger {
             let alias = DiffFile.rowidAlias(for: remoteNames) ?? "rowid"
             // NOT INDEXED: only the tables' own b-trees are read (an index in the file could hold other values).
             from = "FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid "
-                + "WHERE r.tid = \(did) AND r.op = 'upsert' COLLATE BINARY"
+                + "WHERE r.tid = \(did) AND r.op = 'upsert' COLLATE BINARY" + (only.map { " AND " + $0 } ?? "")
             var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
             if merger.reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells AS x NOT INDEXED WHERE x.tid = r.tid AND x.rid = r.rid)" }
             if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }

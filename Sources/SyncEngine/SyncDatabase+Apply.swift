@@ -109,7 +109,7 @@ extension SyncDatabase {
                 }
                 // The merge may attach the diff to copy new rows in bulk; it is detached once the transaction ends.
                 defer { try? db.execute("DETACH DATABASE " + Merger.attachedDiff) }
-                var bulkRows = 0
+                var bulkRows = 0, bulkKnownRows = 0
                 try diffTransaction(grouped: grouped) {
                     for id in replacingHeld {
                         try db.execute("DELETE FROM rtsync_held_cells WHERE held_id = ?", [.integer(id)])
@@ -118,11 +118,14 @@ extension SyncDatabase {
                     try upgradeBookkeeping()
                     var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
                     merger.bulkAllowed = copy != nil
+                    merger.knownRowsAllowed = bulkApplyKnownRows
                     try merger.run()
                     report = merger.report
                     bulkRows = merger.bulkRows
+                    bulkKnownRows = merger.bulkKnownRows
                 }
                 bulkRowsWritten += bulkRows
+                bulkKnownRowsMerged += bulkKnownRows
                 report.status = .applied
                 return report
             } catch let e as DiffFormatError {
@@ -214,6 +217,10 @@ struct Merger {
     var bulkAllowed = true
     /// Rows written in bulk.
     var bulkRows = 0
+    /// Whether rows this device already has may be merged in bulk (`mergeKnownRowsInBulk`).
+    var knownRowsAllowed = true
+    /// Rows of tables merged in bulk by `mergeKnownRowsInBulk` (new rows among them included).
+    var bulkKnownRows = 0
     let now = ISO8601.format(Date(), fractional: true)
 
     /// Marks, in the conflict log, a local value that a merge decision made rather than an edit (an ON DELETE

@@ -23,6 +23,10 @@ public final class SyncDatabase: @unchecked Sendable {
     /// Most small diffs `apply(diffs:)` applies in one transaction (each in a savepoint); 1 applies every diff in a
     /// transaction of its own.
     public var applyGroupLimit = 256
+    /// Whether apply may merge rows this device already has as sets in SQL (tests turn it off to compare).
+    package var bulkApplyKnownRows = true
+    /// Rows of tables apply merged as sets of known rows since this value was opened (for tests).
+    package internal(set) var bulkKnownRowsMerged = 0
 
     /// Opens an existing database (never creates one: a typo must not make an empty database).
     /// - Throws: `SyncEngineError.databaseNotFound`, or `SQLiteError` when it cannot be opened.

@@ -133,8 +133,21 @@ struct ConvergencePropertyTests {
         try run(seed: seed, uniqueA: false, skewed: seed % 2 == 0, resolver: greater)
     }
 
+
+    /// Every apply is also made on two copies of the receiving replica, one merging known rows as sets and one
+    /// merging every row (`Twins`), which must end alike (report, rows, bookkeeping, conflict log). Default
+    /// policy, last-writer-wins deletes and skewed clocks in turn.
+    @Test(arguments: seeds(from: 9500, ci: 12))
+    func randomEdits_setPathAndPerRowMergeAgreeOnEveryApply(seed: Int) throws {
+        let merged = try run(seed: seed, uniqueA: false, policy: seed % 3 == 1 ? TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins) : nil,
+                             skewed: seed % 3 == 2, twins: true)
+        if ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"] != nil { print("seed \(seed): \(merged) rows merged as sets") }
+    }
+
+    /// Returns, with `twins`, how many rows the twin with the set paths merged as known rows.
+    @discardableResult
     func run(seed: Int, uniqueA: Bool, index: String? = nil, policy: TablePolicy? = nil, skewed: Bool = false, reencode: Bool = false,
-             resolver: ConflictResolver? = nil) throws {
+             twins: Bool = false, resolver: ConflictResolver? = nil) throws -> Int {
         var rng = SeededGenerator(seed: UInt64(seed))
         let box = try Sandbox("prop\(seed)")
         let base = try Self.makeBase(in: box, uniqueA: uniqueA, index: index)
@@ -142,11 +155,21 @@ struct ConvergencePropertyTests {
         if let resolver { for r in replicas { r.db.setResolver(for: "items", resolver) } }
         if skewed { for r in replicas { try r.db.shiftWallClockForTesting(milliseconds: Int64.random(in: -3_600_000...3_600_000, using: &rng)) } }
         var diffs: [URL] = []
+        var setMerged = 0
         func deliver(_ files: [URL], to r: Replica, duplicates: Bool) {
             var batch = files
             if duplicates { for _ in 0..<Int.random(in: 0...3, using: &rng) { if let f = files.randomElement(using: &rng) { batch.append(f) } } }
             batch.shuffle(using: &rng)
             for f in batch {
+                if twins {
+                    do {
+                        let scratch = try Sandbox("prop\(seed)-twins")
+                        let copy = try scratch.replica(r.name, source: r.dbURL, user: "user-\(r.name)", policies: policy.map { ["items": $0] } ?? [:])
+                        let pair = try Twins(scratch, copy, policies: policy.map { ["items": $0] } ?? [:])
+                        try pair.apply(f)
+                        setMerged += pair.bulk.db.bulkKnownRowsMerged
+                    } catch { Issue.record("seed \(seed): twins of \(r.name): \(error)") }
+                }
                 let report = r.apply(f)
                 #expect(report.status != .rejected, "seed \(seed): \(r.name) rejected \(f.lastPathComponent): \(report.reason ?? "")")
             }
@@ -196,5 +219,6 @@ struct ConvergencePropertyTests {
             if d != reference { print("convergence failure, seed \(seed)") }
             #expect(d == reference, "seed \(seed): A and \(r.name) differ: \(firstDifference(reference, d) ?? "")")
         }
+        return setMerged
     }
 }

@@ -54,6 +54,25 @@ enum Items {
         try db.exec("COMMIT")
     }
 
+    /// Updates the first `columns` of (note, qty, updated_at) of each row, from `updates` arguments, with one
+    /// prepared statement in one transaction. `note` comes first: its new value always differs from the old one.
+    static func bulkUpdate(_ db: PlainDB, _ args: [[BenchValue]], columns: Int) throws {
+        let names = ["note", "qty", "updated_at"].prefix(columns)
+        let positions = [1, 0, 2].prefix(columns)
+        try db.exec("BEGIN")
+        let s = try db.prepare("UPDATE items SET " + names.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?")
+        for a in args { try s.run(positions.map { a[$0] } + [a[3]]) }
+        try db.exec("COMMIT")
+    }
+
+    /// Deletes the rows with `keys` with one prepared statement in one transaction.
+    static func bulkDelete(_ db: PlainDB, _ keys: [String]) throws {
+        try db.exec("BEGIN")
+        let s = try db.prepare("DELETE FROM items WHERE id = ?")
+        for k in keys { try s.run([.text(k)]) }
+        try db.exec("COMMIT")
+    }
+
     static func bulkUpdate(_ db: PlainDB, _ args: [[BenchValue]]) throws {
         try db.exec("BEGIN")
         let s = try db.prepare(updateSQL)

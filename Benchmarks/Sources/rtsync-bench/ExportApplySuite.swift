@@ -95,49 +95,108 @@ func runExportApplySuite(_ ctx: BenchContext) throws -> [Row] {
         out.append(Row(suite: "export-apply", name: "apply \(label)", rtsync: Stat(samples: rtApply),
                        baselineName: "sqlite3changeset_apply", baseline: Stat(samples: csApply), extra: csPerRow))
         if n >= 10_000, let lastInsertDiff {
-            out.append(try updateDiffRow(ctx, n: n, label: label, rows: rows, dir: dir, src: src, outbox: outbox, insertDiff: lastInsertDiff))
+            out += try knownRowRows(ctx, n: n, label: label, rows: rows, dir: dir, src: src, outbox: outbox, insertDiff: lastInsertDiff)
         }
         try? FileManager.default.removeItem(at: dir)
     }
     return out
 }
 
-/// Informational (no aim): applying a diff that updates N rows the device already has, which the per-row merge
-/// does (each row's clocks and local state decide), against plain UPDATEs of the same rows in one transaction.
-/// `src` holds the last run's rows, exported as `insertDiff`; it updates every row and exports that.
-private func updateDiffRow(_ ctx: BenchContext, n: Int, label: String, rows: [[BenchValue]], dir: URL, src: String, outbox: URL,
-                           insertDiff: URL) throws -> Row {
-    let updates = Items.updates(keys: Items.keys(of: rows), seed: 0xBEEF + UInt64(n))
-    try Items.bulkUpdate(try Items.open(src), updates)
-    guard let result = try SyncDatabase(path: src).exportChanges(to: outbox), result.rows == n else {
-        throw BenchSQLiteError(code: 0, message: "update export did not carry \(n) rows")
-    }
-    let updateDiff = URL(fileURLWithPath: result.file)
-    // The device before the update: the rows applied from the insert diff (its WAL checkpointed on close).
+/// Applying a diff that updates (1, 2 or 3 columns of) or deletes N rows the device already has (aim 1 of issue
+/// #19), against plain prepared-statement `UPDATE`s / `DELETE`s of the same rows in one transaction, and against
+/// `sqlite3changeset_apply` of the session changeset of the same edit into a plain database holding the rows.
+/// `src` holds the last run's rows, exported as `insertDiff`: each edit is made on a copy of it and exported.
+private func knownRowRows(_ ctx: BenchContext, n: Int, label: String, rows: [[BenchValue]], dir: URL, src: String, outbox: URL,
+                          insertDiff: URL) throws -> [Row] {
+    let keys = Items.keys(of: rows)
+    let updates = Items.updates(keys: keys, seed: 0xBEEF + UInt64(n))
+    // The device before the edit: the rows applied from the insert diff (its WAL checkpointed on close).
     let base = dir.appendingPathComponent("base.sqlite").path
-    let dst = dir.appendingPathComponent("dst-update.sqlite").path
     try Items.createDatabase(base, tracked: true)
     guard try SyncDatabase(path: base).apply(diffs: [insertDiff]).first?.status == .applied else {
         throw BenchSQLiteError(code: 0, message: "insert diff did not apply")
     }
-    var rtsync: [Double] = [], plain: [Double] = []
-    for run in 0..<ctx.runs {
-        removeDatabase(dst)
-        try FileManager.default.copyItem(atPath: base, toPath: dst)
-        do {
-            let db = try SyncDatabase(path: dst)
-            var reports: [ApplyReport] = []
-            rtsync.append(timeOnce { reports = db.apply(diffs: [updateDiff]) })
-            guard reports.count == 1, reports[0].status == .applied, reports[0].updated == n else {
-                throw BenchSQLiteError(code: 0, message: "update apply: \(reports.map { "\($0.status) \($0.updated) \($0.reason ?? "")" })")
-            }
+    // The plain database the baselines start from: the same rows, untracked.
+    let plainBase = dir.appendingPathComponent("plain-base.sqlite").path
+    try Items.createDatabase(plainBase, tracked: false)
+    try Items.bulkInsert(try Items.open(plainBase), rows)
+    try checkpoint(plainBase)
+
+    var out: [Row] = []
+    let edits: [(name: String, columns: Int?)] = [("updated, 1 column", 1), ("updated, 2 columns", 2), ("updated, 3 columns", 3), ("deleted", nil)]
+    for edit in edits {
+        // The edit on a copy of the source device, exported.
+        let editSrc = dir.appendingPathComponent("src-edit.sqlite").path
+        try copyDatabase(src, to: editSrc)
+        let editOutbox = dir.appendingPathComponent("outbox-edit", isDirectory: true)
+        try? FileManager.default.removeItem(at: editOutbox)
+        func apply(_ db: PlainDB) throws {
+            if let columns = edit.columns { try Items.bulkUpdate(db, updates, columns: columns) } else { try Items.bulkDelete(db, keys) }
         }
-        try Items.createDatabase(dst, tracked: false)
-        let db = try Items.open(dst)
-        try Items.bulkInsert(db, rows)
-        plain.append(try timeOnce { try Items.bulkUpdate(db, updates) })
-        ctx.log("export-apply \(n) updated rows: run \(run + 1)/\(ctx.runs)")
+        try apply(try Items.open(editSrc))
+        guard let result = try SyncDatabase(path: editSrc).exportChanges(to: editOutbox), result.rows == n else {
+            throw BenchSQLiteError(code: 0, message: "\(edit.name) export did not carry \(n) rows")
+        }
+        let diff = URL(fileURLWithPath: result.file)
+        // The session changeset of the same edit, captured on the plain database.
+        var changeset: [UInt8] = []
+        do {
+            let capture = dir.appendingPathComponent("capture.sqlite").path
+            try copyDatabase(plainBase, to: capture)
+            let db = try Items.open(capture)
+            let s = try PlainSession(db: db, table: "items")
+            try apply(db)
+            changeset = try s.changeset()
+        }
+        let dst = dir.appendingPathComponent("dst-edit.sqlite").path
+        var rtsync: [Double] = [], plain: [Double] = [], csApply: [Double] = []
+        for run in 0..<ctx.runs {
+            try copyDatabase(base, to: dst)
+            do {
+                let db = try SyncDatabase(path: dst)
+                var reports: [ApplyReport] = []
+                rtsync.append(timeOnce { reports = db.apply(diffs: [diff]) })
+                let done = edit.columns == nil ? reports.first?.deleted : reports.first?.updated
+                guard reports.count == 1, reports[0].status == .applied, done == n else {
+                    throw BenchSQLiteError(code: 0, message: "\(edit.name) apply: \(reports.map { "\($0.status) \($0.updated) \($0.deleted) \($0.reason ?? "")" })")
+                }
+            }
+            try copyDatabase(plainBase, to: dst)
+            do {
+                let db = try Items.open(dst)
+                plain.append(try timeOnce { try apply(db) })
+            }
+            try copyDatabase(plainBase, to: dst)
+            do {
+                let db = try Items.open(dst)
+                csApply.append(try timeOnce { try db.applyChangeset(changeset) })
+                let left = try db.scalarInt("SELECT count(*) FROM items")
+                guard left == (edit.columns == nil ? 0 : Int64(n)) else { throw BenchSQLiteError(code: 0, message: "changeset apply left \(left) rows") }
+            }
+            ctx.log("export-apply \(n) rows \(edit.name): run \(run + 1)/\(ctx.runs)")
+        }
+        let size = "diff \(formatBytes(Double(fileSize(result.file)))), changeset \(formatBytes(Double(changeset.count)))"
+        let plainName = edit.columns == nil ? "bulk delete" : "bulk update"
+        var row = Row(suite: "export-apply", name: "apply \(label) \(edit.name) (keys known here)", rtsync: Stat(samples: rtsync),
+                      baselineName: plainName, baseline: Stat(samples: plain), extra: size, aim: "≤ 3x \(plainName)")
+        row.aimMet = row.ratio.map { $0 <= 3 }
+        out.append(row)
+        var cs = Row(suite: "export-apply", name: "apply \(label) \(edit.name) (keys known here)", rtsync: Stat(samples: rtsync),
+                     baselineName: "sqlite3changeset_apply", baseline: Stat(samples: csApply), extra: size, aim: "≤ 1x sqlite3changeset_apply")
+        cs.aimMet = cs.ratio.map { $0 <= 1 }
+        out.append(cs)
     }
-    return Row(suite: "export-apply", name: "apply \(label) updated (keys known here; per-row merge)", rtsync: Stat(samples: rtsync),
-               baselineName: "bulk update", baseline: Stat(samples: plain), extra: "diff \(formatBytes(Double(fileSize(result.file))))")
+    return out
+}
+
+/// Copies a database closed by every connection (with its WAL, if one is left) to `target`, replacing it.
+private func copyDatabase(_ source: String, to target: String) throws {
+    removeDatabase(target)
+    try FileManager.default.copyItem(atPath: source, toPath: target)
+    if FileManager.default.fileExists(atPath: source + "-wal") { try FileManager.default.copyItem(atPath: source + "-wal", toPath: target + "-wal") }
+}
+
+/// Moves everything in a database's WAL into the main file.
+private func checkpoint(_ path: String) throws {
+    try Items.open(path).exec("PRAGMA wal_checkpoint(TRUNCATE)")
 }

@@ -1,0 +1,297 @@
+import DiffFormat
+import Foundation
+import RTSQLite
+
+// MARK: - Rows this device already has, merged table by table in SQL
+
+extension Merger {
+    /// The temporary table that holds, for one carried table at a time, what the merge decided for each row.
+    static let knownRowsTable = "temp.rtsync_known"
+
+    /// Whether the rows of a carried table may be merged as a set (`mergeKnownRowsInBulk`), judged by the table
+    /// alone: the default policy (column-level last writer wins; deletes only with `delete-wins` and when no
+    /// table's foreign key refers to this one), no custom resolver, no foreign keys of its own, no UNIQUE
+    /// constraint but the primary key, no renamed, missing or kept-aside columns, ASCII column names (which
+    /// SQLite's NOCASE and Swift's `lowercased()` fold alike) and at most 62 columns (a change mask is an integer);
+    /// the author's, this device's and the seen sites' ids ASCII.
+    mutating func knownRowsMayBeMergedInBulk(_ plan: TablePlan, deletes: Int) throws -> Bool {
+        let info = plan.info, def = info.definition, policy = info.table.policy
+        func ascii(_ t: String) -> Bool { t.utf8.allSatisfy { $0 > 0 && $0 < 0x80 } }
+        // Sites are compared by bytes in SQL and as Swift strings by the per-row merge: alike for ASCII.
+        guard ascii(meta.authorSite), ascii(ownSite), meta.seen.keys.allSatisfy(ascii) else { return false }
+        guard policy.policy == .lwwColumn, resolvers[info.table.name] == nil, plan.fastInsert, plan.fastKeyPositions != nil,
+              !plan.hasDeleteActions, plan.renamedFrom.isEmpty, def.columns.count <= 62,
+              def.columnNames.allSatisfy({ $0.utf8.allSatisfy { $0 < 0x80 } }),
+              plan.allColumns.count == Set(plan.allColumns.map { $0.lowercased() }).count else { return false }
+        if deletes > 0 {
+            guard policy.onDeleteConflict == .deleteWins, try !isReferencedByForeignKeys(info.table.name) else { return false }
+        }
+        return try db.scalar("SELECT 1 FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk' LIMIT 1", [.text(def.name)]) == nil
+    }
+
+    /// Whether any table's foreign key names `table` (as the per-row merge's ON DELETE handling finds them).
+    mutating func isReferencedByForeignKeys(_ table: String) throws -> Bool {
+        for child in try SyncDatabase.userTableNames(db) {
+            guard let def = try TableDefinition.read(table: child, from: db) else { continue }
+            if def.foreignKeys.contains(where: { $0.table.lowercased() == table.lowercased() && !$0.columns.isEmpty }) { return true }
+        }
+        return false
+    }
+
+    /// Whether each of the first 64 rows of a carried table (in file order) has a local row with its key, or is an
+    /// upsert new by its own content (see `BulkTable.isNew`) with a key in the local column's storage class:
+    /// cheap, and false at once for a table the set path would leave to the per-row merge anyway.
+    func firstRowsMayBeKnown(_ plan: TablePlan, diffTable did: Int64) throws -> Bool {
+        guard let keyPositions = plan.fastKeyPositions else { return false }
+        let table = BulkTable(self, plan: plan, diffTable: did)
+        let d = Merger.attachedDiff
+        func carried(_ position: Int) -> String { BulkTable.carried(plan, position) }
+        let alias = DiffFile.rowidAlias(for: plan.remoteDef.columnNames) ?? "rowid"
+        let def = plan.info.definition
+        let keyMatch = zip(def.primaryKeyColumns, keyPositions).map { "l.\(quoteIdentifier($0)) = +\(carried($1))" }.joined(separator: " AND ")
+        var keyOK = "1"
+        for (i, position) in keyPositions.enumerated() {
+            if let natural = plan.keyAffinities[i].naturalTypeof { keyOK += " AND typeof(\(carried(position))) = '\(natural)'" }
+        }
+        let s = try table.statement(self, """
+            SELECT 1 FROM (SELECT r.op AS op, (\(table.isNew)) AS is_new, (\(keyOK)) AS key_ok,
+                                  EXISTS (SELECT 1 FROM main.\(quoteIdentifier(def.name)) AS l WHERE \(keyMatch)) AS here
+                           FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid
+                           WHERE r.tid = \(did) ORDER BY r.rowid LIMIT 64)
+            WHERE NOT (key_ok AND (here OR (op = 'upsert' COLLATE BINARY AND coalesce(is_new, 0)))) LIMIT 1
+            """)
+        return try !s.step()
+    }
+
+    /// Merges every row of one carried table when each is either new here (written as `bulkInsert` writes it) or
+    /// an update or delete of a row this device has that the per-row merge would settle without a conflict
+    /// entry or any other decision of its own; false, having written nothing, when any row is neither: the
+    /// table then goes whole to the per-row merge.
+    ///
+    /// What the per-row merge does for such a row, done here for all of them at once:
+    /// - an update (same incarnation: the born clocks are equal) takes each changed column whose incoming
+    ///   clock is later than the local one (the column's recorded clock, else the row's born clock), compared by
+    ///   clock then site bytes, as `Clock` does; it records the incoming clock of each column taken, and counts
+    ///   the row as updated when a value it takes differs (by storage class and bytes) from the local one;
+    /// - a delete (of this incarnation or a later one) deletes the row, keeps a tombstone with the later born
+    ///   clock and the delete's clock, and drops the row's column clocks.
+    ///
+    /// A row goes to the per-row merge (with its whole table) when the per-row merge would log a conflict
+    /// (a local value the author had not seen is overwritten or deleted, or an older incoming value differs from
+    /// the local one), when two texts differ in bytes but not as Swift compares them (non-ASCII or invalid
+    /// UTF-8), when clocks are told apart by sites with non-ASCII text, when the key has an unexported local
+    /// change or a read-only share, when the row carries cell clocks, when the local key is stored in other
+    /// bytes than the incoming one (a NOCASE key, another storage class), when the key is in the diff twice,
+    /// and for every other case (a missing row, a tombstone, another incarnation).
+    mutating func mergeKnownRowsInBulk(_ plan: TablePlan, diffTable did: Int64, upserts: Int, deletes: Int) throws -> Bool {
+        let info = plan.info, def = info.definition, tid = info.table.id
+        guard let keyPositions = plan.fastKeyPositions else { return false }
+        let table = BulkTable(self, plan: plan, diffTable: did)
+        let d = Merger.attachedDiff
+        let remoteNames = plan.remoteDef.columnNames
+        func carried(_ position: Int) -> String { BulkTable.carried(plan, position) }
+        let localTable = "main." + quoteIdentifier(def.name)
+        let alias = DiffFile.rowidAlias(for: remoteNames) ?? "rowid"
+        let keyColumns = def.primaryKeyColumns
+        // The local row with the incoming key, found as the per-row merge finds it (the local columns' affinity
+        // and collation; `+` leaves the diff's column without an affinity of its own, as a bound value is).
+        let keyMatch = zip(keyColumns, keyPositions).map { "l.\(quoteIdentifier($0)) = +\(carried($1))" }.joined(separator: " AND ")
+        let localKeyText = keyColumns.map { "quote(l.\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
+
+        if pending.keys.contains(where: { $0.tid == tid }),
+           try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
+        if readOnlyShares.contains(where: { $0.tid == tid }),
+           try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')") { return false }
+
+        // The carried columns by local position, and each distinct `changed` list as a mask of them.
+        let localColumns = def.columnNames
+        var positionOfLocal: [Int: Int] = [:]
+        for (i, c) in localColumns.enumerated() {
+            if let p = plan.allPositions.first(where: { plan.localName[plan.remoteLower[$0]] == c }) { positionOfLocal[i] = p }
+        }
+        var masks: [(text: String, mask: Int64)] = []
+        let carriedMask = positionOfLocal.keys.reduce(Int64(0)) { $0 | (1 << Int64($1)) }
+        let distinct = try db.prepare("SELECT DISTINCT changed FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NOT NULL LIMIT 65")
+        try distinct.bind([.integer(did)])
+        while try distinct.step() {
+            guard case .text(let text) = distinct.column(0), let names = try? JSONDecoder().decode([String].self, from: Data(text.utf8)) else { return false }
+            var mask: Int64 = 0
+            for name in names {
+                guard let local = plan.localName[name.lowercased()], let i = localColumns.firstIndex(of: local) else { continue }
+                mask |= 1 << Int64(i)
+            }
+            masks.append((text, mask))
+        }
+        guard masks.count <= 64 else { return false }
+        let wholeRows = try upserts > 0 && (db.scalar("SELECT 1 FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NULL LIMIT 1", [.integer(did)])) != nil
+        let anyChanged = masks.reduce(Int64(0)) { $0 | $1.mask } | (wholeRows ? carriedMask : 0)
+        // Columns some row may take (changed, or every carried column for a row with `changed` NULL).
+        let candidates = localColumns.indices.filter { anyChanged & (1 << Int64($0)) != 0 && positionOfLocal[$0] != nil }
+
+        // Parameters: ?1 author site, ?2 author user, ?3 own site, ?4 published clock, ?5 `seen` as JSON, then
+        // the `changed` texts.
+        let seen = Dictionary(uniqueKeysWithValues: meta.seen.map { ($0.key, $0.value) })
+        let seenJSON = String(decoding: (try? JSONEncoder().encode(seen)) ?? Data("{}".utf8), as: UTF8.self)
+        var arguments: [SQLValue] = [.text(meta.authorSite), .text(meta.authorUser), .text(ownSite), .integer(publishedHLC), .text(seenJSON)]
+        // Text with a character of more than one byte, or a NUL: two such texts may differ in bytes and yet be equal
+        // as Swift compares them (canonical equivalence), and one may equal an ASCII text that way (K and the Kelvin
+        // sign). Invalid UTF-8 (lone bytes, counted as characters) decodes to U+FFFD, which no ASCII text equals;
+        // incoming text is valid UTF-8 (the reader checks it), and the sites it is compared with are ASCII.
+        func nonASCII(_ x: String) -> String { "(length(\(x)) <> length(CAST(\(x) AS BLOB)))" }
+        // `isConcurrent` of a local clock: the author had not seen it (a site that is not ASCII: undecided, 1).
+        // Each test inside a CASE, so that SQLite evaluates the costly ones (a lookup in `seen`) only when needed.
+        func concurrent(_ h: String, _ s: String) -> String {
+            "(CASE WHEN \(s) = ?1 THEN 0 WHEN \(nonASCII(s)) THEN 1 WHEN \(h) = 0 AND \(s) = '' THEN 0 WHEN \(s) = ?3 AND \(h) > ?4 THEN 1 "
+                + "ELSE coalesce((SELECT value FROM json_each(?5) WHERE key = \(s)), 0) < \(h) END)"
+        }
+        var maskCases = "CASE WHEN r.changed IS NULL THEN \(carriedMask)"
+        for (i, m) in masks.enumerated() {
+            arguments.append(.text(m.text))
+            maskCases += " WHEN r.changed = ?\(6 + i) COLLATE BINARY THEN \(m.mask)"
+        }
+        maskCases += " ELSE 0 END"
+
+        // Level 1: each row of the table with its local row, bookkeeping and the recorded clocks of candidates.
+        var level1 = ["r.rowid AS ord", "r.rid AS rid", "r.op AS op", "\(table.keyText) AS pk", "r.hlc AS rh", "coalesce(r.site, ?1) AS rs",
+                      "r.born AS bh", "coalesce(r.born_site, ?1) AS bs", "\(maskCases) AS chm",
+                      "(l.\(quoteIdentifier(keyColumns[0])) IS NOT NULL) AS here", "(\(localKeyText)) AS lpk",
+                      "(m.tid IS NOT NULL) AS hasmeta", "m.born_hlc AS mbh", "m.born_site AS mbs"]
+        var keyOK = "1"
+        for (i, position) in keyPositions.enumerated() {
+            if let natural = plan.keyAffinities[i].naturalTypeof { keyOK += " AND typeof(\(carried(position))) = '\(natural)'" }
+        }
+        level1.append("(\(keyOK)) AS keyok")
+        level1.append("(\(table.isNew)) AS isnew")
+        let names = localColumns.map { SQLValue.text($0).sqlLiteral }.joined(separator: ", ")
+        // A clock recorded under a name that is not exactly a column's (another spelling, a dropped column).
+        level1.append("EXISTS (SELECT 1 FROM main.rtsync_clocks x WHERE x.tid = \(tid) AND x.pk = \(table.keyText) AND x.col NOT IN (\(names))) AS stray")
+        level1.append(reader.hasCellClocks ? "EXISTS (SELECT 1 FROM \(d).rtsync_cells AS x NOT INDEXED WHERE x.tid = r.tid AND x.rid = r.rid) AS cells" : "0 AS cells")
+        var joins = ""
+        for i in candidates {
+            let p = positionOfLocal[i]!
+            level1 += ["l.\(quoteIdentifier(localColumns[i])) AS lv\(i)", "\(carried(p)) AS rv\(i)", "k\(i).hlc AS kh\(i)", "k\(i).site AS ks\(i)"]
+            joins += " LEFT JOIN main.rtsync_clocks AS k\(i) ON k\(i).tid = \(tid) AND k\(i).pk = \(table.keyText) AND k\(i).col = \(SQLValue.text(localColumns[i]).sqlLiteral)"
+        }
+        let from1 = "FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid "
+            + "LEFT JOIN \(localTable) AS l ON \(keyMatch) "
+            + "LEFT JOIN main.rtsync_rows AS m ON m.tid = \(tid) AND m.pk = \(table.keyText)" + joins
+            + " WHERE r.tid = \(did)"
+
+        // Level 2: per candidate column, what the per-row merge decides.
+        var takes: [String] = [], bads: [String] = [], updates: [String] = []
+        for i in candidates {
+            let lh = "coalesce(kh\(i), mbh)", ls = "(CASE WHEN kh\(i) IS NULL THEN mbs ELSE ks\(i) END)"
+            let changed = "(chm >> \(i) & 1)"
+            let later = "(rh > \(lh) OR (rh = \(lh) AND rs > \(ls)))"
+            let earlier = "(rh < \(lh) OR (rh = \(lh) AND rs < \(ls)))"
+            let same = "(typeof(lv\(i)) = typeof(rv\(i)) AND lv\(i) IS rv\(i) COLLATE BINARY)"
+            let ambiguous = "(typeof(lv\(i)) = 'text' AND typeof(rv\(i)) = 'text' AND (\(nonASCII("lv\(i)")) OR \(nonASCII("rv\(i)"))))"
+            takes.append("(CASE WHEN \(changed) AND \(later) THEN \(Int64(1) << Int64(i)) ELSE 0 END)")
+            updates.append("(CASE WHEN \(changed) AND \(later) THEN NOT \(same) ELSE 0 END)")
+            // Taken over another value: ambiguous text, or a value the author had not seen, is logged; an older
+            // incoming value that differs is logged as refused; the same clock changes nothing.
+            bads.append("(CASE WHEN NOT \(changed) THEN 0 WHEN \(same) THEN 0 WHEN \(later) THEN (CASE WHEN \(ambiguous) THEN 1 ELSE \(concurrent(lh, ls)) END) "
+                        + "WHEN \(earlier) THEN 1 ELSE 0 END)")
+        }
+        let nonKey = localColumns.filter { c in !keyColumns.contains(c) }.map { SQLValue.text($0).sqlLiteral }.joined(separator: ", ")
+        let localBornH = "coalesce(mbh, 0)", localBornS = "coalesce(mbs, '')"
+        // A delete logs every non-key column whose local clock the author had not seen.
+        let deleteLogs = nonKey.isEmpty ? "0" : """
+            (CASE WHEN EXISTS (SELECT 1 FROM main.rtsync_clocks y WHERE y.tid = \(tid) AND y.pk = q.pk AND y.col IN (\(nonKey)) AND \(concurrent("y.hlc", "y.site"))) THEN 1
+                  WHEN \(concurrent(localBornH, localBornS)) THEN (SELECT count(*) FROM main.rtsync_clocks y WHERE y.tid = \(tid) AND y.pk = q.pk AND y.col IN (\(nonKey))) < \(localColumns.count - keyColumns.count)
+                  ELSE 0 END)
+            """
+        let knownUpdate = "CASE WHEN NOT (here AND lpk = pk COLLATE BINARY AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY) THEN 0 "
+            + (bads.isEmpty ? "ELSE 1 END" : bads.map { "WHEN \($0) THEN 0 " }.joined() + "ELSE 1 END")
+        let knownDelete = "CASE WHEN NOT (here AND lpk = pk COLLATE BINARY) THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND bs < \(localBornS)) THEN 0 "
+            + "ELSE NOT \(deleteLogs) END"
+        let cls = """
+            CASE WHEN NOT keyok THEN 0 WHEN cells THEN 0 WHEN stray THEN 0
+                 WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN 1 ELSE 0 END)
+                                                             WHEN (\(knownUpdate)) THEN 2 ELSE 0 END
+                 WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN (\(knownDelete)) THEN 3 ELSE 0 END
+                 ELSE 0 END
+            """
+        let take = takes.isEmpty ? "0" : takes.joined(separator: " | ")
+        let updated = updates.isEmpty ? "0" : "(" + updates.joined(separator: " OR ") + ")"
+        let bornMax = "(CASE WHEN hasmeta AND (mbh > bh OR (mbh = bh AND mbs > bs)) THEN mbh ELSE bh END)"
+        let bornMaxSite = "(CASE WHEN hasmeta AND (mbh > bh OR (mbh = bh AND mbs > bs)) THEN mbs ELSE bs END)"
+
+        let known = Merger.knownRowsTable
+        try db.execute("DROP TABLE IF EXISTS \(known)")
+        try db.execute("CREATE TABLE \(known)(ord INTEGER PRIMARY KEY, rid INTEGER, pk TEXT, cls INTEGER, upd INTEGER, take INTEGER, rh INTEGER, rs TEXT, bh INTEGER, bs TEXT)")
+        defer { try? db.execute("DROP TABLE IF EXISTS \(known)") }
+        func run(_ sql: String) throws -> Int {
+            let s = try db.prepare(sql)
+            try s.bind(Array(arguments.prefix(s.parameterCount)))
+            try s.runBound()
+            return db.changes
+        }
+        _ = try run("""
+            INSERT INTO \(known)(ord, rid, pk, cls, upd, take, rh, rs, bh, bs)
+            SELECT ord, rid, pk, \(cls), \(updated), \(take), rh, rs, \(bornMax), \(bornMaxSite)
+            FROM (SELECT \(level1.joined(separator: ", ")) \(from1)) AS q
+            """)
+        // Every row classified, each key once: otherwise the per-row merge takes the table.
+        let summary = try db.rows("SELECT count(*), count(DISTINCT pk), sum(cls = 0), sum(cls = 1), sum(cls = 2 AND upd), sum(cls = 2), sum(cls = 3) FROM \(known)")[0]
+        guard summary[0].int64 == Int64(upserts + deletes), summary[1] == summary[0], summary[2].int64 == 0 else { return false }
+        let newRows = Int(summary[3].int64 ?? 0), changedRows = Int(summary[4].int64 ?? 0)
+        let knownUpserts = Int(summary[5].int64 ?? 0), deletedRows = Int(summary[6].int64 ?? 0)
+
+        let before = (report, bulkRows)
+        try db.execute("SAVEPOINT rtsync_bulk_known")
+        var failure: Error?
+        do {
+            var written = true
+            if newRows > 0 {
+                let fresh = BulkTable(self, plan: plan, diffTable: did, only: "r.rowid IN (SELECT ord FROM \(known) WHERE cls = 1)")
+                written = try bulkInsert(fresh, upserts: newRows)
+                // Counted with the known rows: `bulkRows` counts tables written as wholly new.
+                if written { bulkRows -= newRows }
+            }
+            if written, changedRows > 0 {
+                let sets = candidates.filter { !keyColumns.contains(localColumns[$0]) }.map { i -> String in
+                    let column = quoteIdentifier(localColumns[i])
+                    return "\(column) = CASE WHEN s.take >> \(i) & 1 THEN \(carried(positionOfLocal[i]!)) ELSE l.\(column) END"
+                }
+                if !sets.isEmpty {
+                    let n = try run("UPDATE \(localTable) AS l SET \(sets.joined(separator: ", ")) FROM \(known) AS s JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = s.rid WHERE s.cls = 2 AND s.upd AND \(keyMatch)")
+                    written = n == changedRows
+                } else {
+                    written = false
+                }
+            }
+            if written, knownUpserts > 0 {
+                for i in candidates {
+                    _ = try run("INSERT OR REPLACE INTO main.rtsync_clocks(tid, pk, col, hlc, site) SELECT \(tid), pk, \(SQLValue.text(localColumns[i]).sqlLiteral), rh, rs FROM \(known) WHERE cls = 2 AND take >> \(i) & 1 ORDER BY ord")
+                }
+            }
+            if written, deletedRows > 0 {
+                let keys = keyColumns.map { "l.\(quoteIdentifier($0))" }.joined(separator: ", ")
+                let incoming = keyPositions.map { "+" + carried($0) }.joined(separator: ", ")
+                let n = try run("DELETE FROM \(localTable) AS l WHERE (\(keys)) IN (SELECT \(incoming) FROM \(known) AS s JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = s.rid WHERE s.cls = 3)")
+                written = n == deletedRows
+                if written {
+                    _ = try run("""
+                        INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), pk, bh, bs, rh, rs FROM \(known) WHERE cls = 3 ORDER BY ord
+                        ON CONFLICT(tid, pk) DO UPDATE SET born_hlc = excluded.born_hlc, born_site = excluded.born_site, del_hlc = excluded.del_hlc, del_site = excluded.del_site
+                        """)
+                    _ = try run("DELETE FROM main.rtsync_clocks WHERE tid = \(tid) AND pk IN (SELECT pk FROM \(known) WHERE cls = 3)")
+                }
+            }
+            if written {
+                try db.execute("RELEASE rtsync_bulk_known")
+                report.updated += changedRows
+                report.deleted += deletedRows
+                bulkKnownRows += newRows + knownUpserts + deletedRows
+                return true
+            }
+        } catch let error as SQLiteError {
+            // A NOT NULL or CHECK constraint, a value of the wrong type: the per-row merge meets the same row and decides.
+            failure = error
+        }
+        do { try db.execute("ROLLBACK TO rtsync_bulk_known; RELEASE rtsync_bulk_known") } catch { throw failure ?? error }
+        (report, bulkRows) = before
+        return false
+    }
+}

@@ -1,0 +1,299 @@
+import DiffFormat
+import Foundation
+@testable import RTSQLite
+@testable import SyncEngine
+import Testing
+
+/// Apply merges updates and deletes of rows a device already has as sets in SQL over the attached diff
+/// (`mergeKnownRowsInBulk`) when the per-row merge would settle each of them without a decision of its own, and
+/// leaves every other table to the per-row merge. Each test applies the same diff to two copies of one device
+/// (`Twins`: one with the set paths, one merging every row) and expects the same report and database: rows,
+/// bookkeeping, column clocks, conflict log, triggers.
+@Suite("Merging known rows as sets")
+struct BulkKnownRowsTests {
+    static let schema = "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT, n INTEGER)"
+
+    static let notes = TableDefinition(name: "notes", columns: [
+        ColumnDefinition(name: "id", type: "TEXT", primaryKey: 1),
+        ColumnDefinition(name: "body", type: "TEXT"),
+        ColumnDefinition(name: "extra", type: "TEXT"),
+        ColumnDefinition(name: "n", type: "INTEGER"),
+    ])
+
+    /// A tracked device made from `sql`.
+    func device(_ box: Sandbox, _ name: String, _ sql: String = schema) throws -> Replica {
+        let source = box.path("\(name)-source.sqlite")
+        do { let c = try Connection(path: source.path); try c.execute(sql) }
+        return try box.replica(name, source: source)
+    }
+
+    /// A diff writer for device `site` (user "u-other"), seeing `seen`.
+    func writer(_ box: Sandbox, site: String = "other", seen: [String: Int64] = [:]) throws -> DiffWriter {
+        let dir = box.path("in-\(site)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return try DiffWriter(directory: dir, kind: .changes, authorUser: "u-other", authorSite: site, seen: seen, expectedRows: 16)
+    }
+
+    /// A clock of device `site` `msAgo` milliseconds ago (negative: ahead).
+    func clock(_ msAgo: Int64, _ site: String = "other") -> Clock {
+        Clock(hlc: HLC(milliseconds: HLC.wallMilliseconds() - msAgo, counter: 0), site: site)
+    }
+
+    /// Twins holding notes n0…n(count-1), born at `born` on "other" (applied from a diff of new rows).
+    func twinsWithNotes(_ box: Sandbox, count: Int, born: Clock, sql: String = schema) throws -> Twins {
+        let b = try Twins(box, try device(box, "B", sql))
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        for i in 0..<count {
+            try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n\(i)"), .text("body \(i)"), .text("extra \(i)"), .integer(Int64(i))], clock: born, born: born))
+        }
+        let r = try b.apply(try w.finish())
+        #expect(r.bulk.status == .applied && r.bulk.inserted == count, "\(r.bulk)")
+        return b
+    }
+
+    /// An upsert of note `i` carrying `values` (id first), changing `changed`.
+    func update(_ w: DiffWriter, _ i: Int, _ values: [SQLValue], changed: [String]?, clock: Clock, born: Clock, cells: [String: Clock] = [:]) throws {
+        try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n\(i)")] + values, changedColumns: changed, clock: clock, born: born, columnClocks: cells))
+    }
+
+    // MARK: Written as sets
+
+    /// Another device's updates of one, two and three columns, some to the value already here, then deletes,
+    /// then a diff mixing new rows with updates of known ones: each merged as a set, as the per-row merge would.
+    @Test func updatesDeletesAndMixedNewRows_areMergedAsSets_asThePerRowMerge() throws {
+        let box = try Sandbox("known-basic")
+        let a = try device(box, "A")
+        let b = try Twins(box, try device(box, "B"))
+        for i in 0..<300 { try a.exec("INSERT INTO notes VALUES (?, ?, ?, ?)", [.text("n\(i)"), .text("body \(i)"), i % 7 == 0 ? .null : .text("x\(i)"), .integer(Int64(i))]) }
+        #expect(try b.apply(try a.exportFile()).bulk.inserted == 300)
+        tick()
+        try a.exec("UPDATE notes SET body = 'one ' || id WHERE n < 100")
+        try a.exec("UPDATE notes SET body = 'two', extra = NULL WHERE n >= 100 AND n < 200")
+        try a.exec("UPDATE notes SET body = body, extra = 'three', n = n * 2.5 WHERE n >= 200 AND n < 250")
+        let updates = try b.apply(try a.exportFile())
+        #expect(updates.bulk.status == .applied && updates.bulk.updated == 250, "\(updates.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == 250)
+        #expect(b.perRow.db.bulkKnownRowsMerged == 0)
+        tick()
+        // n = 1, 6, … 296, but n of rows 200…249 was multiplied by 2.5: 50 rows.
+        try a.exec("DELETE FROM notes WHERE n % 5 = 1")
+        let deletes = try b.apply(try a.exportFile())
+        #expect(deletes.bulk.deleted == 50, "\(deletes.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == 300)
+        tick()
+        for i in 300..<340 { try a.exec("INSERT INTO notes VALUES (?, 'late', NULL, ?)", [.text("n\(i)"), .integer(Int64(i))]) }
+        try a.exec("UPDATE notes SET extra = 'mixed' WHERE n >= 250 AND n < 290")
+        try a.exec("DELETE FROM notes WHERE id IN ('n290', 'n292')")
+        let mixed = try b.apply(try a.exportFile())
+        #expect(mixed.bulk.inserted == 40 && mixed.bulk.updated == 32 && mixed.bulk.deleted == 2, "\(mixed.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == 300 + 74)
+        #expect(b.bulk.db.bulkRowsWritten == 300, "only the first diff's table was new as a whole")
+        try expectSameData(a, b.bulk)
+        // Later local edits are captured and exported alike on both twins.
+        try b.bulk.exec("UPDATE notes SET body = 'here' WHERE id = 'n3'"); try b.perRow.exec("UPDATE notes SET body = 'here' WHERE id = 'n3'")
+        #expect(try b.bulk.rows("SELECT tid, pk, op, cols FROM rtsync_changes") == b.perRow.rows("SELECT tid, pk, op, cols FROM rtsync_changes"))
+    }
+
+    /// Incoming clocks equal to the local one (nothing taken), older than a later edit from a third device but
+    /// carrying the same value (refused, nothing to log), later ones (taken), and a row whose changed columns
+    /// carry their own cell clocks: the table is merged by the per-row merge only for the last.
+    @Test func tiesAndOlderClocksWithTheSameValue_areMergedAsSets() throws {
+        let box = try Sandbox("known-ties")
+        let born = clock(20_000)
+        let b = try twinsWithNotes(box, count: 10, born: born)
+        let third = clock(10_000, "third")
+        let w1 = try writer(box, site: "third")
+        try w1.addTable(Self.notes)
+        for i in 0..<4 { try update(w1, i, [.text("third \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: third, born: born) }
+        try b.apply(try w1.finish())
+        let before = b.bulk.db.bulkKnownRowsMerged
+        let w2 = try writer(box, seen: ["third": third.hlc.rawValue])
+        try w2.addTable(Self.notes)
+        try update(w2, 0, [.text("third 0"), .text("extra 0"), .integer(0)], changed: ["body"], clock: clock(15_000), born: born)   // older, same value
+        try update(w2, 1, [.text("tie"), .text("extra 1"), .integer(1)], changed: ["body"], clock: third, born: born)                // the same clock
+        try update(w2, 2, [.text("later"), .text("extra 2"), .integer(2)], changed: ["body"], clock: clock(5_000), born: born)        // later, seen
+        for i in 4..<10 { try update(w2, i, [.text("body \(i)"), .text("e\(i)"), .integer(Int64(i) * 10)], changed: ["extra", "n"], clock: clock(5_000), born: born) }
+        let r = try b.apply(try w2.finish())
+        #expect(r.bulk.status == .applied && r.bulk.updated == 7 && r.bulk.conflicts == 0, "\(r.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == before + 9)
+        #expect(try b.bulk.value("SELECT body FROM notes WHERE id = 'n1'") == .text("third 1"))
+        // Cell clocks: a changed column with an older clock of its own than the row's.
+        let w3 = try writer(box)
+        try w3.addTable(Self.notes)
+        try update(w3, 5, [.text("cells"), .text("e5"), .integer(7)], changed: ["body", "n"], clock: clock(1_000), born: born, cells: ["body": clock(2_000)])
+        try update(w3, 6, [.text("plain"), .text("e6"), .integer(60)], changed: ["body"], clock: clock(1_000), born: born)
+        let before3 = b.bulk.db.bulkKnownRowsMerged
+        #expect(try b.apply(try w3.finish()).bulk.updated == 2)
+        #expect(b.bulk.db.bulkKnownRowsMerged == before3, "rows with cell clocks are merged row by row")
+    }
+
+    /// An older incoming value that differs from the local one (logged as refused), and a later one over a
+    /// value the author had not seen (logged as overwritten): the per-row merge writes the conflict log, for
+    /// the whole table.
+    @Test func rowsThatLogConflicts_sendTheirTableToThePerRowMerge() throws {
+        let box = try Sandbox("known-conflicts")
+        let born = clock(20_000)
+        let b = try twinsWithNotes(box, count: 6, born: born)
+        let third = clock(10_000, "third")
+        let w1 = try writer(box, site: "third")
+        try w1.addTable(Self.notes)
+        for i in 0..<2 { try update(w1, i, [.text("third \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: third, born: born) }
+        try b.apply(try w1.finish())
+        let before = b.bulk.db.bulkKnownRowsMerged
+        let logged = try #require(b.bulk.value("SELECT count(*) FROM rtsync_conflicts")?.int64)
+        for (i, at) in [(0, Int64(15_000)), (1, Int64(5_000))] {
+            let w = try writer(box)
+            try w.addTable(Self.notes)
+            try update(w, i, [.text("other \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: clock(at), born: born)
+            for j in 2..<6 { try update(w, j, [.text("other \(j) \(i)"), .text("extra \(j)"), .integer(Int64(j))], changed: ["body"], clock: clock(at - 1), born: born) }
+            let r = try b.apply(try w.finish())
+            #expect(r.bulk.status == .applied && r.bulk.conflicts == 1, "\(r.bulk)")
+        }
+        #expect(b.bulk.db.bulkKnownRowsMerged == before)
+        #expect(try b.bulk.value("SELECT count(*) FROM rtsync_conflicts") == .integer(logged + 2))
+    }
+
+    /// Deletes: of rows last changed by the author (a set), of a row a third device changed after the author
+    /// saw it (logged: the per-row merge), of a row with an unexported local edit (the per-row merge), and a
+    /// delete of an older incarnation (refused and logged).
+    @Test func deletesVersusLaterLocalEdits_asThePerRowMerge() throws {
+        let box = try Sandbox("known-deletes")
+        let born = clock(20_000)
+        let b = try twinsWithNotes(box, count: 12, born: born)
+        let w0 = try writer(box)
+        try w0.addTable(Self.notes)
+        for i in 0..<6 { try w0.append(RowChange(table: "notes", operation: .delete, values: [.text("n\(i)"), .null, .null, .null], clock: clock(9_000), born: born)) }
+        let plain = try b.apply(try w0.finish())
+        #expect(plain.bulk.deleted == 6 && plain.bulk.conflicts == 0, "\(plain.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == 6)
+
+        let third = clock(8_000, "third")
+        let w1 = try writer(box, site: "third")
+        try w1.addTable(Self.notes)
+        try update(w1, 6, [.text("third"), .text("extra 6"), .integer(6)], changed: ["body"], clock: third, born: born)
+        try b.apply(try w1.finish())
+        let w2 = try writer(box)
+        try w2.addTable(Self.notes)
+        for i in 6..<9 { try w2.append(RowChange(table: "notes", operation: .delete, values: [.text("n\(i)"), .null, .null, .null], clock: clock(7_000), born: born)) }
+        let logged = try b.apply(try w2.finish())
+        #expect(logged.bulk.deleted == 3 && logged.bulk.conflicts == 1, "\(logged.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == 6)
+
+        // The same unexported local edit on both twins, with the same clock.
+        let editClock = HLC(milliseconds: HLC.wallMilliseconds(), counter: 0).rawValue
+        for twin in [b.bulk, b.perRow] {
+            try twin.exec("UPDATE notes SET extra = 'mine' WHERE id = 'n9'")
+            try twin.exec("UPDATE rtsync_changes SET hlc = ?", [.integer(editClock)])
+            try twin.exec("UPDATE rtsync_site SET hlc = ?", [.integer(editClock)])
+        }
+        let w3 = try writer(box)
+        try w3.addTable(Self.notes)
+        for i in 9..<11 { try w3.append(RowChange(table: "notes", operation: .delete, values: [.text("n\(i)"), .null, .null, .null], clock: clock(6_000), born: born)) }
+        try w3.append(RowChange(table: "notes", operation: .delete, values: [.text("n11"), .null, .null, .null], clock: clock(6_000), born: clock(30_000)))
+        let pending = try b.apply(try w3.finish())
+        #expect(pending.bulk.status == .applied && pending.bulk.conflicts >= 2, "\(pending.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == 6)
+    }
+
+    /// A diff with a clock two days ahead is rejected for it whichever path starts, and changes nothing; one
+    /// from a device whose clock is an hour behind loses every column a later change wrote here (nothing to
+    /// log where the values agree, so still a set).
+    @Test func skewedClocks_asThePerRowMerge() throws {
+        let box = try Sandbox("known-skew")
+        let born = clock(7_200_000)
+        let b = try twinsWithNotes(box, count: 8, born: born)
+        let ahead = try writer(box)
+        try ahead.addTable(Self.notes)
+        for i in 0..<8 { try update(ahead, i, [.text("future"), .null, .integer(0)], changed: ["body"], clock: clock(-2 * 86_400_000), born: born) }
+        let dump = try b.bulk.fullDump()
+        let r = try b.apply(try ahead.finish())
+        #expect(r.bulk.status == .rejected && r.bulk.reason?.contains("more than a day ahead") == true, "\(r.bulk)")
+        #expect(try b.bulk.fullDump() == dump)
+
+        let now = try writer(box)
+        try now.addTable(Self.notes)
+        for i in 0..<8 { try update(now, i, [.text("now \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: clock(1_000), born: born) }
+        try b.apply(try now.finish())
+        let behind = try writer(box)
+        try behind.addTable(Self.notes)
+        for i in 0..<8 { try update(behind, i, [.text("now \(i)"), .text("late"), .integer(Int64(i))], changed: ["body", "extra"], clock: clock(3_600_000), born: born) }
+        let before = b.bulk.db.bulkKnownRowsMerged
+        let late = try b.apply(try behind.finish())
+        #expect(late.bulk.updated == 8 && late.bulk.conflicts == 0, "\(late.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == before + 8)
+        #expect(try b.bulk.value("SELECT count(*) FROM notes WHERE extra = 'late'") == .integer(8))
+    }
+
+    // MARK: Left to the per-row merge
+
+    /// Text that differs in bytes but not as Swift compares it (é precomposed and decomposed), a NOCASE key
+    /// matched in another case, values in another storage class, a UNIQUE column, a custom resolver and a
+    /// policy other than the default: each as the per-row merge decides.
+    @Test func casesTheSetPathLeavesAlone_asThePerRowMerge() throws {
+        let box = try Sandbox("known-left")
+        let born = clock(20_000)
+        let b = try twinsWithNotes(box, count: 4, born: born)
+        let third = clock(10_000, "third")
+        let w1 = try writer(box, site: "third")
+        try w1.addTable(Self.notes)
+        try update(w1, 0, [.text("caf\u{E9}"), .text("extra 0"), .integer(0)], changed: ["body"], clock: third, born: born)
+        try b.apply(try w1.finish())
+        let w = try writer(box, seen: ["third": third.hlc.rawValue])
+        try w.addTable(Self.notes)
+        try update(w, 0, [.text("cafe\u{301}"), .text("extra 0"), .integer(0)], changed: ["body"], clock: clock(1_000), born: born)
+        let before = b.bulk.db.bulkKnownRowsMerged
+        let r = try b.apply(try w.finish())
+        #expect(r.bulk.updated == 0, "the same text as Swift compares it: \(r.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == before)
+        // A value in another storage class than the local one is a change (stored with the column's affinity).
+        let w3 = try writer(box)
+        try w3.addTable(Self.notes)
+        try update(w3, 1, [.text("body 1"), .text("extra 1"), .text("1")], changed: ["n"], clock: clock(1_000), born: born)
+        try update(w3, 2, [.text("body 2"), .text("extra 2"), .real(2.0)], changed: ["n"], clock: clock(1_000), born: born)
+        let classes = try b.apply(try w3.finish())
+        #expect(classes.bulk.updated == 2, "\(classes.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == before + 2)
+
+        for (name, sql) in [("unique", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT UNIQUE, extra TEXT, n INTEGER)"),
+                            ("nocase", "CREATE TABLE notes(id TEXT COLLATE NOCASE PRIMARY KEY, body TEXT, extra TEXT, n INTEGER)")] {
+            let box2 = try Sandbox("known-left-\(name)")
+            let t = try twinsWithNotes(box2, count: 4, born: born, sql: sql)
+            let w2 = try writer(box2)
+            try w2.addTable(Self.notes)
+            try update(w2, 0, [.text("b0"), .text("extra 0"), .integer(0)], changed: ["body"], clock: clock(1_000), born: born)
+            try w2.append(RowChange(table: "notes", operation: .upsert, values: [.text("N1"), .text("b1"), .null, .integer(1)], changedColumns: ["body"], clock: clock(1_000), born: born))
+            let r = try t.apply(try w2.finish())
+            #expect(r.bulk.status == .applied, "\(name): \(r.bulk)")
+            #expect(t.bulk.db.bulkKnownRowsMerged == 0, "\(name)")
+        }
+    }
+
+    /// A custom resolver, and the local-wins policy: the per-row merge decides every row.
+    @Test func resolverAndOtherPolicies_areLeftToThePerRowMerge() throws {
+        let box = try Sandbox("known-policy")
+        let born = clock(20_000)
+        let b = try twinsWithNotes(box, count: 4, born: born)
+        for twin in [b.bulk, b.perRow] { twin.db.setResolver(for: "notes") { _ in .keepLocal } }
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        for i in 0..<4 { try update(w, i, [.text("r\(i)"), .null, .integer(0)], changed: ["body"], clock: clock(1_000), born: born) }
+        try b.apply(try w.finish())
+        #expect(b.bulk.db.bulkKnownRowsMerged == 0)
+
+        let box2 = try Sandbox("known-policy2")
+        let policies = ["notes": TablePolicy(.localWins)]
+        let src = box2.path("B-source.sqlite")
+        do { let c = try Connection(path: src.path); try c.execute(Self.schema) }
+        let t = try Twins(box2, try box2.replica("B", source: src, policies: policies), policies: policies)
+        let w1 = try writer(box2)
+        try w1.addTable(Self.notes)
+        for i in 0..<4 { try update(w1, i, [.text("b\(i)"), .null, .integer(0)], changed: nil, clock: born, born: born) }
+        try t.apply(try w1.finish())
+        let w2 = try writer(box2)
+        try w2.addTable(Self.notes)
+        for i in 0..<4 { try update(w2, i, [.text("c\(i)"), .null, .integer(0)], changed: ["body"], clock: clock(1_000), born: born) }
+        try t.apply(try w2.finish())
+        #expect(t.bulk.db.bulkKnownRowsMerged == 0)
+    }
+}
