@@ -13,6 +13,11 @@ public final class SyncDatabase: @unchecked Sendable {
     var resolvers: [String: ConflictResolver] = [:]
     /// Whether apply may write rows new to this device in bulk (tests turn it off to compare with the per-row merge).
     package var bulkApply = true
+    /// Whether export may coalesce and write the change log as sets in SQL (tests turn it off to compare with the
+    /// row-by-row export).
+    package var setExport = true
+    /// Exports written by the set-based path since this value was opened (for tests).
+    package internal(set) var setExportsWritten = 0
     /// Diff files smaller than this are merged row by row: below it, attaching the file and starting a thread
     /// cost more than the bulk writes save (about 0.5 ms, against a few µs a row).
     package var bulkApplyMinimumBytes: Int64 = 64 * 1024
