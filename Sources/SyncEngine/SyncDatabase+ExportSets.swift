@@ -49,22 +49,23 @@ extension SyncDatabase {
             && def.columnNames.allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } } && DiffFile.rowidAlias(for: def.columnNames) != nil
     }
 
-    /// SQL decoding a one-column key text (`quote(k)`, or `CAST(k AS TEXT)` for a rowid key) back to its value.
-    /// Only TEXT and INTEGER keys; `quote()` of the result is compared with the text before it is relied on.
-    private static func decodeKeySQL(_ text: String, rowidAlias: Bool) -> String {
-        if rowidAlias { return "CAST(\(text) AS INTEGER)" }
-        return "CASE WHEN substr(\(text), 1, 1) = '''' THEN replace(substr(\(text), 2, length(\(text)) - 2), '''''', '''') ELSE CAST(\(text) AS INTEGER) END"
+    /// SQL decoding a one-column key text (`quote(k)`, or `CAST(k AS TEXT)` for a rowid key, the same text for an
+    /// integer) back to its value. Only TEXT and INTEGER keys; `quote()` of the result is compared with the text
+    /// before it is relied on.
+    private static func decodeKeySQL(_ text: String) -> String {
+        "CASE WHEN substr(\(text), 1, 1) = '''' THEN replace(substr(\(text), 2, length(\(text)) - 2), '''''', '''') ELSE CAST(\(text) AS INTEGER) END"
     }
 
     private static let setExportDDL = """
         CREATE TEMP TABLE IF NOT EXISTS rtsync_xk(tid INTEGER NOT NULL, pk TEXT NOT NULL, fs INTEGER NOT NULL, ins INTEGER,
-          first_op INTEGER, last_op INTEGER, last_hlc INTEGER, ins_hlc INTEGER, PRIMARY KEY (tid, pk)) WITHOUT ROWID;
+          first_op INTEGER, last_op INTEGER, last_hlc INTEGER, ins_hlc INTEGER, kv, PRIMARY KEY (tid, pk)) WITHOUT ROWID;
         CREATE TEMP TABLE IF NOT EXISTS rtsync_xpos(tid INTEGER NOT NULL, pos INTEGER NOT NULL, name TEXT NOT NULL,
           PRIMARY KEY (tid, pos)) WITHOUT ROWID;
         CREATE TEMP TABLE IF NOT EXISTS rtsync_xc(tid INTEGER NOT NULL, pk TEXT NOT NULL, pos INTEGER NOT NULL, hlc INTEGER NOT NULL,
           keep INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (tid, pk, pos)) WITHOUT ROWID;
         CREATE TEMP TABLE IF NOT EXISTS rtsync_xo(fs INTEGER PRIMARY KEY, tid INTEGER NOT NULL, pk TEXT NOT NULL, op TEXT NOT NULL,
-          isnew INTEGER NOT NULL, born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL, hlc INTEGER NOT NULL, mask INTEGER, rid INTEGER NOT NULL);
+          isnew INTEGER NOT NULL, born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL, hlc INTEGER NOT NULL, mask INTEGER, top INTEGER,
+          rid INTEGER NOT NULL, kv);
         CREATE TEMP TABLE IF NOT EXISTS rtsync_xt(tid INTEGER PRIMARY KEY, dtid INTEGER NOT NULL);
         CREATE TEMP TABLE IF NOT EXISTS rtsync_xj(tid INTEGER NOT NULL, mask INTEGER NOT NULL, json TEXT NOT NULL, PRIMARY KEY (tid, mask)) WITHOUT ROWID;
         """
@@ -124,8 +125,8 @@ extension SyncDatabase {
 
         // 1. One entry per changed row: its first and last change, its last insert, their clocks.
         try db.execute("""
-            INSERT INTO temp.rtsync_xk(tid, pk, fs, ins, first_op, last_op, last_hlc, ins_hlc)
-            SELECT g.tid, g.pk, g.fs, g.ins, f.op, l.op, l.hlc, i.hlc
+            INSERT INTO temp.rtsync_xk(tid, pk, fs, ins, first_op, last_op, last_hlc, ins_hlc, kv)
+            SELECT g.tid, g.pk, g.fs, g.ins, f.op, l.op, l.hlc, i.hlc, \(Self.decodeKeySQL("g.pk"))
             FROM (SELECT tid, pk, min(seq) AS fs, max(seq) AS ls, max(CASE WHEN op = 1 THEN seq END) AS ins
                   FROM main.rtsync_changes WHERE seq <= ?1 GROUP BY tid, pk) AS g
             JOIN main.rtsync_changes AS f ON f.seq = g.fs
@@ -139,6 +140,8 @@ extension SyncDatabase {
             guard Self.setExportable(info) else { throw RowByRow() }
             infos.append(info)
         }
+        // Every key must decode to the value whose `quote()` it is (so it names the same row as KeyCodec's value).
+        if try db.scalar("SELECT 1 FROM temp.rtsync_xk WHERE quote(kv) IS NOT pk LIMIT 1") != nil { throw RowByRow() }
         let addPosition = try db.prepare("INSERT INTO temp.rtsync_xpos(tid, pos, name) VALUES (?, ?, ?)")
         for info in infos {
             for (pos, name) in info.definition.columnNames.enumerated() { try addPosition.run([.integer(info.table.id), .integer(Int64(pos)), .text(name)]) }
@@ -166,24 +169,21 @@ extension SyncDatabase {
         // 3. What each row sends, following the row as it is now (see exportLocked).
         for info in infos {
             let def = info.definition, tid = info.table.id
-            let rowidAlias = try Self.hasRowidAliasKey(db, def)
             let key = quoteIdentifier(def.primaryKeyColumns[0]), table = "main." + quoteIdentifier(def.name)
-            if try db.scalar("SELECT 1 FROM temp.rtsync_xk WHERE tid = ?1 AND quote(\(Self.decodeKeySQL("pk", rowidAlias: rowidAlias))) IS NOT pk LIMIT 1",
-                             [.integer(tid)]) != nil { throw RowByRow() }
             try db.execute("""
-                INSERT INTO temp.rtsync_xo(fs, tid, pk, op, isnew, born_hlc, born_site, hlc, mask, rid)
-                SELECT fs, tid, pk, op, isnew, born_hlc, born_site, hlc, mask, row_number() OVER (ORDER BY fs) FROM (
-                  SELECT k.fs AS fs, k.tid AS tid, k.pk AS pk, k.first_op AS first_op, k.last_op AS last_op, b.tid IS NOT NULL AS has_meta,
+                INSERT INTO temp.rtsync_xo(fs, tid, pk, op, isnew, born_hlc, born_site, hlc, mask, top, rid, kv)
+                SELECT fs, tid, pk, op, isnew, born_hlc, born_site, coalesce(hlc, top), mask, top, row_number() OVER (ORDER BY fs), kv FROM (
+                  SELECT k.fs AS fs, k.tid AS tid, k.pk AS pk, k.kv AS kv, k.first_op AS first_op, k.last_op AS last_op, b.tid IS NOT NULL AS has_meta,
                     CASE WHEN t.\(key) IS NULL THEN 'delete' ELSE 'upsert' END AS op,
                     (t.\(key) IS NOT NULL AND k.ins IS NOT NULL) AS isnew,
                     CASE WHEN t.\(key) IS NOT NULL AND k.ins IS NOT NULL THEN k.ins_hlc ELSE coalesce(b.born_hlc, 0) END AS born_hlc,
                     CASE WHEN t.\(key) IS NOT NULL AND k.ins IS NOT NULL THEN ?2 ELSE coalesce(b.born_site, '') END AS born_site,
-                    CASE WHEN t.\(key) IS NULL THEN k.last_hlc WHEN k.ins IS NOT NULL THEN k.ins_hlc
-                         ELSE (SELECT max(c.hlc) FROM temp.rtsync_xc AS c WHERE c.tid = k.tid AND c.pk = k.pk AND c.keep) END AS hlc,
-                    (SELECT sum(1 << c.pos) FROM temp.rtsync_xc AS c WHERE c.tid = k.tid AND c.pk = k.pk AND c.keep) AS mask
+                    CASE WHEN t.\(key) IS NULL THEN k.last_hlc WHEN k.ins IS NOT NULL THEN k.ins_hlc END AS hlc,
+                    m.mask AS mask, m.top AS top
                   FROM temp.rtsync_xk AS k
-                  LEFT JOIN \(table) AS t ON t.\(key) = \(Self.decodeKeySQL("k.pk", rowidAlias: rowidAlias))
+                  LEFT JOIN \(table) AS t ON t.\(key) = k.kv
                   LEFT JOIN main.rtsync_rows AS b ON b.tid = k.tid AND b.pk = k.pk
+                  LEFT JOIN (SELECT pk, sum(1 << pos) AS mask, max(hlc) AS top FROM temp.rtsync_xc WHERE tid = ?1 AND keep GROUP BY pk) AS m ON m.pk = k.pk
                   WHERE k.tid = ?1)
                 WHERE CASE WHEN op = 'delete' THEN (last_op = 3 OR first_op = 3 OR has_meta) AND NOT (first_op = 1 AND NOT has_meta)
                            ELSE isnew OR mask IS NOT NULL END
@@ -213,18 +213,15 @@ extension SyncDatabase {
             let def = info.definition
             let dtid = try writer.addTable(def)
             try db.execute("INSERT INTO temp.rtsync_xt(tid, dtid) VALUES (?, ?)", [.integer(tid), .integer(dtid)])
-            let rowidAlias = try Self.hasRowidAliasKey(db, def)
             let keyName = def.primaryKeyColumns[0], key = quoteIdentifier(keyName)
             let values = def.columnNames.map { name in
-                name.lowercased() == keyName.lowercased()
-                    ? "CASE WHEN o.op = 'delete' THEN \(Self.decodeKeySQL("o.pk", rowidAlias: rowidAlias)) ELSE t.\(key) END"
-                    : "t." + quoteIdentifier(name)
+                name.lowercased() == keyName.lowercased() ? "CASE WHEN o.op = 'delete' THEN o.kv ELSE t.\(key) END" : "t." + quoteIdentifier(name)
             }
             try db.execute("""
                 INSERT INTO \(out).\(quoteIdentifier(def.name))(\(DiffFile.rowidAlias(for: def.columnNames)!), \(def.columnNames.map(quoteIdentifier).joined(separator: ", ")))
                 SELECT o.rid, \(values.joined(separator: ", "))
                 FROM temp.rtsync_xo AS o LEFT JOIN main.\(quoteIdentifier(def.name)) AS t
-                  ON o.op = 'upsert' AND t.\(key) = \(Self.decodeKeySQL("o.pk", rowidAlias: rowidAlias))
+                  ON o.op = 'upsert' AND t.\(key) = o.kv
                 WHERE o.tid = ?1 ORDER BY o.fs
                 """, [.integer(tid)])
             for c in try db.rows("SELECT op, count(*) FROM temp.rtsync_xo WHERE tid = ? GROUP BY op", [.integer(tid)]) {
@@ -259,10 +256,8 @@ extension SyncDatabase {
             WHERE o.op = 'upsert' AND c.hlc <> o.hlc
             ORDER BY o.fs, p.name
             """)
-        let latest = try db.scalar("""
-            SELECT max(v) FROM (SELECT hlc AS v FROM temp.rtsync_xo
-              UNION ALL SELECT c.hlc FROM temp.rtsync_xo AS o JOIN temp.rtsync_xc AS c ON c.tid = o.tid AND c.pk = o.pk AND c.keep WHERE o.op = 'upsert')
-            """)?.int64 ?? 0
+        // The newest clock sent: a row's clock, or a newer column clock of a row new here.
+        let latest = try db.scalar("SELECT max(CASE WHEN op = 'upsert' THEN max(hlc, coalesce(top, 0)) ELSE hlc END) FROM temp.rtsync_xo")?.int64 ?? 0
         if let shouldStop, shouldStop() { throw SyncEngineError.interrupted(operation: "export", path: writer.destination.deletingLastPathComponent().path) }
         guard try writer.seal(signingKey: signingKey) else { throw RowByRow() }
         let version = try db.scalar("PRAGMA main.data_version")?.int64 ?? 0
