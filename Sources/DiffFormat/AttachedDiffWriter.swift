@@ -24,9 +24,10 @@ package final class AttachedDiffWriter {
     private var tablesHash = CanonicalHasher()
     private var tables: [(id: Int64, definition: TableDefinition)] = []
 
-    /// Attaches a new, empty file in `directory` to `connection`. Must run outside a transaction.
+    /// Attaches a new, empty file in `directory` to `connection`. Must run outside a transaction. `smallPages`:
+    /// 512-byte pages, as `DiffWriter` uses for diffs of up to 64 rows, so a small diff stays a few KB.
     /// - Throws: `DiffFormatError.writeFailed` when the folder is not writable.
-    package init(connection: Connection, directory: URL, kind: DiffKind) throws {
+    package init(connection: Connection, directory: URL, kind: DiffKind, smallPages: Bool) throws {
         self.db = connection
         self.directory = directory
         metadata = DiffMetadata(formatVersion: DiffFile.formatVersion, id: KSUID.generate(), kind: kind, authorUser: "",
@@ -42,7 +43,7 @@ package final class AttachedDiffWriter {
             try connection.execute("ATTACH DATABASE ? AS " + schema, [.text(Self.uri(for: temporary.path))])
             attached = true
             // The file is renamed into place only after an explicit fsync, so SQLite's journal adds nothing.
-            try connection.execute("PRAGMA \(schema).journal_mode = OFF; PRAGMA \(schema).synchronous = OFF; PRAGMA \(schema).auto_vacuum = NONE")
+            try connection.execute("PRAGMA \(schema).journal_mode = OFF; PRAGMA \(schema).synchronous = OFF; PRAGMA \(schema).auto_vacuum = NONE; PRAGMA \(schema).page_size = \(smallPages ? 512 : 4096)")
         } catch {
             cancel()
             throw DiffFormatError.writeFailed(file: temporary.path, reason: "\(error)")
@@ -66,9 +67,8 @@ package final class AttachedDiffWriter {
     }
 
     /// Sets the metadata and creates the structure tables, inside the caller's transaction (before any row).
-    /// `expectedRows` picks the page size as `DiffWriter` does: small diffs use 512-byte pages.
     package func begin(id: KSUID, authorUser: String, authorSite: String, sequence: ClosedRange<Int64>?, createdAt: Date = Date(),
-                       seen: [String: Int64], expectedRows: Int) throws {
+                       seen: [String: Int64]) throws {
         metadata.id = id
         metadata.authorUser = authorUser
         metadata.authorSite = authorSite
@@ -77,7 +77,6 @@ package final class AttachedDiffWriter {
         metadata.createdAt = createdAt
         metadata.seen = seen
         do {
-            try db.execute("PRAGMA \(schema).page_size = \(expectedRows <= 64 ? 512 : 4096)")
             for statement in DiffFile.structureDDL.split(separator: ";") where !statement.allSatisfy(\.isWhitespace) {
                 try db.execute(statement.replacingOccurrences(of: "CREATE TABLE ", with: "CREATE TABLE \(schema)."))
             }

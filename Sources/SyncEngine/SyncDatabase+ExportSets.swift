@@ -78,9 +78,14 @@ extension SyncDatabase {
     /// The set-based export; see the type's comment. Inside `locked`, outside a transaction.
     func exportBySets(to directory: URL, signingKey: Curve25519.Signing.PrivateKey?, shouldStop: (@Sendable () -> Bool)?) throws -> SetExportOutcome {
         // A path opened as a plain name (`file:…`) cannot attach by URI; nothing pending: nothing to gain.
-        guard setExport, !path.hasPrefix("file:"), db.isAutocommit,
-              try db.scalar("SELECT 1 FROM rtsync_changes LIMIT 1") != nil else { return .rowByRow }
-        let writer = try AttachedDiffWriter(connection: db, directory: directory, kind: .changes)
+        guard setExport, !path.hasPrefix("file:"), db.isAutocommit else { return .rowByRow }
+        // Small exports cost less row by row (one transaction, no attach). The count also picks the page size, as
+        // the row-by-row export does from the rows it coalesced (a write between here and the transaction can
+        // only change the page size).
+        let limit = Int64(max(setExportMinimumRows, 65))
+        let keys = Int(try db.scalar("SELECT count(*) FROM (SELECT DISTINCT tid, pk FROM rtsync_changes LIMIT ?)", [.integer(limit)])?.int64 ?? 0)
+        guard keys > 0, keys >= setExportMinimumRows else { return .rowByRow }
+        let writer = try AttachedDiffWriter(connection: db, directory: directory, kind: .changes, smallPages: keys <= 64)
         defer { writer.cancel() }
         let written: Written?
         do {
@@ -123,15 +128,14 @@ extension SyncDatabase {
         try db.execute(Self.setExportDDL)
         try db.execute(Self.setExportClear)
 
-        // 1. One entry per changed row: its first and last change, its last insert, their clocks.
+        // 1. One entry per changed row: its first and last change, its last insert, their clocks (the log folded in
+        //    seq order into a table keyed by row: cheaper than sorting it by key).
         try db.execute("""
             INSERT INTO temp.rtsync_xk(tid, pk, fs, ins, first_op, last_op, last_hlc, ins_hlc, kv)
-            SELECT g.tid, g.pk, g.fs, g.ins, f.op, l.op, l.hlc, i.hlc, \(Self.decodeKeySQL("g.pk"))
-            FROM (SELECT tid, pk, min(seq) AS fs, max(seq) AS ls, max(CASE WHEN op = 1 THEN seq END) AS ins
-                  FROM main.rtsync_changes WHERE seq <= ?1 GROUP BY tid, pk) AS g
-            JOIN main.rtsync_changes AS f ON f.seq = g.fs
-            JOIN main.rtsync_changes AS l ON l.seq = g.ls
-            LEFT JOIN main.rtsync_changes AS i ON i.seq = g.ins
+            SELECT tid, pk, seq, CASE WHEN op = 1 THEN seq END, op, op, hlc, CASE WHEN op = 1 THEN hlc END, \(Self.decodeKeySQL("pk"))
+            FROM main.rtsync_changes WHERE seq <= ?1 ORDER BY seq
+            ON CONFLICT(tid, pk) DO UPDATE SET last_op = excluded.last_op, last_hlc = excluded.last_hlc,
+              ins = coalesce(excluded.ins, ins), ins_hlc = CASE WHEN excluded.ins IS NULL THEN ins_hlc ELSE excluded.ins_hlc END
             """, [.integer(maxSeq)])
         // Rows of tables no longer tracked are left out, as row by row.
         var infos: [TrackedInfo] = []
@@ -203,8 +207,7 @@ extension SyncDatabase {
         let sequence = (try db.scalar("SELECT diff_seq FROM rtsync_site")?.int64 ?? 0) + 1
         var seen: [String: Int64] = [:]
         for r in try db.rows("SELECT site, hlc FROM rtsync_seen") { if let s = r[0].string, let h = r[1].int64 { seen[s] = h } }
-        let pendingKeys = Int(try db.scalar("SELECT count(*) FROM temp.rtsync_xk")?.int64 ?? 0)
-        try writer.begin(id: try nextDiffID(), authorUser: user, authorSite: site, sequence: sequence...sequence, seen: seen, expectedRows: pendingKeys)
+        try writer.begin(id: try nextDiffID(), authorUser: user, authorSite: site, sequence: sequence...sequence, seen: seen)
         let out = writer.schema
         var counts: [String: OperationCounts] = [:]
         let infoByID = Dictionary(uniqueKeysWithValues: infos.map { ($0.table.id, $0) })

@@ -16,6 +16,8 @@ public final class SyncDatabase: @unchecked Sendable {
     /// Whether export may coalesce and write the change log as sets in SQL (tests turn it off to compare with the
     /// row-by-row export).
     package var setExport = true
+    /// Exports of fewer changed rows than this go row by row (below it, attaching the file costs more than it saves).
+    package var setExportMinimumRows = 64
     /// Exports written by the set-based path since this value was opened (for tests).
     package internal(set) var setExportsWritten = 0
     /// Diff files smaller than this are merged row by row: below it, attaching the file and starting a thread

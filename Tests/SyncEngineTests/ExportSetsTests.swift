@@ -31,6 +31,7 @@ struct ExportSetsTests {
         let user = try #require(device.value("SELECT user_id FROM rtsync_site")?.string)
         _ = try device.value("PRAGMA wal_checkpoint(TRUNCATE)")
         let sets = try box.replica("\(label)-sets", source: device.dbURL, user: user)
+        sets.db.setExportMinimumRows = 1
         let rows = try box.replica("\(label)-rows", source: device.dbURL, user: user)
         rows.db.setExport = false
         return (sets, rows)
@@ -148,6 +149,7 @@ struct ExportSetsTests {
         let first = try twins(box, device, "ins")
         let file = try #require(try expectSameExport(first))
         #expect(try DiffReader(url: file).counts["notes"]?.upserts == 3000)
+        #expect(try Connection(path: file.path).scalar("PRAGMA page_size") == .integer(4096))
         tick()
         try first.sets.exec("UPDATE notes SET n = n + 1 WHERE n % 2 = 0")
         try first.sets.exec("UPDATE notes SET title = 'again' WHERE n % 3 = 0")
@@ -158,6 +160,20 @@ struct ExportSetsTests {
         let third = try twins(box, second.sets, "one")
         let one = try #require(try expectSameExport(third))
         #expect(try DiffReader(url: one).changes().map(\.changedColumns) == [["body"]])
+        // A small diff has small pages, as row by row, so it stays a few KB.
+        #expect(try Connection(path: one.path).scalar("PRAGMA page_size") == .integer(512))
+    }
+
+    /// By default an export of fewer than `setExportMinimumRows` changed rows goes row by row, a larger one as sets.
+    @Test func smallExports_goRowByRowByDefault() throws {
+        let box = try Sandbox("export-sets-gate")
+        let device = try box.replica("D", source: try source(box, "base"), user: "u")
+        try device.exec("INSERT INTO notes(id) VALUES ('one')")
+        #expect(try device.export()?.rows == 1)
+        #expect(device.db.setExportsWritten == 0)
+        try device.exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 64) INSERT INTO notes(id) SELECT 'k' || i FROM n")
+        #expect(try device.export()?.rows == 64)
+        #expect(device.db.setExportsWritten == 1)
     }
 
     /// Change logs the set-based export leaves to the row-by-row one (a key of two columns, a table whose columns
@@ -208,6 +224,7 @@ struct ExportSetsTests {
     @Test func stoppedExport_leavesTheChangesPending() throws {
         let box = try Sandbox("export-sets-stop")
         let device = try box.replica("D", source: try source(box, "base"), user: "u")
+        device.db.setExportMinimumRows = 1
         try device.exec("INSERT INTO notes(id) VALUES ('kept')")
         #expect(throws: SyncEngineError.self) { try device.db.exportChanges(to: device.outbox, shouldStop: { true }) }
         #expect(try device.db.pendingChangeCount() == 1)
