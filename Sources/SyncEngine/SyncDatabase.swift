@@ -15,9 +15,11 @@ public final class SyncDatabase: @unchecked Sendable {
     package var bulkApply = true
     /// Whether export may coalesce and write the change log as sets in SQL (tests turn it off to compare with the
     /// row-by-row export).
-    package var setExport = true
+    /// `RTSYNC_SET_EXPORT=0` in the environment turns it off (for A/B runs of the benchmarks).
+    package var setExport = ProcessInfo.processInfo.environment["RTSYNC_SET_EXPORT"] != "0"
     /// Exports of fewer changed rows than this go row by row (below it, attaching the file costs more than it saves).
-    package var setExportMinimumRows = 64
+    /// `RTSYNC_SET_EXPORT_MIN_ROWS=1` sends every export through the set-based path (to run the suites over it).
+    package var setExportMinimumRows = ProcessInfo.processInfo.environment["RTSYNC_SET_EXPORT_MIN_ROWS"].flatMap { Int($0) } ?? 64
     /// Exports written by the set-based path since this value was opened (for tests).
     package internal(set) var setExportsWritten = 0
     /// Diff files smaller than this are merged row by row: below it, attaching the file and starting a thread

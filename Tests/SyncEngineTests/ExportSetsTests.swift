@@ -164,10 +164,11 @@ struct ExportSetsTests {
         #expect(try Connection(path: one.path).scalar("PRAGMA page_size") == .integer(512))
     }
 
-    /// By default an export of fewer than `setExportMinimumRows` changed rows goes row by row, a larger one as sets.
-    @Test func smallExports_goRowByRowByDefault() throws {
+    /// An export of fewer than `setExportMinimumRows` (64 by default) changed rows goes row by row, a larger one as sets.
+    @Test func smallExports_goRowByRow_belowTheMinimum() throws {
         let box = try Sandbox("export-sets-gate")
         let device = try box.replica("D", source: try source(box, "base"), user: "u")
+        device.db.setExportMinimumRows = 64
         try device.exec("INSERT INTO notes(id) VALUES ('one')")
         #expect(try device.export()?.rows == 1)
         #expect(device.db.setExportsWritten == 0)
