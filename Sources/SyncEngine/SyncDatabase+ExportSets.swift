@@ -207,7 +207,9 @@ extension SyncDatabase {
         let sequence = (try db.scalar("SELECT diff_seq FROM rtsync_site")?.int64 ?? 0) + 1
         var seen: [String: Int64] = [:]
         for r in try db.rows("SELECT site, hlc FROM rtsync_seen") { if let s = r[0].string, let h = r[1].int64 { seen[s] = h } }
-        try writer.begin(id: try nextDiffID(), authorUser: user, authorSite: site, sequence: sequence...sequence, seen: seen)
+        // The id is recorded with the export (second transaction), so this one writes nothing to the database
+        // when the schema is up to date, and its commit needs no sync.
+        try writer.begin(id: try proposedDiffID(), authorUser: user, authorSite: site, sequence: sequence...sequence, seen: seen)
         let out = writer.schema
         var counts: [String: OperationCounts] = [:]
         let infoByID = Dictionary(uniqueKeysWithValues: infos.map { ($0.table.id, $0) })
@@ -297,6 +299,7 @@ extension SyncDatabase {
             WHERE o.op = 'upsert'
             """, [site])
         try db.execute("DELETE FROM rtsync_changes WHERE seq <= ?", [.integer(w.maxSeq)])
+        try db.execute("UPDATE rtsync_site SET last_diff_id = ?", [.text(diffID)])
         try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'changes', ?, ?, ?, ?, ?)",
                        [.text(diffID), .text(w.user), .text(w.site), .integer(w.sequence), .integer(w.sequence),
                         .text(ISO8601.format(Date(), fractional: true))])

@@ -183,12 +183,19 @@ public final class SyncDatabase: @unchecked Sendable {
     /// and when the wall clock went back (receivers apply a batch of diffs in id order). Inside the caller's
     /// transaction.
     func nextDiffID() throws -> KSUID {
+        let id = try proposedDiffID()
+        try db.execute("UPDATE rtsync_site SET last_diff_id = ?", [.text(id.string)])
+        return id
+    }
+
+    /// The id `nextDiffID` would return, without recording it (the caller records it in `rtsync_site.last_diff_id`
+    /// in the same transaction, or in a later one when nothing was written in between).
+    func proposedDiffID() throws -> KSUID {
         var id = KSUID.generate()
         if let text = try db.scalar("SELECT last_diff_id FROM rtsync_site")?.string, let last = try? KSUID(string: text),
            id <= last, let next = last.successor() {
             id = next
         }
-        try db.execute("UPDATE rtsync_site SET last_diff_id = ?", [.text(id.string)])
         return id
     }
 

@@ -62,6 +62,8 @@ struct ExportSetsTests {
             #expect(x.rows == y.rows && x.tables == y.tables && x.sequence == y.sequence, "sets: \(x); rows: \(y)", sourceLocation: sourceLocation)
             let a = try DiffReader(url: URL(fileURLWithPath: x.file)), b = try DiffReader(url: URL(fileURLWithPath: y.file))
             #expect(a.metadata.id.string == x.diffID, sourceLocation: sourceLocation)
+            // The next diff's id is later than this one's.
+            #expect(try t.sets.value("SELECT last_diff_id FROM rtsync_site")?.string == x.diffID, sourceLocation: sourceLocation)
             #expect(a.tables == b.tables, sourceLocation: sourceLocation)
             #expect(a.counts == b.counts && a.hasCellClocks == b.hasCellClocks, sourceLocation: sourceLocation)
             #expect(a.metadata.kind == b.metadata.kind && a.metadata.authorUser == b.metadata.authorUser && a.metadata.authorSite == b.metadata.authorSite
