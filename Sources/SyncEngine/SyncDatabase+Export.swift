@@ -29,7 +29,11 @@ extension SyncDatabase {
                               shouldStop: (@Sendable () -> Bool)? = nil) throws -> ExportResult? {
         try locked {
             try requireTracked()
-            return try db.transaction { try exportLocked(to: directory, signingKey: signingKey, shouldStop: shouldStop) }
+            switch try exportBySets(to: directory, signingKey: signingKey, shouldStop: shouldStop) {
+            case .exported(let result): return result
+            case .nothing: return nil
+            case .rowByRow: return try db.transaction { try exportLocked(to: directory, signingKey: signingKey, shouldStop: shouldStop) }
+            }
         }
     }
 

@@ -15,6 +15,15 @@ public final class SyncDatabase: @unchecked Sendable {
     var resolvers: [String: ConflictResolver] = [:]
     /// Whether apply may write rows new to this device in bulk (tests turn it off to compare with the per-row merge).
     package var bulkApply = true
+    /// Whether export may coalesce and write the change log as sets in SQL (tests turn it off to compare with the
+    /// row-by-row export).
+    /// `RTSYNC_SET_EXPORT=0` in the environment turns it off (for A/B runs of the benchmarks).
+    package var setExport = ProcessInfo.processInfo.environment["RTSYNC_SET_EXPORT"] != "0"
+    /// Exports of fewer changed rows than this go row by row (below it, attaching the file costs more than it saves).
+    /// `RTSYNC_SET_EXPORT_MIN_ROWS=1` sends every export through the set-based path (to run the suites over it).
+    package var setExportMinimumRows = ProcessInfo.processInfo.environment["RTSYNC_SET_EXPORT_MIN_ROWS"].flatMap { Int($0) } ?? 64
+    /// Exports written by the set-based path since this value was opened (for tests).
+    package internal(set) var setExportsWritten = 0
     /// Diff files smaller than this are merged row by row: below it, attaching the file and starting a thread
     /// cost more than the bulk writes save (about 0.5 ms, against a few µs a row).
     package var bulkApplyMinimumBytes: Int64 = 64 * 1024
@@ -183,12 +192,19 @@ public final class SyncDatabase: @unchecked Sendable {
     /// and when the wall clock went back (receivers apply a batch of diffs in id order). Inside the caller's
     /// transaction.
     func nextDiffID() throws -> KSUID {
+        let id = try proposedDiffID()
+        try db.execute("UPDATE rtsync_site SET last_diff_id = ?", [.text(id.string)])
+        return id
+    }
+
+    /// The id `nextDiffID` would return, without recording it (the caller records it in `rtsync_site.last_diff_id`
+    /// in the same transaction, or in a later one when nothing was written in between).
+    func proposedDiffID() throws -> KSUID {
         var id = KSUID.generate()
         if let text = try db.scalar("SELECT last_diff_id FROM rtsync_site")?.string, let last = try? KSUID(string: text),
            id <= last, let next = last.successor() {
             id = next
         }
-        try db.execute("UPDATE rtsync_site SET last_diff_id = ?", [.text(id.string)])
         return id
     }
 
