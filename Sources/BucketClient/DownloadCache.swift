@@ -162,21 +162,15 @@ public actor DownloadCache {
                     throw BucketError.truncated(key: key, expected: range.end.map { $0 - range.start + 1 } ?? -1, received: Int64(data.count))
                 }
                 return (data, part.total)
-            } catch let error as BucketError {
-                if error.isDamagedDownload, attempt + 1 < retry.maxAttempts {
-                    try await retry.wait(beforeRetry: attempt)
-                    attempt += 1
-                    continue
-                }
-                throw error
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
-                if RetryPolicy.isRetryable(error), attempt + 1 < retry.maxAttempts {
+                if retry.allowsRetry(after: error, attempt: attempt) {
                     try await retry.wait(beforeRetry: attempt)
                     attempt += 1
                     continue
                 }
+                if error is BucketError { throw error }
                 throw BucketError.transport(request: "GET \(key)", description: error.localizedDescription)
             }
         }
@@ -262,21 +256,15 @@ public actor DownloadCache {
                                            lastModified: http.value(forHTTPHeaderField: "Last-Modified"),
                                            size: Int64(data.count), lastAccess: Date())
                 return Result(url: key, fileURL: destination, status: .downloaded, size: Int64(data.count))
-            } catch let error as BucketError {
-                if error.isDamagedDownload, attempt + 1 < retry.maxAttempts {
-                    try await retry.wait(beforeRetry: attempt)
-                    attempt += 1
-                    continue
-                }
-                throw error
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
-                if RetryPolicy.isRetryable(error), attempt + 1 < retry.maxAttempts {
+                if retry.allowsRetry(after: error, attempt: attempt) {
                     try await retry.wait(beforeRetry: attempt)
                     attempt += 1
                     continue
                 }
+                if error is BucketError { throw error }
                 if let cached {
                     // Offline-first: serve what we have.
                     index.entries[key]?.lastAccess = Date()

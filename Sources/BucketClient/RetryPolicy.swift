@@ -51,6 +51,14 @@ public struct RetryPolicy: Sendable, Hashable {
         }
     }
 
+    /// Whether attempt number `attempt` (0 for the first), which failed with `error`, is tried again: attempts remain,
+    /// and the error is a damaged download (wrong size or checksum) or a transient transport failure.
+    func allowsRetry(after error: Error, attempt: Int) -> Bool {
+        guard attempt + 1 < maxAttempts else { return false }
+        if let bucketError = error as? BucketError { return bucketError.isDamagedDownload }
+        return Self.isRetryable(error)
+    }
+
     /// Sleeps before retry number `attempt`.
     func wait(beforeRetry attempt: Int) async throws {
         let seconds = delay(forRetry: attempt)

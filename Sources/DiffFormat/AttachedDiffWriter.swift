@@ -53,18 +53,7 @@ package final class AttachedDiffWriter {
     deinit { if attached { cancel() } }
 
     /// A read-write URI for `path`, an existing file (the caller's connection opens URIs).
-    static func uri(for path: String) -> String {
-        var escaped = ""
-        for ch in path.unicodeScalars {
-            switch ch {
-            case "%": escaped += "%25"
-            case "?": escaped += "%3f"
-            case "#": escaped += "%23"
-            default: escaped.unicodeScalars.append(ch)
-            }
-        }
-        return "file:" + escaped + "?mode=rw"
-    }
+    static func uri(for path: String) -> String { DiffReader.fileURI(for: path, query: "mode=rw") }
 
     /// Sets the metadata and creates the structure tables, inside the caller's transaction (before any row).
     package func begin(id: KSUID, authorUser: String, authorSite: String, sequence: ClosedRange<Int64>?, createdAt: Date = Date(),

@@ -285,7 +285,10 @@ public final class DiffReader: @unchecked Sendable {
     }
 
     /// A read-only, immutable URI for `path` (no locks, no journal or WAL files are opened or created).
-    package static func immutableURI(for path: String) -> String {
+    package static func immutableURI(for path: String) -> String { fileURI(for: path, query: "mode=ro&immutable=1") }
+
+    /// A `file:` URI for `path` with `query`, escaping the characters a URI path cannot hold as they are.
+    package static func fileURI(for path: String, query: String) -> String {
         var escaped = ""
         for ch in path.unicodeScalars {
             switch ch {
@@ -295,7 +298,7 @@ public final class DiffReader: @unchecked Sendable {
             default: escaped.unicodeScalars.append(ch)
             }
         }
-        return "file:" + escaped + "?mode=ro&immutable=1"
+        return "file:" + escaped + "?" + query
     }
 
     /// Whether the diff is signed by one of `trustedKeys` (raw 32-byte Ed25519 public keys).
