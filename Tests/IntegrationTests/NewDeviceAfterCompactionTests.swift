@@ -34,12 +34,14 @@ struct NewDeviceAfterCompactionTests {
         let d = ltHome(dir, "D")
         try ltEditSettings(d) { $0.tier = .free; $0.bucket = LTBucket.local(dir).url }
         let remote = try LTBucket.local(dir).open()
-        _ = try await InitChain(home: d, remote: remote, joinUser: user, bundledAsset: asset, retry: ltShortRetry).run()
+        let joined = try await InitChain(home: d, remote: remote, joinUser: user, bundledAsset: asset, retry: ltShortRetry).run()
+        let keys = try await remote.list(prefix: "\(user)/backups/").map(\.key)
+        let pointer = try await remote.latestSnapshotKey(user: user)
         let synced = try await Syncer(home: d, remote: remote, retry: ltShortRetry).sync()
         #expect(synced.ok, "\(synced.phases)")
 
         let title = try ltScalar(d.database, "SELECT title FROM things WHERE id = 'compacted-away'")?.string
         #expect(title == "in a diff that compaction prunes", "the row from a pruned diff is missing on the new device")
-        #expect(synced.phases.contains { $0.name == "catch-up" && $0.ok }, "\(synced.phases)")
+        #expect(synced.phases.contains { $0.name == "catch-up" && $0.ok }, "\(synced.phases); init: \(joined); backups: \(keys); snapshot: \(pointer ?? "none"); ahead: \(ahead.string)")
     }
 }
