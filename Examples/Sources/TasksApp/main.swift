@@ -89,7 +89,11 @@ func run(bucketURL: String, localBucket: URL?) async throws {
     let inbound = bucket.appendingPathComponent("user-77/inbound")
     let shared = try FileManager.default.contentsOfDirectory(atPath: inbound.path).filter { $0.hasSuffix(".sqlite") }
     try expect(shared.count == 1, "the share is in user-77's inbound folder")
-    let summary = try describeDiff(at: inbound.appendingPathComponent(shared[0]))
+    // In the bucket a diff is compressed for transport; a sync expands it on download, as this does.
+    let local = root.appendingPathComponent(shared[0])
+    try FileManager.default.copyItem(at: inbound.appendingPathComponent(shared[0]), to: root.appendingPathComponent("download.tmp"))
+    try DiffTransport.install(root.appendingPathComponent("download.tmp"), as: local, name: shared[0])
+    let summary = try describeDiff(at: local)
     try expect(summary.hasPrefix("share ") && summary.contains("202 row(s)"), "the shared diff reads back: \(summary)")
 }
 
