@@ -70,11 +70,14 @@ public enum HomeDebris {
         return removed
     }
 
-    /// `.<KSUID>.sqlite.tmp` and its journal files: a diff being written.
+    /// `.<KSUID>.sqlite.tmp` and its journal files: a diff being written; or `.export-<UUID>.tmp` (and its journal
+    /// files), the file an export as set operations attaches and writes (`AttachedDiffWriter`).
     static func isDiffTemp(_ name: String) -> Bool {
         guard name.hasPrefix(".") else { return false }
         for suffix in [".tmp", ".tmp-journal", ".tmp-wal", ".tmp-shm"] where name.hasSuffix(suffix) {
-            return DiffFile.diffID(fromFileName: String(name.dropFirst().dropLast(suffix.count))) != nil
+            let stem = String(name.dropFirst().dropLast(suffix.count))
+            if stem.hasPrefix("export-") { return UUID(uuidString: String(stem.dropFirst("export-".count))) != nil }
+            return DiffFile.diffID(fromFileName: stem) != nil
         }
         return false
     }

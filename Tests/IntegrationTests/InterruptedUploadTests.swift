@@ -167,3 +167,22 @@ struct SnapshotPointerLeftoverTests {
         #expect(FileManager.default.fileExists(atPath: live.path))
     }
 }
+
+@Suite("leftovers of killed exports as set operations")
+struct AttachedExportLeftoverTests {
+    /// An export of 64+ rows writes `.export-<UUID>.tmp` in the outbox (with a journal while it writes); one a killed
+    /// export left (found by the kill trials, seeds 5013 S3 and 5173 local) goes at the next clean-up, and files of
+    /// other names stay.
+    @Test func homeDebrisClean_removesAKilledAttachedExportsFiles_andKeepsOtherFiles() throws {
+        let dir = try TemporaryDirectory()
+        let home = ltHome(dir, "A")
+        try FileManager.default.createDirectory(at: home.outbox, withIntermediateDirectories: true)
+        let id = UUID().uuidString.lowercased()
+        let leftovers = [".export-\(id).tmp", ".export-\(id).tmp-journal"].map { home.outbox.appendingPathComponent($0) }
+        let kept = [".export-not-a-uuid.tmp", "notes.txt", KSUID.generate().string + ".sqlite"].map { home.outbox.appendingPathComponent($0) }
+        for url in leftovers + kept { try Data("x".utf8).write(to: url) }
+        let removed = HomeDebris.clean(home)
+        for url in leftovers { #expect(!FileManager.default.fileExists(atPath: url.path), "\(removed)") }
+        for url in kept { #expect(FileManager.default.fileExists(atPath: url.path), "\(url.lastPathComponent)") }
+    }
+}
