@@ -81,25 +81,8 @@ package final class AttachedDiffWriter {
     /// inserts its rows into `schema.<name>` (rowid = the row's `rid`), `schema.rtsync_rows` and `schema.rtsync_cells`.
     /// - Throws: `DiffFormatError.invalidTableDefinition` for reserved names or unsound definitions.
     package func addTable(_ definition: TableDefinition) throws -> Int64 {
-        if let p = definition.validationProblem() {
-            throw DiffFormatError.invalidTableDefinition(file: temporary.path, table: definition.name, reason: p)
-        }
-        guard DiffFile.rowidAlias(for: definition.columnNames) != nil else {
-            throw DiffFormatError.invalidTableDefinition(file: temporary.path, table: definition.name, reason: "columns named rowid, _rowid_ and oid leave no way to address rows")
-        }
         let id = Int64(tables.count + 1)
-        let columnsJSON = JSON.encode(definition.columns)
-        let constraintsJSON = JSON.encode(TableConstraints(unique: definition.uniqueConstraints, foreignKeys: definition.foreignKeys, withoutRowID: definition.withoutRowID))
-        let hash = definition.schemaHash
-        do {
-            try db.execute("INSERT INTO \(schema).rtsync_tables(id, name, columns, constraints, schema_hash) VALUES (?,?,?,?,?)",
-                           [.integer(id), .text(definition.name), .text(columnsJSON), .text(constraintsJSON), .text(hash)])
-            // Carried values keep their storage class exactly: the columns have no declared type (BLOB affinity).
-            try db.execute("CREATE TABLE \(schema)." + quoteIdentifier(definition.name) + " (" + definition.columnNames.map(quoteIdentifier).joined(separator: ", ") + ")")
-        } catch {
-            throw DiffFormatError.writeFailed(file: temporary.path, reason: "\(error)")
-        }
-        tablesHash.add([.integer(id), .text(definition.name), .text(columnsJSON), .text(constraintsJSON), .text(hash)])
+        tablesHash.add(try DiffFile.declare(definition, id: id, in: db, schema: schema, file: temporary.path))
         tables.append((id, definition))
         return id
     }

@@ -73,27 +73,15 @@ public final class DiffWriter {
     public func addTable(_ definition: TableDefinition) throws {
         guard let db else { throw DiffFormatError.writeFailed(file: destination.path, reason: "writer already finished") }
         if tables[definition.name] != nil { return }
-        if let p = definition.validationProblem() {
-            throw DiffFormatError.invalidTableDefinition(file: destination.path, table: definition.name, reason: p)
-        }
-        guard DiffFile.rowidAlias(for: definition.columnNames) != nil else {
-            throw DiffFormatError.invalidTableDefinition(file: destination.path, table: definition.name, reason: "columns named rowid, _rowid_ and oid leave no way to address rows")
-        }
         let id = Int64(tables.count + 1)
-        let columnsJSON = JSON.encode(definition.columns)
-        let constraintsJSON = JSON.encode(TableConstraints(unique: definition.uniqueConstraints, foreignKeys: definition.foreignKeys, withoutRowID: definition.withoutRowID))
-        let hash = definition.schemaHash
+        let row = try DiffFile.declare(definition, id: id, in: db, schema: nil, file: destination.path)
         do {
-            try db.execute("INSERT INTO rtsync_tables(id, name, columns, constraints, schema_hash) VALUES (?,?,?,?,?)",
-                           [.integer(id), .text(definition.name), .text(columnsJSON), .text(constraintsJSON), .text(hash)])
-            // Carried values keep their storage class exactly: the columns have no declared type (BLOB affinity).
-            try db.execute("CREATE TABLE " + quoteIdentifier(definition.name) + " (" + definition.columnNames.map(quoteIdentifier).joined(separator: ", ") + ")")
             let insert = try db.prepare("INSERT INTO " + quoteIdentifier(definition.name) + " VALUES (" + Array(repeating: "?", count: definition.columns.count).joined(separator: ",") + ")")
             tables[definition.name] = (id, definition, insert)
         } catch {
             throw DiffFormatError.writeFailed(file: destination.path, reason: "\(error)")
         }
-        tablesHash.add([.integer(id), .text(definition.name), .text(columnsJSON), .text(constraintsJSON), .text(hash)])
+        tablesHash.add(row)
     }
 
     /// Appends one row change of a declared table.
@@ -203,6 +191,32 @@ public final class DiffWriter {
         db = nil
         finished = true
         try? FileManager.default.removeItem(at: temporary)
+    }
+}
+
+extension DiffFile {
+    /// Checks `definition` and declares it in the diff file open on `db` (attached as `schema`, or the main database):
+    /// its `rtsync_tables` row and its carried table. Returns that row's values, which the content digest hashes.
+    /// - Throws: `DiffFormatError.invalidTableDefinition` naming `file`, or `writeFailed`.
+    static func declare(_ definition: TableDefinition, id: Int64, in db: Connection, schema: String?, file: String) throws -> [SQLValue] {
+        if let p = definition.validationProblem() {
+            throw DiffFormatError.invalidTableDefinition(file: file, table: definition.name, reason: p)
+        }
+        guard rowidAlias(for: definition.columnNames) != nil else {
+            throw DiffFormatError.invalidTableDefinition(file: file, table: definition.name, reason: "columns named rowid, _rowid_ and oid leave no way to address rows")
+        }
+        let constraints = TableConstraints(unique: definition.uniqueConstraints, foreignKeys: definition.foreignKeys, withoutRowID: definition.withoutRowID)
+        let row: [SQLValue] = [.integer(id), .text(definition.name), .text(JSON.encode(definition.columns)), .text(JSON.encode(constraints)),
+                               .text(definition.schemaHash)]
+        let prefix = schema.map { $0 + "." } ?? ""
+        do {
+            try db.execute("INSERT INTO \(prefix)rtsync_tables(id, name, columns, constraints, schema_hash) VALUES (?,?,?,?,?)", row)
+            // Carried values keep their storage class exactly: the columns have no declared type (BLOB affinity).
+            try db.execute("CREATE TABLE " + prefix + quoteIdentifier(definition.name) + " (" + definition.columnNames.map(quoteIdentifier).joined(separator: ", ") + ")")
+        } catch {
+            throw DiffFormatError.writeFailed(file: file, reason: "\(error)")
+        }
+        return row
     }
 }
 
