@@ -131,6 +131,33 @@ public actor DownloadCache {
         let key = url.absoluteString
         var request = URLRequest(url: url)
         request.setValue("bytes=\(range.start)-\(range.end.map(String.init) ?? "")", forHTTPHeaderField: "Range")
+        return try await getWithRetries(request, key: key) { data, http in
+            let contentRange = http.value(forHTTPHeaderField: "Content-Range")
+            if http.statusCode == 416 {
+                // "bytes */TOTAL": the range starts past the end.
+                return (Data(), contentRange.flatMap { $0.split(separator: "/").last.flatMap { Int64($0) } })
+            }
+            if http.statusCode == 404 { throw BucketError.notFound(key: key) }
+            if http.statusCode == 200 {
+                let from = Int(min(range.start, Int64(data.count)))
+                let to = range.end.map { Int(min($0 + 1, Int64(data.count))) } ?? data.count
+                return (data.subdata(in: from..<max(from, to)), Int64(data.count))
+            }
+            guard http.statusCode == 206 else {
+                throw BucketError.httpError(request: "GET \(key)", status: http.statusCode, code: nil, message: nil)
+            }
+            guard let part = S3Store.contentRange(contentRange), part.start == range.start, Int64(data.count) == part.end - part.start + 1 else {
+                throw BucketError.truncated(key: key, expected: range.end.map { $0 - range.start + 1 } ?? -1, received: Int64(data.count))
+            }
+            return (data, part.total)
+        }
+    }
+
+    /// Sends the GET `request` and hands the answer to `handle`: a retryable status is asked again, and what `handle`
+    /// or the transport throws is retried as the policy allows (`RetryPolicy.allowsRetry`). A transport failure that
+    /// is not retried ends as `offline()` when given, else as `BucketError.transport`.
+    private func getWithRetries<T>(_ request: URLRequest, key: String, offline: (() -> T)? = nil,
+                                   _ handle: (Data, HTTPURLResponse) throws -> T) async throws -> T {
         var attempt = 0
         while true {
             requestCounter.record("GET")
@@ -144,24 +171,7 @@ public actor DownloadCache {
                     attempt += 1
                     continue
                 }
-                let contentRange = http.value(forHTTPHeaderField: "Content-Range")
-                if http.statusCode == 416 {
-                    // "bytes */TOTAL": the range starts past the end.
-                    return (Data(), contentRange.flatMap { $0.split(separator: "/").last.flatMap { Int64($0) } })
-                }
-                if http.statusCode == 404 { throw BucketError.notFound(key: key) }
-                if http.statusCode == 200 {
-                    let from = Int(min(range.start, Int64(data.count)))
-                    let to = range.end.map { Int(min($0 + 1, Int64(data.count))) } ?? data.count
-                    return (data.subdata(in: from..<max(from, to)), Int64(data.count))
-                }
-                guard http.statusCode == 206 else {
-                    throw BucketError.httpError(request: "GET \(key)", status: http.statusCode, code: nil, message: nil)
-                }
-                guard let part = S3Store.contentRange(contentRange), part.start == range.start, Int64(data.count) == part.end - part.start + 1 else {
-                    throw BucketError.truncated(key: key, expected: range.end.map { $0 - range.start + 1 } ?? -1, received: Int64(data.count))
-                }
-                return (data, part.total)
+                return try handle(data, http)
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
@@ -171,6 +181,7 @@ public actor DownloadCache {
                     continue
                 }
                 if error is BucketError { throw error }
+                if let offline { return offline() }
                 throw BucketError.transport(request: "GET \(key)", description: error.localizedDescription)
             }
         }
@@ -207,71 +218,48 @@ public actor DownloadCache {
             if let etag = cached.etag { request.setValue(etag, forHTTPHeaderField: "If-None-Match") }
             if let lastModified = cached.lastModified { request.setValue(lastModified, forHTTPHeaderField: "If-Modified-Since") }
         }
-        var attempt = 0
-        while true {
-            requestCounter.record("GET")
-            do {
-                let (data, response) = try await session.data(for: request)
-                guard let http = response as? HTTPURLResponse else {
-                    throw BucketError.invalidResponse(request: "GET \(key)", reason: "not an HTTP response")
-                }
-                if RetryPolicy.isRetryable(status: http.statusCode), attempt + 1 < retry.maxAttempts {
-                    try await retry.wait(beforeRetry: attempt)
-                    attempt += 1
-                    continue
-                }
-                if http.statusCode == 304, let cached {
-                    index.entries[key]?.lastAccess = Date()
-                    return Result(url: key, fileURL: folder.appendingPathComponent(cached.fileName), status: .revalidated, size: cached.size)
-                }
-                if http.statusCode == 404 { throw BucketError.notFound(key: key) }
-                guard (200..<300).contains(http.statusCode) else {
-                    throw BucketError.httpError(request: "GET \(key)", status: http.statusCode, code: nil, message: nil)
-                }
-                if http.value(forHTTPHeaderField: "Content-Encoding") == nil,
-                   let length = http.value(forHTTPHeaderField: "Content-Length").flatMap({ Int64($0) }), length != Int64(data.count) {
-                    throw BucketError.truncated(key: key, expected: length, received: Int64(data.count))
-                }
-                if http.statusCode == 206 || http.value(forHTTPHeaderField: "Content-Range") != nil {
-                    // Nothing asked for a range: a part of the resource must never be cached as all of it.
-                    let part = S3Store.contentRange(http.value(forHTTPHeaderField: "Content-Range"))
-                    guard let part, part.start == 0, part.end == part.total - 1, Int64(data.count) == part.total else {
-                        throw BucketError.truncated(key: key, expected: part?.total ?? -1, received: Int64(data.count))
-                    }
-                }
-                // A server that sends a full-object checksum (S3 and some CDNs in front of it) has it checked.
-                let found = ObjectChecksum.fromHeaders { http.value(forHTTPHeaderField: $0) }
-                if found.compositeSkipped { checksumCounter.record("COMPOSITE") }
-                if let checksum = found.checksum {
-                    guard checksum.matches(checksum.digest(of: data)) else {
-                        throw BucketError.checksumMismatch(key: key, algorithm: checksum.algorithm.rawValue)
-                    }
-                    checksumCounter.record(checksum.algorithm.rawValue)
-                }
-                let name = cached?.fileName ?? fileName(for: key, url: url)
-                let destination = folder.appendingPathComponent(name)
-                let tmp = try LocalFiles.writeTemporary(data, beside: destination)
-                try LocalFiles.moveAtomically(tmp, to: destination)
-                index.entries[key] = Entry(fileName: name, etag: http.value(forHTTPHeaderField: "ETag"),
-                                           lastModified: http.value(forHTTPHeaderField: "Last-Modified"),
-                                           size: Int64(data.count), lastAccess: Date())
-                return Result(url: key, fileURL: destination, status: .downloaded, size: Int64(data.count))
-            } catch is CancellationError {
-                throw CancellationError()
-            } catch {
-                if retry.allowsRetry(after: error, attempt: attempt) {
-                    try await retry.wait(beforeRetry: attempt)
-                    attempt += 1
-                    continue
-                }
-                if error is BucketError { throw error }
-                if let cached {
-                    // Offline-first: serve what we have.
-                    index.entries[key]?.lastAccess = Date()
-                    return Result(url: key, fileURL: folder.appendingPathComponent(cached.fileName), status: .offline, size: cached.size)
-                }
-                throw BucketError.transport(request: "GET \(key)", description: error.localizedDescription)
+        // Offline-first: when the server cannot be reached, serve what we have.
+        let offline: (() -> Result)? = cached.map { cached in {
+            self.index.entries[key]?.lastAccess = Date()
+            return Result(url: key, fileURL: self.folder.appendingPathComponent(cached.fileName), status: .offline, size: cached.size)
+        } }
+        return try await getWithRetries(request, key: key, offline: offline) { data, http in
+            if http.statusCode == 304, let cached {
+                index.entries[key]?.lastAccess = Date()
+                return Result(url: key, fileURL: folder.appendingPathComponent(cached.fileName), status: .revalidated, size: cached.size)
             }
+            if http.statusCode == 404 { throw BucketError.notFound(key: key) }
+            guard (200..<300).contains(http.statusCode) else {
+                throw BucketError.httpError(request: "GET \(key)", status: http.statusCode, code: nil, message: nil)
+            }
+            if http.value(forHTTPHeaderField: "Content-Encoding") == nil,
+               let length = http.value(forHTTPHeaderField: "Content-Length").flatMap({ Int64($0) }), length != Int64(data.count) {
+                throw BucketError.truncated(key: key, expected: length, received: Int64(data.count))
+            }
+            if http.statusCode == 206 || http.value(forHTTPHeaderField: "Content-Range") != nil {
+                // Nothing asked for a range: a part of the resource must never be cached as all of it.
+                let part = S3Store.contentRange(http.value(forHTTPHeaderField: "Content-Range"))
+                guard let part, part.start == 0, part.end == part.total - 1, Int64(data.count) == part.total else {
+                    throw BucketError.truncated(key: key, expected: part?.total ?? -1, received: Int64(data.count))
+                }
+            }
+            // A server that sends a full-object checksum (S3 and some CDNs in front of it) has it checked.
+            let found = ObjectChecksum.fromHeaders { http.value(forHTTPHeaderField: $0) }
+            if found.compositeSkipped { checksumCounter.record("COMPOSITE") }
+            if let checksum = found.checksum {
+                guard checksum.matches(checksum.digest(of: data)) else {
+                    throw BucketError.checksumMismatch(key: key, algorithm: checksum.algorithm.rawValue)
+                }
+                checksumCounter.record(checksum.algorithm.rawValue)
+            }
+            let name = cached?.fileName ?? fileName(for: key, url: url)
+            let destination = folder.appendingPathComponent(name)
+            let tmp = try LocalFiles.writeTemporary(data, beside: destination)
+            try LocalFiles.moveAtomically(tmp, to: destination)
+            index.entries[key] = Entry(fileName: name, etag: http.value(forHTTPHeaderField: "ETag"),
+                                       lastModified: http.value(forHTTPHeaderField: "Last-Modified"),
+                                       size: Int64(data.count), lastAccess: Date())
+            return Result(url: key, fileURL: destination, status: .downloaded, size: Int64(data.count))
         }
     }
 
