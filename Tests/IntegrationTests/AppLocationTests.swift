@@ -37,6 +37,16 @@ private struct AppDevice {
         try Connection(path: database.path, mode: .readOnly).rows("SELECT id, title FROM note ORDER BY id").map { "\($0[0].string ?? "")=\($0[1].string ?? "")" }
     }
 
+    /// Devices "a" and "b" of user-1, each with the app's schema, initialized for sync.
+    static func initializedPair(_ dir: TemporaryDirectory) throws -> (AppDevice, AppDevice) {
+        let a = try AppDevice(dir, "a"), b = try AppDevice(dir, "b")
+        for d in [a, b] {
+            try d.createSchema()
+            try SyncDatabase(path: d.database.path).initializeForSync(userID: "user-1")
+        }
+        return (a, b)
+    }
+
     func syncer(_ bucket: URL) throws -> Syncer {
         Syncer(home: location, remote: try ObjectStoreRemote.open(bucket.path), retry: ltShortRetry)
     }
@@ -46,11 +56,7 @@ private struct AppDevice {
     @Test func appDatabaseAtItsOwnPath_twoDevicesSyncThroughLocalFolder_convergeWithoutHomeLayout() async throws {
         let dir = try TemporaryDirectory()
         let bucket = dir.url.appendingPathComponent("bucket")
-        let a = try AppDevice(dir, "a"), b = try AppDevice(dir, "b")
-        for d in [a, b] {
-            try d.createSchema()
-            try SyncDatabase(path: d.database.path).initializeForSync(userID: "user-1")
-        }
+        let (a, b) = try AppDevice.initializedPair(dir)
         try a.write("INSERT INTO note VALUES ('n1', 'from a', NULL)")
         try b.write("INSERT INTO note VALUES ('n2', 'from b', NULL)")
         for d in [a, b, a] { _ = try await d.syncer(bucket).sync() }
@@ -108,11 +114,7 @@ private struct AppDevice {
     @Test func secondConnectionWritingInWAL_whileSyncRuns_everyWriteReachesTheOtherDevice() async throws {
         let dir = try TemporaryDirectory()
         let bucket = dir.url.appendingPathComponent("bucket")
-        let a = try AppDevice(dir, "a"), b = try AppDevice(dir, "b")
-        for d in [a, b] {
-            try d.createSchema()
-            try SyncDatabase(path: d.database.path).initializeForSync(userID: "user-1")
-        }
+        let (a, b) = try AppDevice.initializedPair(dir)
         let total = 400
         let path = a.database.path
         // The app's own connection: WAL, its own busy timeout, one transaction per write, on another thread.
@@ -221,11 +223,7 @@ private struct AppDevice {
     @Test func cancellingTheSyncTask_stopsAtASafePoint_andTheNextRunFinishesWithNothingLost() async throws {
         let dir = try TemporaryDirectory()
         let bucket = dir.url.appendingPathComponent("bucket")
-        let a = try AppDevice(dir, "a"), b = try AppDevice(dir, "b")
-        for d in [a, b] {
-            try d.createSchema()
-            try SyncDatabase(path: d.database.path).initializeForSync(userID: "user-1")
-        }
+        let (a, b) = try AppDevice.initializedPair(dir)
         try a.write("INSERT INTO note VALUES ('n1', 'one', NULL)")
         let syncer = try a.syncer(bucket)
         // Cancelled from inside the run, the moment it starts uploading: no timing involved.
