@@ -24,33 +24,16 @@ func runCatchUpSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) a
     return rows
 }
 
-private func makeCatchUpHome(_ root: URL, seedRows: [[BenchValue]]) throws -> RTSyncHome {
-    let home = RTSyncHome(root: root)
-    try home.createFolders()
-    var settings = RTSyncSettings()
-    settings.userID = "catchup-user"
-    settings.tier = .premium
-    settings.keepBackups = 1
-    settings.backupIntervalMinutes = 1_000_000   // the first sync makes one backup; timed syncs then find none due
-    settings.compactThreshold = 1_000_000        // no compaction in the middle of the measurements
-    try home.saveSettings(settings)
-    try Items.createDatabase(home.database.path, tracked: true)
-    if !seedRows.isEmpty { try Items.bulkInsert(try Items.open(home.database.path), seedRows) }
-    try SyncDatabase(path: home.database.path).setUserID("catchup-user")
-    return home
-}
-
 private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String, dir: URL, remote: ObjectStoreRemote, moto: MotoServer?) async throws -> [Row] {
     let fm = FileManager.default
     let base = 2_000
     let seed = Items.rows(base, seed: 0xCA7C)
     let keys = Items.keys(of: seed)
-    let a = try makeCatchUpHome(dir.appendingPathComponent("A"), seedRows: seed)
-    let b = try makeCatchUpHome(dir.appendingPathComponent("B"), seedRows: [])
+    // No compaction in the middle of the measurements.
+    let a = try makeBenchHome(dir.appendingPathComponent("A"), seedRows: seed, user: "catchup-user", compactThreshold: 1_000_000)
+    let b = try makeBenchHome(dir.appendingPathComponent("B"), seedRows: [], user: "catchup-user", compactThreshold: 1_000_000)
     let syncA = Syncer(home: a, remote: remote), syncB = Syncer(home: b, remote: remote)
-    func check(_ r: SyncReport, _ who: String) throws {
-        if !r.ok { throw BenchSQLiteError(code: 0, message: "sync \(who) failed: \(r.phases.filter { !$0.ok }.map { "\($0.name): \($0.error ?? $0.summary)" })") }
-    }
+    let check = requireCompleted
     ctx.log("catchup (\(bucketLabel)): warm-up, \(base) rows A→B")
     try check(try await syncA.sync(), "A"); try check(try await syncB.sync(), "B")
     let dbA = try Items.open(a.database.path), dbB = try Items.open(b.database.path)

@@ -21,31 +21,37 @@ func runSyncSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) asyn
     return rows
 }
 
-private func makeHome(_ root: URL, seedRows: [[BenchValue]]) throws -> RTSyncHome {
+/// A home of `user` at `root` holding `seedRows`, backing up at its first sync only (and, with `compactThreshold`,
+/// compacting only past it), for the suites that sync two devices.
+func makeBenchHome(_ root: URL, seedRows: [[BenchValue]], user: String = "bench-user", compactThreshold: Int? = nil) throws -> RTSyncHome {
     let home = RTSyncHome(root: root)
     try home.createFolders()
     var settings = RTSyncSettings()
-    settings.userID = "bench-user"
+    settings.userID = user
     settings.tier = .premium              // cloud sync is a premium feature; a local folder is allowed on every tier
     settings.keepBackups = 1
     settings.backupIntervalMinutes = 1_000_000  // the first sync makes one backup; timed syncs then find none due
+    if let compactThreshold { settings.compactThreshold = compactThreshold }
     try home.saveSettings(settings)
     try Items.createDatabase(home.database.path, tracked: true)
     if !seedRows.isEmpty { try Items.bulkInsert(try Items.open(home.database.path), seedRows) }
-    try SyncDatabase(path: home.database.path).setUserID("bench-user")
+    try SyncDatabase(path: home.database.path).setUserID(user)
     return home
+}
+
+/// Throws, naming the phases that failed, unless `report` (of device `who`) completed every phase.
+func requireCompleted(_ report: SyncReport, _ who: String) throws {
+    if !report.ok { throw BenchSQLiteError(code: 0, message: "sync \(who) failed: \(report.phases.filter { !$0.ok }.map { "\($0.name): \($0.error ?? $0.summary)" })") }
 }
 
 private func syncCases(_ ctx: BenchContext, bucketLabel: String, dir: URL, remote: ObjectStoreRemote, moto: MotoServer?) async throws -> [Row] {
     let base = 10_000
     let seed = Items.rows(base, seed: 0x5EED)
     let keys = Items.keys(of: seed)
-    let a = try makeHome(dir.appendingPathComponent("A"), seedRows: seed)
-    let b = try makeHome(dir.appendingPathComponent("B"), seedRows: [])
+    let a = try makeBenchHome(dir.appendingPathComponent("A"), seedRows: seed)
+    let b = try makeBenchHome(dir.appendingPathComponent("B"), seedRows: [])
     let syncA = Syncer(home: a, remote: remote), syncB = Syncer(home: b, remote: remote)
-    func check(_ r: SyncReport, _ who: String) throws {
-        if !r.ok { throw BenchSQLiteError(code: 0, message: "sync \(who) failed: \(r.phases.filter { !$0.ok }.map { "\($0.name): \($0.error ?? $0.summary)" })") }
-    }
+    let check = requireCompleted
     // Warm-up: A publishes its 10k rows, B applies them; each makes its first backup.
     ctx.log("sync (\(bucketLabel)): warm-up, \(base) rows A→B")
     try check(try await syncA.sync(), "A"); try check(try await syncB.sync(), "B")
