@@ -67,11 +67,10 @@ extension RTSyncHome {
     public func encrypting(_ store: any ObjectStore, settings: RTSyncSettings, initializing: Bool = false) throws -> any ObjectStore {
         guard !settings.encryption.isEmpty, !(store is EncryptingStore) else { return store }
         guard settings.tier == .premium else { throw EncryptionError.premiumRequired }
-        // The user is the settings' or, as for Syncer, the one the database was initialized for.
+        // The user Syncer syncs as (the database is opened only when the settings name none).
         var user = settings.userID
-        if user.isEmpty, FileManager.default.fileExists(atPath: database.path),
-           let db = try? SyncDatabase(path: database.path), db.isTracked {
-            user = (try? db.userID()) ?? ""
+        if user.isEmpty, FileManager.default.fileExists(atPath: database.path), let db = try? SyncDatabase(path: database.path) {
+            user = (try? db.syncUserID(settings: settings)) ?? ""
         }
         if user.isEmpty {
             if initializing { return store }

@@ -230,6 +230,13 @@ public final class SyncDatabase: @unchecked Sendable {
         try locked { try requireTracked(); return try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? "" }
     }
 
+    /// The user a sync of this database runs as: the one `settings` name, else the one the database was initialized
+    /// for ("" when neither is known).
+    public func syncUserID(settings: RTSyncSettings) throws -> String {
+        if !settings.userID.isEmpty { return settings.userID }
+        return isTracked ? try userID() : ""
+    }
+
     /// Records the user this database belongs to (stamped into exported diffs).
     public func setUserID(_ user: String) throws {
         try locked { try requireTracked(); try db.execute("UPDATE rtsync_site SET user_id = ?", [.text(user)]) }

@@ -149,8 +149,7 @@ public struct Syncer: Sendable {
         let db = try SyncDatabase(path: home.database.path)
         db.applyGroupLimit = applyGroupLimit
         // A database never initialized for sync must not sync under an empty user (its keys would start with "/").
-        let recordedUser = db.isTracked ? try db.userID() : ""
-        let user = settings.userID.isEmpty ? recordedUser : settings.userID
+        let user = try db.syncUserID(settings: settings)
         guard !user.isEmpty else { throw SyncEngineError.noUserID(path: home.database.path) }
         if !db.isTracked { try db.trackAllTrackable() }
         // A copy of another device's database would sync under that device's site id.
