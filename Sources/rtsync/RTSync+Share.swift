@@ -1,5 +1,6 @@
 import ArgumentParser
 import DiffFormat
+import BucketSync
 import Foundation
 import RTSQLite
 import SyncEngine
@@ -9,8 +10,17 @@ extension RTSync {
     static func sendToUser(_ options: HomeOptions, recipient: String, file: URL, media: [String] = []) async throws -> [String] {
         let settings = try options.loadSettings()
         if settings.demo { throw LifecycleError.demoMode(action: "sharing") }
-        let remote = try options.openRemote(settings)
+        var remote = try options.openRemote(settings)
         try settings.tier.require(.syncDatabase(cloud: !remote.isLocal))
+        // With encryption on, the recipient's published share key is looked up (and recorded on first use) first.
+        let home = options.resolvedHome
+        let trusted = try DeviceKeys(home: home).trustedIdentities(ownUser: settings.userID)
+        if let found = try await home.shareRecipient(recipient, through: remote, trusted: trusted),
+           found.source != .recorded {
+            let how = found.source == .verified ? "signed by the device key you trust for \(recipient)" : "trust on first use: compare it with `rtsync keys share-key --json` on their device"
+            FileHandle.standardError.write(Data("note: recorded \(recipient)'s share key \(found.fingerprint) from the bucket (\(how))\n".utf8))
+            remote = try options.openRemote(settings)
+        }
         let key = Syncer.inboundPrefix(user: recipient) + file.lastPathComponent
         var sent = [key]
         try await RemoteRetryPolicy().run { try await remote.upload(file: file, key: key, ifAbsent: true) }
