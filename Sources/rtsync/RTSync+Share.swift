@@ -15,16 +15,24 @@ extension RTSync {
         // With encryption on, the recipient's published share key is looked up (and recorded on first use) first.
         let home = options.resolvedHome
         let trusted = try DeviceKeys(home: home).trustedIdentities(ownUser: settings.userID)
-        if let found = try await home.shareRecipient(recipient, through: remote, trusted: trusted),
-           found.source != .recorded {
+        let found = try await home.shareRecipient(recipient, through: remote, trusted: trusted)
+        if let found, found.source != .recorded {
             let how = found.source == .verified ? "signed by the device key you trust for \(recipient)" : "trust on first use: compare it with `rtsync keys share-key --json` on their device"
             FileHandle.standardError.write(Data("note: recorded \(recipient)'s share key \(found.fingerprint) from the bucket (\(how))\n".utf8))
             remote = try options.openRemote(settings)
         }
         let key = Syncer.inboundPrefix(user: recipient) + file.lastPathComponent
+        // A recipient that encrypts media names gets the media as a parcel, put before the diff so that the recipient
+        // applying the share finds it whole.
+        var parcel: [String] = []
+        if let found, found.encryptsNames, !media.isEmpty {
+            let share = file.deletingPathExtension().lastPathComponent
+            parcel = try await remote.sendSharedMedia(media, home: home, from: settings.userID, to: found, share: share)
+        }
         var sent = [key]
         try await RemoteRetryPolicy().run { try await remote.upload(file: file, key: key, ifAbsent: true) }
-        for path in media {
+        sent += parcel
+        for path in media where parcel.isEmpty {
             let local = options.resolvedHome.documents.appendingPathComponent(path)
             guard FileManager.default.fileExists(atPath: local.path) else { continue }
             try await RemoteRetryPolicy().run { try await remote.upload(file: local, key: recipient + "/" + path, ifAbsent: false) }
@@ -83,7 +91,10 @@ extension RTSync {
                     return
                 }
                 print("shared \(share.rows) row(s) of \(table) with \(to) (\(permission)) as \(share.diffID)")
-                if sent.count > 1 { print("and \(sent.count - 1) media file(s)") }
+                let files = sent.dropFirst().filter { !$0.hasSuffix("/manifest") }.count
+                if sent.contains(where: { $0.hasSuffix("/manifest") }) {
+                    print("and \(files) media file(s) as a parcel (\(to) encrypts media names; their sync takes it into their documents)")
+                } else if files > 0 { print("and \(files) media file(s)") }
             } catch { throw report(error) }
         }
     }

@@ -71,6 +71,8 @@ struct KeyDistributionCLITests {
         try writeMedia(a, "recordings/after.m4a", media)
         let pushed = try await run(["sync", "--home", a.path, "--media"], env)
         try #require(pushed.status == 0, "\(pushed.stdout) \(pushed.stderr)")
+        // The key went up once: A's next sync is idle again, one LIST.
+        #expect(try await syncRequests(a, env) == 1)
         let pulled = try await run(["sync", "--home", b.path, "--media"], env)
         #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
         #expect(try title(b, "2siEySuKO1wK4XiJHWQ0YxhLx02") == "after rotation")
