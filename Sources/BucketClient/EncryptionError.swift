@@ -87,7 +87,7 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .notEncrypted, .authenticationFailed, .truncated, .malformed, .notAShare, .nameBinding:
             return "nothing was installed; restore the object from a trusted copy, or delete it if it was not written by your devices"
         case .unsupportedFormat: return "update rtsync on this device"
-        case .unknownKey: return "import the key from a device that has it: `rtsync keys export F` there, `rtsync keys import F` here"
+        case .unknownKey: return "the device that made the key publishes it sealed with its next upload (`rtsync keys rotate` does at once), after which a sync here takes it; or import it from a device that has it: `rtsync keys export F` there, `rtsync keys import F` here"
         case .noContentKey: return "create one with `rtsync keys create`, or import your other device's with `rtsync keys import F`"
         case .keyFile: return "give the file `rtsync keys export` wrote"
         case .wrongPassphrase: return "give the passphrase used with `rtsync keys export --passphrase-file`"

@@ -167,7 +167,8 @@ extension RTSync.Keys {
         do {
             let settings = try options.loadSettings()
             guard !settings.encryption.isEmpty else { return nil }
-            try await options.openRemote(settings).publishKeys()
+            // Under the home's lock, as sync writes what it has published.
+            try await options.locked { _ = try await options.openRemote(settings).publishKeys() }
             return nil
         } catch { return ErrorExplanation(error, subject: "keys").what }
     }
