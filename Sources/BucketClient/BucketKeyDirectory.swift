@@ -65,13 +65,14 @@ public final class BucketKeyDirectory: @unchecked Sendable {
         "share-key \(Hashing.hex(key.rawRepresentation)) \(encryptsNames ? "names" : "plain-names")"
     }
 
-    /// What is not published yet: every key but the oldest, sealed under the one before it, and the share key.
+    /// What is not published yet: every key but the first, sealed under the one before it in the keyring (the order
+    /// keys were added in, which the key file keeps: creation times of keys made within a second cannot tell it), and
+    /// the share key.
     private func pending() -> [(entry: String, key: String, data: Data)] {
         let done = publishedEntries()
         let ring = keyring
         var out: [(String, String, Data)] = []
-        let ordered = ring.chronological
-        for (older, newer) in zip(ordered, ordered.dropFirst()) where !done.contains(Self.sealedEntry(newer.id)) {
+        for (older, newer) in zip(ring.keys, ring.keys.dropFirst()) where !done.contains(Self.sealedEntry(newer.id)) {
             out.append((Self.sealedEntry(newer.id), SealedContentKey.objectKey(user: user, keyID: newer.id),
                         SealedContentKey.seal(newer, under: older, user: user).encoded()))
         }
@@ -98,7 +99,10 @@ public final class BucketKeyDirectory: @unchecked Sendable {
                 markPublished([item.entry])
                 continue
             }
-            try await store.put(key: item.key, data: item.data, ifNoneMatch: false)
+            do {
+                // A sealed key already there (another device published it first) stays: it opens for the same devices.
+                try await store.put(key: item.key, data: item.data, ifNoneMatch: item.entry.hasPrefix("sealed "))
+            } catch BucketError.preconditionFailed {}
             markPublished([item.entry])
             written.append(item.key)
         }

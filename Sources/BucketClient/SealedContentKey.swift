@@ -19,7 +19,8 @@ public struct SealedContentKey: Codable, Sendable, Equatable {
     public var keyID: String
     /// The id of the older key it is sealed under.
     public var wrappingKeyID: String
-    /// When the sealed key was made (ISO 8601), so a device taking it knows whether it is newer than its current key.
+    /// When the sealed key was made, seconds since 1970 as a decimal number (exact, so a device taking it knows whether
+    /// it is newer than its current key).
     public var created: String
     /// The sealed key bytes, base64.
     public var sealed: String
@@ -29,8 +30,6 @@ public struct SealedContentKey: Codable, Sendable, Equatable {
 
     /// At most this many sealed keys are followed back to a key a device holds.
     public static let maxChain = 16
-
-    private static func dateFormatter() -> ISO8601DateFormatter { ISO8601DateFormatter() }
 
     private static func wrappingKey(_ key: ContentKey) -> SymmetricKey {
         HKDF<SHA256>.deriveKey(inputKeyMaterial: key.key, info: Data("rtsync sealed content key v1".utf8), outputByteCount: 32)
@@ -42,7 +41,7 @@ public struct SealedContentKey: Codable, Sendable, Equatable {
 
     /// `key` sealed under `wrapping` (an older key of `user` the other devices hold).
     public static func seal(_ key: ContentKey, under wrapping: ContentKey, user: String) -> SealedContentKey {
-        var out = SealedContentKey(user: user, keyID: key.id, wrappingKeyID: wrapping.id, created: dateFormatter().string(from: key.created), sealed: "")
+        var out = SealedContentKey(user: user, keyID: key.id, wrappingKeyID: wrapping.id, created: String(key.created.timeIntervalSince1970), sealed: "")
         let raw = key.key.withUnsafeBytes { Data($0) }
         out.sealed = try! AES.GCM.seal(raw, using: wrappingKey(wrapping), authenticating: out.additionalData).combined!.base64EncodedString()
         return out
@@ -54,10 +53,10 @@ public struct SealedContentKey: Codable, Sendable, Equatable {
     public func open(with wrapping: ContentKey, object: String, source: String) throws -> ContentKey {
         guard wrapping.id == wrappingKeyID, let combined = Data(base64Encoded: sealed), let box = try? AES.GCM.SealedBox(combined: combined),
               let raw = try? AES.GCM.open(box, using: Self.wrappingKey(wrapping), authenticating: additionalData), raw.count == 32,
-              let date = Self.dateFormatter().date(from: created) else {
+              let seconds = Double(created), seconds.isFinite else {
             throw EncryptionError.sealedKeyRejected(object: object, keyID: keyID, reason: "\(source) failed authentication")
         }
-        return ContentKey(id: keyID, key: SymmetricKey(data: raw), created: date)
+        return ContentKey(id: keyID, key: SymmetricKey(data: raw), created: Date(timeIntervalSince1970: seconds))
     }
 
     /// The document's bytes.
