@@ -101,3 +101,63 @@ import Testing
         #expect(!PublishedShareKey.make(user: "u", shareKey: share, encryptsNames: true, signingKey: nil).signatureIsValid)
     }
 }
+
+/// Shared-media parcels (``SharedMediaParcel``) over a local folder: what is taken, what is kept, what is refused.
+@Suite struct SharedMediaParcelTests {
+    @Test func parcel_takenIntoDocuments_keepsADifferentLocalFileAndAddsAConflictCopy_thenIsDeleted() async throws {
+        let root = try makeTemporaryFolder()
+        let store = try LocalFolderStore(root: root.appendingPathComponent("bucket"))
+        let recipient = ContentKeyring.generate()
+        let source = root.appendingPathComponent("sender")
+        let a = randomBytes(70_000), b = randomBytes(3_000)
+        for (path, bytes) in [("images/a.png", a), ("recordings/b.m4a", b)] {
+            let url = source.appendingPathComponent(path)
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try bytes.write(to: url)
+        }
+        let written = try await SharedMediaParcel.send(
+            [("images/a.png", source.appendingPathComponent("images/a.png")), ("recordings/b.m4a", source.appendingPathComponent("recordings/b.m4a")),
+             ("../escape", source.appendingPathComponent("images/a.png"))],
+            from: "sender", to: "u", key: recipient.shareKey!.publicKey, share: "S1", store: store, staging: root.appendingPathComponent("staging"))
+        #expect(written == ["u/shared-media/S1/0", "u/shared-media/S1/1", "u/shared-media/S1/manifest"], "a path outside the media folders is not sent")
+        for key in written { #expect(try await store.get(key: key).range(of: Data("a.png".utf8)) == nil) }
+
+        let documents = root.appendingPathComponent("documents")
+        let mine = randomBytes(100)
+        try FileManager.default.createDirectory(at: documents.appendingPathComponent("images"), withIntermediateDirectories: true)
+        try mine.write(to: documents.appendingPathComponent("images/a.png"))
+        let taken = try #require(try await SharedMediaParcel.take(share: "S1", user: "u", keyring: recipient, store: store, documents: documents,
+                                                                  staging: root.appendingPathComponent("staging2")))
+        #expect(taken.count == 2 && taken.contains("recordings/b.m4a"))
+        let copy = try #require(taken.first { $0.hasPrefix("images/a (conflict sender ") })
+        #expect(try Data(contentsOf: documents.appendingPathComponent(copy)) == a)
+        #expect(try Data(contentsOf: documents.appendingPathComponent("images/a.png")) == mine)
+        #expect(try Data(contentsOf: documents.appendingPathComponent("recordings/b.m4a")) == b)
+        #expect(try await store.listAll(prefix: "u/shared-media/").isEmpty)
+        #expect(try await SharedMediaParcel.take(share: "S1", user: "u", keyring: recipient, store: store, documents: documents,
+                                                 staging: root.appendingPathComponent("staging2")) == nil)
+    }
+
+    @Test func parcel_withAHostilePathOrForAnotherKey_isRefused_andNothingIsInstalled() async throws {
+        let root = try makeTemporaryFolder()
+        let store = try LocalFolderStore(root: root.appendingPathComponent("bucket"))
+        let recipient = ContentKeyring.generate()
+        let documents = root.appendingPathComponent("documents")
+        // A manifest naming a path outside the media folders.
+        let manifest = SharedMediaParcel(from: "x", share: "S2", files: [.init(path: "images/../../etc/passwd", size: 1, sha256: "")])
+        try await store.put(key: "u/shared-media/S2/manifest", data: EncryptionFormat.encrypt(try JSONEncoder().encode(manifest), to: recipient.shareKey!.publicKey))
+        try await store.put(key: "u/shared-media/S2/0", data: EncryptionFormat.encrypt(Data("x".utf8), to: recipient.shareKey!.publicKey))
+        await #expect(throws: EncryptionError.malformed(object: "u/shared-media/S2/manifest", reason: "not a shared-media manifest for this share")) {
+            _ = try await SharedMediaParcel.take(share: "S2", user: "u", keyring: recipient, store: store, documents: documents, staging: root.appendingPathComponent("s"))
+        }
+        // A parcel encrypted to someone else's share key.
+        let other = ContentKeyring.generate()
+        let good = SharedMediaParcel(from: "x", share: "S3", files: [])
+        try await store.put(key: "u/shared-media/S3/manifest", data: EncryptionFormat.encrypt(try JSONEncoder().encode(good), to: other.shareKey!.publicKey))
+        await #expect(throws: EncryptionError.self) {
+            _ = try await SharedMediaParcel.take(share: "S3", user: "u", keyring: recipient, store: store, documents: documents, staging: root.appendingPathComponent("s"))
+        }
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: documents.path)) ?? []).isEmpty)
+        #expect(try await store.listAll(prefix: "u/shared-media/").count == 3, "refused parcels stay")
+    }
+}
