@@ -46,14 +46,14 @@ extension RTSync {
     struct Share: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Send rows (and optionally their media) to another user's inbound folder.",
-            discussion: "The recipient's next sync applies them. With read-only permission, changes the recipient later sends back for these rows are refused here and logged as conflicts."
+            discussion: "The recipient's next sync applies them. With read-only permission, changes the recipient later sends back for these rows are refused here and logged as conflicts. With encryption on, the share is encrypted to the recipient's share key: the one recorded with `rtsync keys add-recipient`, else the one the recipient publishes in the bucket (recorded on first use, its fingerprint printed); a published key that differs from the recorded one is refused."
         )
         @OptionGroup var options: HomeOptions
         @Option(help: "The recipient's user id.") var to: String
         @Option(help: "The table to share from.") var table: String
         @Option(help: "SQL condition over the table's columns selecting the rows.") var `where`: String?
         @Option(help: "Primary key value of a row to share (repeatable; single-column keys).") var key: [String] = []
-        @Flag(help: "Also upload the images/recordings the rows refer to.") var withMedia = false
+        @Flag(help: "Also upload the images/recordings the rows refer to (to a recipient that encrypts media names: as a parcel its sync takes into its documents).") var withMedia = false
         @Option(help: "read-only or read-write.") var permission = SharePermission.readOnly.rawValue
         @Flag(help: "Print JSON.") var json = false
 
