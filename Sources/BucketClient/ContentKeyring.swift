@@ -19,7 +19,8 @@ public struct ContentKey: Sendable {
 }
 
 /// A user's content keys: every key ever used (so old objects stay readable) and the current one, used for new
-/// objects. Shared by all of the user's devices through `rtsync keys export`/`import`, never through the bucket.
+/// objects. Shared by all of the user's devices through `rtsync keys export`/`import`, and a rotated key also through
+/// the bucket sealed under an older one (``SealedContentKey``), never in the clear.
 public struct ContentKeyring: Sendable {
     /// Every key, oldest first.
     public private(set) var keys: [ContentKey]
@@ -56,6 +57,17 @@ public struct ContentKeyring: Sendable {
         keys.append(k)
         currentID = k.id
         return k
+    }
+
+    /// Adds `key` (one learned from the bucket) unless held, and makes it current when it is newer than the current one.
+    public mutating func adopt(_ key: ContentKey) {
+        if self.key(id: key.id) == nil { keys.append(key) }
+        if key.created > current.created { currentID = key.id }
+    }
+
+    /// Keys oldest first (by creation, then id): the order in which each is sealed under the one before it.
+    public var chronological: [ContentKey] {
+        keys.sorted { $0.created != $1.created ? $0.created < $1.created : $0.id < $1.id }
     }
 
     /// Adds the keys of `other` this keyring lacks and takes its current key when it is newer than ours.

@@ -26,7 +26,7 @@ public struct EncryptedNames: Sendable {
     public init(user: String, kinds: [String], keyring: ContentKeyring) {
         self.user = user
         self.kinds = kinds
-        let ordered = keyring.keys.sorted { $0.created != $1.created ? $0.created < $1.created : $0.id < $1.id }
+        let ordered = keyring.chronological
         let derived = ordered.map { Self.derive($0.key) }
         sealKey = derived[0]
         openKeys = derived

@@ -11,8 +11,13 @@ import Foundation
 public struct EncryptingStore: ObjectStore {
     /// The store holding the ciphertext.
     public let inner: any ObjectStore
-    /// The user's content keys.
-    public let keyring: ContentKeyring
+    /// The user's content keys (with those ``keyDirectory`` learned from the bucket).
+    public var keyring: ContentKeyring { keyDirectory?.keyring ?? initialKeyring }
+    private let initialKeyring: ContentKeyring
+    /// Hands rotated keys between the user's devices through `<user>/keys/` and publishes the share key (nil: keys
+    /// only from this home's file). With it, keys not yet published go up before the first object encrypted with
+    /// them, and an object encrypted with a key this device lacks fetches that key's sealed copy first.
+    public var keyDirectory: BucketKeyDirectory?
     /// Key prefixes whose objects are encrypted (e.g. `user/inbound/`).
     public let prefixes: [String]
     /// Folder for encrypted staging files of uploads and ciphertext of downloads.
@@ -34,7 +39,7 @@ public struct EncryptingStore: ObjectStore {
     /// Wraps `inner`, encrypting objects whose keys start with one of `prefixes`.
     public init(inner: any ObjectStore, keyring: ContentKeyring, prefixes: [String], staging: URL, rejected: URL? = nil) {
         self.inner = inner
-        self.keyring = keyring
+        initialKeyring = keyring
         self.prefixes = prefixes
         self.staging = staging
         self.rejected = rejected
@@ -128,15 +133,41 @@ public struct EncryptingStore: ObjectStore {
         let raw = try bucketKey(key)
         guard encrypts(key) else { return try await inner.get(key: raw, range: range, ifMatch: ifMatch) }
         guard let range, range.start > 0 || range.end != nil else {
-            return try EncryptionFormat.decrypt(try await inner.get(key: raw, range: nil, ifMatch: ifMatch), keyring: keyring, object: key, name: bound(key))
+            let data = try await inner.get(key: raw, range: nil, ifMatch: ifMatch)
+            try await ensureKey(header: data, object: key)
+            return try EncryptionFormat.decrypt(data, keyring: keyring, object: key, name: bound(key))
         }
         // A ranged read fetches the header and only the chunks holding the range.
-        let header = try EncryptionFormat.Header(
-            try await inner.get(key: raw, range: ByteRange(start: 0, end: Int64(EncryptionFormat.headerSize) - 1), ifMatch: ifMatch), object: key)
+        let headerBytes = try await inner.get(key: raw, range: ByteRange(start: 0, end: Int64(EncryptionFormat.headerSize) - 1), ifMatch: ifMatch)
+        try await ensureKey(header: headerBytes, object: key)
+        let header = try EncryptionFormat.Header(headerBytes, object: key)
         let cipher = try EncryptionFormat.ChunkCipher(header: header, keyring: keyring, object: key, name: bound(key))
         let span = EncryptionFormat.chunkSpan(plainStart: range.start, plainEnd: range.end)
         let body = try await inner.get(key: raw, range: span.range, ifMatch: ifMatch)
         return try EncryptionFormat.openSpan(body, span: span, range: range, cipher: cipher)
+    }
+
+    /// When `header` (an object's first bytes) names a content key this device does not hold, learns it from the
+    /// bucket through ``keyDirectory``; anything else is left to decryption to judge.
+    /// - Throws: ``EncryptionError/unknownKey(object:keyID:)`` or ``EncryptionError/sealedKeyRejected(object:keyID:reason:)``.
+    private func ensureKey(header: Data, object: String) async throws {
+        guard let keyDirectory, let parsed = try? EncryptionFormat.Header(header, object: object),
+              parsed.algorithm != EncryptionFormat.algorithmShareX25519, keyring.key(id: parsed.keyID) == nil else { return }
+        try await keyDirectory.learn(keyID: parsed.keyID, object: object, from: inner)
+    }
+
+    /// ``ensureKey(header:object:)`` for a downloaded encrypted file.
+    private func ensureKey(file: URL, object: String) async throws {
+        guard keyDirectory != nil, let handle = FileHandle(forReadingAtPath: file.path) else { return }
+        let head = (try? handle.read(upToCount: EncryptionFormat.headerSize)) ?? Data()
+        try? handle.close()
+        try await ensureKey(header: head, object: object)
+    }
+
+    /// Publishes what ``keyDirectory`` has not yet (a rotated key, the share key) before an object encrypted with the
+    /// current key goes up.
+    private func publishKeys() async throws {
+        try await keyDirectory?.publishPending(to: inner)
     }
 
     private func stagingURL(for key: String, suffix: String) -> URL {
@@ -211,6 +242,7 @@ public struct EncryptingStore: ObjectStore {
         var expected = rawListed
         expected?.size = EncryptionFormat.ciphertextSize(plaintextSize: listed?.size ?? 0)
         let info = try await inner.download(key: raw, to: cipherFile, expecting: expected)
+        try await ensureKey(file: cipherFile, object: key)
         try install(cipherFile, key: key, to: fileURL)
         return plain(info, key: key)
     }
@@ -225,6 +257,7 @@ public struct EncryptingStore: ObjectStore {
         }
         let raw = try bucketKey(key)
         guard encrypts(key) else { return plain(try await inner.put(key: raw, data: data, ifNoneMatch: ifNoneMatch), key: key) }
+        try await publishKeys()
         return plain(try await inner.put(key: raw, data: EncryptionFormat.encrypt(data, keyring: keyring, name: bound(key)), ifNoneMatch: ifNoneMatch), key: key)
     }
 
@@ -281,6 +314,7 @@ public struct EncryptingStore: ObjectStore {
         guard let target = uploadStaging(key: key, fileURL: fileURL), let st = FileStat.of(fileURL.path) else {
             throw BucketError.localIO(path: fileURL.path, description: "no such file")
         }
+        try await publishKeys()
         if st.size <= Int64(inMemoryLimit) {
             let bytes: Data
             do { bytes = try Data(contentsOf: fileURL) } catch {

@@ -40,6 +40,16 @@ public enum EncryptionError: Error, Sendable, Equatable {
     case nameNotDecryptable(object: String)
     /// A media file name (one path segment) is too long to encrypt within the 255 bytes a name may have.
     case nameTooLong(path: String, limit: Int)
+    /// The object needs a content key this device does not hold, and the sealed copy of it in the bucket
+    /// (`<user>/keys/<id>.sealed`) cannot be used: it fails authentication, names another user or key, or its chain
+    /// of older keys does not reach one this device holds.
+    case sealedKeyRejected(object: String, keyID: String, reason: String)
+    /// The share key another user publishes in the bucket is not the one recorded for them (trust on first use, as
+    /// ssh's known hosts): `recorded` and `published` are fingerprints.
+    case shareKeyChanged(user: String, recorded: String, published: String, object: String)
+    /// Another user's published share key cannot be used: damaged, naming another user, or not signed by the device
+    /// key trusted for that user.
+    case shareKeyRejected(user: String, object: String, reason: String)
 }
 
 extension EncryptionError: LocalizedError, CustomStringConvertible {
@@ -63,6 +73,11 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .nameBinding(let o, let r): return "encrypted object cannot be opened under this name: \(r) (\(o))"
         case .nameNotDecryptable(let o): return "object name does not decrypt with this device's keys: a wrong key, a name written without name encryption, or a changed name (\(o))"
         case .nameTooLong(let p, let l): return "a file or folder name longer than \(l) bytes cannot be stored under an encrypted name (\(p))"
+        case .sealedKeyRejected(let o, let id, let r):
+            return "object is encrypted with content key \(id), which this device does not hold, and its sealed copy in the bucket cannot be used: \(r) (\(o))"
+        case .shareKeyChanged(let u, let rec, let pub, let o):
+            return "the share key user \(u) publishes (\(pub)) is not the one recorded for them (\(rec)): it changed, or someone replaced it (\(o))"
+        case .shareKeyRejected(let u, let o, let r): return "cannot use the share key published for user \(u): \(r) (\(o))"
         }
     }
 
@@ -72,7 +87,7 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .notEncrypted, .authenticationFailed, .truncated, .malformed, .notAShare, .nameBinding:
             return "nothing was installed; restore the object from a trusted copy, or delete it if it was not written by your devices"
         case .unsupportedFormat: return "update rtsync on this device"
-        case .unknownKey: return "import the key from a device that has it: `rtsync keys export F` there, `rtsync keys import F` here"
+        case .unknownKey: return "the device that made the key publishes it sealed with its next upload (`rtsync keys rotate` does at once), after which a sync here takes it; or import it from a device that has it: `rtsync keys export F` there, `rtsync keys import F` here"
         case .noContentKey: return "create one with `rtsync keys create`, or import your other device's with `rtsync keys import F`"
         case .keyFile: return "give the file `rtsync keys export` wrote"
         case .wrongPassphrase: return "give the passphrase used with `rtsync keys export --passphrase-file`"
@@ -82,6 +97,12 @@ extension EncryptionError: LocalizedError, CustomStringConvertible {
         case .nameNotDecryptable: return "import the user's key file (`rtsync keys import F`); an object uploaded before names were encrypted must be uploaded again (or removed) with the setting on"
         case .nameTooLong: return "rename it shorter, or turn encrypted names off (`rtsync keys encrypt` without `names`)"
         case .noUserYet: return "run `rtsync init` first (`rtsync init --user U --key-file F` to join an existing user)"
+        case .sealedKeyRejected:
+            return "nothing was applied; import the key from a device that has it (`rtsync keys export F` there, `rtsync keys import F` here) and check who can write to <user>/keys/ in the bucket"
+        case .shareKeyChanged(let u, _, _, _):
+            return "nothing was sent; ask \(u) for their key out of band (`rtsync keys share-key` on their device) and, if it is the published one, accept it with `rtsync keys add-recipient \(u) HEX`"
+        case .shareKeyRejected(let u, _, _):
+            return "nothing was sent; get \(u)'s share key out of band (`rtsync keys share-key` there) and record it with `rtsync keys add-recipient \(u) HEX`"
         }
     }
 

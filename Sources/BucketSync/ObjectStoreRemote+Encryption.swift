@@ -81,9 +81,13 @@ extension RTSyncHome {
                                       staging: encryptionStaging, rejected: quarantine)
         wrapped.recipients = shareRecipients()
         let namedKinds = [EncryptedKind.recordings, .images].map(\.rawValue).filter(settings.encryption.contains)
-        if settings.encryption.contains(EncryptedKind.names.rawValue) && !namedKinds.isEmpty {
+        let encryptsNames = settings.encryption.contains(EncryptedKind.names.rawValue) && !namedKinds.isEmpty
+        if encryptsNames {
             wrapped.names = EncryptedNames(user: user, kinds: namedKinds, keyring: keyring)
         }
+        // Rotated keys and the share key travel through <user>/keys/ (sealed, signed by this device).
+        wrapped.keyDirectory = BucketKeyDirectory(user: user, keyring: keyring, keyringFile: contentKeysFile, publishedFile: publishedKeysFile,
+                                                  signingKey: try? DeviceKeys(home: self).signingKey(), encryptsNames: encryptsNames)
         let owner = user
         // Anyone may encrypt to the share key: only a share or request diff by another user in our inbound is taken,
         // and media in our media folders (what `share --with-media` sends; their names are never encrypted).
@@ -93,6 +97,9 @@ extension RTSyncHome {
         }
         return wrapped
     }
+
+    /// What this home has published to (or learned from) `<user>/keys/` in the bucket, so nothing is put twice.
+    public var publishedKeysFile: URL { keys.appendingPathComponent("published-keys") }
 
     /// Where other users' share keys are kept (`<user>.pub`, 64 hex characters).
     public var shareKeysFolder: URL { keys.appendingPathComponent("share-keys") }
@@ -152,6 +159,15 @@ extension RTSyncHome {
 extension ObjectStoreRemote {
     /// The prefixes the wrapped store encrypts (an `EncryptingStore`'s), else none.
     public var encryptedPrefixes: [String] { (store as? EncryptingStore)?.prefixes ?? [] }
+
+    /// Puts the rotated keys (sealed) and the share key this home has not published yet into `<user>/keys/`; returns
+    /// the keys written (none without encryption). Uploads of encrypted objects do it first by themselves.
+    /// - Throws: the bucket's errors.
+    @discardableResult
+    public func publishKeys() async throws -> [String] {
+        guard let encrypting = store as? EncryptingStore, let directory = encrypting.keyDirectory else { return [] }
+        return try await directory.publishPending(to: encrypting.inner)
+    }
 
     /// Opens the store a bucket URL names for `home`, encrypting what `settings.encryption` covers.
     /// - Throws: `BucketError.unsupportedURL`, or an `EncryptionError` when encryption is on but cannot be used.

@@ -90,13 +90,13 @@ extension RTSync.Keys {
         }
     }
 
-    struct Encrypt: ParsableCommand {
+    struct Encrypt: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Turn client-side encryption on for some kinds of objects, or off (premium).",
             discussion: "Kinds: inbound (diffs), backups (backups and snapshots), recordings, images, or all (those four); add names (e.g. all,names) to encrypt the file names of encrypted media too. Objects already in the bucket stay as they are; new ones are encrypted. Makes a content key when the home has none.")
         @OptionGroup var options: HomeOptions
         @Argument(help: "Comma-separated kinds (inbound,backups,recordings,images,names), all, or off.") var kinds: String
-        func run() throws {
+        func run() async throws {
             let home = options.resolvedHome
             do {
                 var settings = try options.loadSettings()
@@ -116,6 +116,10 @@ extension RTSync.Keys {
                 print("encryption on for \(parsed.joined(separator: ", ")) with content key \(ring.currentID)")
                 print("back the key up (losing every copy loses the data): rtsync keys export FILE")
             } catch { throw report(error) }
+            // Other users find the share key in the bucket from now on; offline, it goes up with the first upload.
+            if (try? options.loadSettings().userID.isEmpty) == false, let problem = await RTSync.Keys.publishKeys(options) {
+                print("share key not published yet (\(terminalSafe(problem, limit: 500))): it goes up with this device's next encrypted upload")
+            }
         }
     }
 
@@ -157,18 +161,38 @@ extension RTSync.Keys {
         }
     }
 
-    struct Rotate: ParsableCommand {
+    /// Publishes what the home has not yet put into `<user>/keys/` (a rotated key sealed under the one before it, the
+    /// share key); nil when done (or encryption is off), else why not.
+    static func publishKeys(_ options: HomeOptions) async -> String? {
+        do {
+            let settings = try options.loadSettings()
+            guard !settings.encryption.isEmpty else { return nil }
+            // Under the home's lock, as sync writes what it has published.
+            try await options.locked { _ = try await options.openRemote(settings).publishKeys() }
+            return nil
+        } catch { return ErrorExplanation(error, subject: "keys").what }
+    }
+
+    struct Rotate: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Add a new content key for new objects; objects encrypted with older keys stay readable.",
-            discussion: "Other devices need the new key before they can read what this device encrypts with it: export it here and import it there.")
+            discussion: "With encryption on, the new key goes into the bucket sealed under the previous key (<user>/keys/<id>.sealed; never in the clear), now or else before the first object encrypted with it is uploaded; the user's other devices take it from there when they first meet such an object. Export/import still works (and is needed by a device whose keys are older than every sealed copy).")
         @OptionGroup var options: HomeOptions
-        func run() throws {
+        func run() async throws {
             let home = options.resolvedHome
             var ring = try requireKeyring(home)
             let key = ring.rotate()
             do { try ring.save(to: home.contentKeysFile) } catch { throw report(error) }
             print("new content key \(key.id) is current; \(ring.keys.count - 1) older key(s) kept for reading")
-            print("give it to your other devices: rtsync keys export FILE here, rtsync keys import FILE there")
+            guard (try? options.loadSettings().encryption.isEmpty) == false else {
+                print("give it to your other devices: rtsync keys export FILE here, rtsync keys import FILE there")
+                return
+            }
+            if let problem = await RTSync.Keys.publishKeys(options) {
+                print("not published yet (\(terminalSafe(problem, limit: 500))): it goes up sealed before this device uploads anything encrypted with it")
+            } else {
+                print("published sealed under the previous key: your other devices take it from the bucket when they need it")
+            }
         }
     }
 
@@ -205,11 +229,13 @@ extension RTSync.Keys {
             abstract: "Print this user's share key: other users record it (`rtsync keys add-recipient`) to encrypt what they share with you.",
             discussion: "An X25519 public key kept with the content keys (exported and imported with them). A share encrypted to it is readable by your devices only; it is accepted as a share or request from another user, never as one of your own diffs.")
         @OptionGroup var options: HomeOptions
-        @Flag(help: "Print JSON: {shareKey}.") var json = false
+        @Flag(help: "Print JSON: {shareKey, fingerprint}.") var json = false
         func run() throws {
             do {
                 let key = try options.resolvedHome.shareKeyHex()
-                if json { printJSON(["shareKey": key]) } else { print(key) }
+                if json {
+                    printJSON(["shareKey": key, "fingerprint": PublishedShareKey.fingerprint(hex: key) ?? ""])
+                } else { print(key) }
             } catch { throw report(error) }
         }
     }

@@ -126,9 +126,15 @@ extension RTSync {
             let check: ((ContentKeyring, RTSyncSettings) async throws -> Void)? = user.map { joinID in
                 { ring, merged in
                     guard !merged.encryption.isEmpty, merged.tier == .premium else { return }
-                    let store = EncryptingStore(inner: try makeObjectStore(urlString: options.bucketURL(merged)), keyring: ring,
+                    var store = EncryptingStore(inner: try makeObjectStore(urlString: options.bucketURL(merged)), keyring: ring,
                                                 prefixes: RTSyncHome.encryptedPrefixes(user: joinID, kinds: merged.encryption),
                                                 staging: home.encryptionStaging)
+                    // A key file older than a rotation still joins: the newer keys are taken from their sealed copies
+                    // (kept aside here; the init chain and sync take them for good).
+                    let aside = home.encryptionStaging.appendingPathComponent("init-check-\(UUID().uuidString)")
+                    defer { try? FileManager.default.removeItem(at: aside) }
+                    store.keyDirectory = BucketKeyDirectory(user: joinID, keyring: ring, keyringFile: aside.appendingPathComponent("keys.json"),
+                                                            publishedFile: aside.appendingPathComponent("published"))
                     do {
                         try await store.checkKeysOpen(prefixes: [joinID + "/backups/", joinID + "/inbound/"])
                     } catch let e as EncryptionError {

@@ -126,8 +126,16 @@ extension RTSync.Media {
                 }
             }
             let report = try await reportingBucketErrors {
-                let sync = try MediaSync(store: try mediaStore(bucketOptions, settings: settings, home: rtHome), documents: documentsURL, user: user,
-                                         manifestURL: manifestURL)
+                let store = try mediaStore(bucketOptions, settings: settings, home: rtHome)
+                // Media shared with this user as a parcel (it encrypts names) goes into the home's documents first, so
+                // this run uploads it under this user's names.
+                if let rtHome, self.documents == nil, !dryRun, options.direction != .push {
+                    let taken = try await ObjectStoreRemote(store: store, isLocal: false).takeSharedMedia(home: rtHome)
+                    if !taken.isEmpty {
+                        FileHandle.standardError.write(Data("shared: \(taken.count) file(s) taken from parcels: \(terminalSafe(taken.joined(separator: ", "), limit: 2_000))\n".utf8))
+                    }
+                }
+                let sync = try MediaSync(store: store, documents: documentsURL, user: user, manifestURL: manifestURL)
                 return try await display.run { try await sync.run(options) }
             }
             for refused in report.refused {

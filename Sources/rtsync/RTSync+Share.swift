@@ -1,5 +1,6 @@
 import ArgumentParser
 import DiffFormat
+import BucketSync
 import Foundation
 import RTSQLite
 import SyncEngine
@@ -9,12 +10,29 @@ extension RTSync {
     static func sendToUser(_ options: HomeOptions, recipient: String, file: URL, media: [String] = []) async throws -> [String] {
         let settings = try options.loadSettings()
         if settings.demo { throw LifecycleError.demoMode(action: "sharing") }
-        let remote = try options.openRemote(settings)
+        var remote = try options.openRemote(settings)
         try settings.tier.require(.syncDatabase(cloud: !remote.isLocal))
+        // With encryption on, the recipient's published share key is looked up (and recorded on first use) first.
+        let home = options.resolvedHome
+        let trusted = try DeviceKeys(home: home).trustedIdentities(ownUser: settings.userID)
+        let found = try await home.shareRecipient(recipient, through: remote, trusted: trusted)
+        if let found, found.source != .recorded {
+            let how = found.source == .verified ? "signed by the device key you trust for \(recipient)" : "trust on first use: compare it with `rtsync keys share-key --json` on their device"
+            FileHandle.standardError.write(Data("note: recorded \(recipient)'s share key \(found.fingerprint) from the bucket (\(how))\n".utf8))
+            remote = try options.openRemote(settings)
+        }
         let key = Syncer.inboundPrefix(user: recipient) + file.lastPathComponent
+        // A recipient that encrypts media names gets the media as a parcel, put before the diff so that the recipient
+        // applying the share finds it whole.
+        var parcel: [String] = []
+        if let found, found.encryptsNames, !media.isEmpty {
+            let share = file.deletingPathExtension().lastPathComponent
+            parcel = try await remote.sendSharedMedia(media, home: home, from: settings.userID, to: found, share: share)
+        }
         var sent = [key]
         try await RemoteRetryPolicy().run { try await remote.upload(file: file, key: key, ifAbsent: true) }
-        for path in media {
+        sent += parcel
+        for path in media where parcel.isEmpty {
             let local = options.resolvedHome.documents.appendingPathComponent(path)
             guard FileManager.default.fileExists(atPath: local.path) else { continue }
             try await RemoteRetryPolicy().run { try await remote.upload(file: local, key: recipient + "/" + path, ifAbsent: false) }
@@ -28,14 +46,14 @@ extension RTSync {
     struct Share: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Send rows (and optionally their media) to another user's inbound folder.",
-            discussion: "The recipient's next sync applies them. With read-only permission, changes the recipient later sends back for these rows are refused here and logged as conflicts."
+            discussion: "The recipient's next sync applies them. With read-only permission, changes the recipient later sends back for these rows are refused here and logged as conflicts. With encryption on, the share is encrypted to the recipient's share key: the one recorded with `rtsync keys add-recipient`, else the one the recipient publishes in the bucket (recorded on first use, its fingerprint printed); a published key that differs from the recorded one is refused."
         )
         @OptionGroup var options: HomeOptions
         @Option(help: "The recipient's user id.") var to: String
         @Option(help: "The table to share from.") var table: String
         @Option(help: "SQL condition over the table's columns selecting the rows.") var `where`: String?
         @Option(help: "Primary key value of a row to share (repeatable; single-column keys).") var key: [String] = []
-        @Flag(help: "Also upload the images/recordings the rows refer to.") var withMedia = false
+        @Flag(help: "Also upload the images/recordings the rows refer to (to a recipient that encrypts media names: as a parcel its sync takes into its documents).") var withMedia = false
         @Option(help: "read-only or read-write.") var permission = SharePermission.readOnly.rawValue
         @Flag(help: "Print JSON.") var json = false
 
@@ -73,7 +91,10 @@ extension RTSync {
                     return
                 }
                 print("shared \(share.rows) row(s) of \(table) with \(to) (\(permission)) as \(share.diffID)")
-                if sent.count > 1 { print("and \(sent.count - 1) media file(s)") }
+                let files = sent.dropFirst().filter { !$0.hasSuffix("/manifest") }.count
+                if sent.contains(where: { $0.hasSuffix("/manifest") }) {
+                    print("and \(files) media file(s) as a parcel (\(to) encrypts media names; their sync takes it into their documents)")
+                } else if files > 0 { print("and \(files) media file(s)") }
             } catch { throw report(error) }
         }
     }

@@ -75,6 +75,13 @@ extension RTSync {
                 }
                 syncer.onProgress = { display.set($0) }
                 let report = try await display.run { try await syncer.sync(dryRun: dryRun) }
+                // Without a media phase, parcels of media shared with this user still come into the documents (the
+                // next media sync uploads them).
+                var taken: [String] = []
+                var parcelError: Error?
+                if syncer.media == nil && !dryRun && report.ok {
+                    do { taken = try await remote.takeSharedMedia(home: home) } catch { parcelError = error }
+                }
                 if json {
                     printJSON(Output(initialized: initialized, report: report, media: mediaReport.value, ok: report.ok))
                 } else {
@@ -82,8 +89,10 @@ extension RTSync {
                     for p in report.phases {
                         print("  \(p.ok ? "ok  " : "FAIL") \(p.name): \(terminalSafe(p.summary, limit: 2_000))\(p.error.map { " — \(terminalSafe($0, limit: 2_000))" } ?? "")")
                     }
+                    if !taken.isEmpty { print("  ok   shared media: \(taken.count) file(s) taken from parcels into the documents (the next media sync uploads them)") }
                     print("\(report.ok ? "done" : "incomplete"): \(report.requests) bucket request(s)")
                 }
+                if let parcelError { throw parcelError }
                 if let sig = signals.receivedSignal {
                     // Stopped at a safe point: what was done is above, what is left is in the "stopped" phase.
                     throw fail("sync interrupted by \(StopSignals.name(sig)) at a safe point (\(home.database.path))",
@@ -157,6 +166,9 @@ extension RTSync {
             // command's in support/.
             let manifest = MediaManifest.defaultURL(documents: home.documents)
             try MediaManifest.absorb(home.support.appendingPathComponent("media-manifest.json"), into: manifest)
+            // Media shared with this user as a parcel (it encrypts names) goes into the documents first, so this run
+            // uploads it under this user's names.
+            let taken = options.direction == .push || options.dryRun ? [] : try await remote.takeSharedMedia(home: home)
             let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID, manifestURL: manifest)
             let report = try await sync.run(options)
             box?.value = report
@@ -167,6 +179,7 @@ extension RTSync {
                 throw BucketError.localIO(path: home.documents.path, description: report.summary + ": " + failed.joined(separator: "; ") + more)
             }
             var notes: [String] = []
+            if !taken.isEmpty { notes.append("\(taken.count) shared file(s) taken from parcels: " + taken.joined(separator: ", ")) }
             if !canUpload { notes.append("downloads only: uploads to a cloud bucket need premium") }
             if options.selective && options.select.isEmpty { notes.append("selective mode with nothing selected: set mediaSelection in settings.json") }
             if !report.keptOverDelete.isEmpty { notes.append("deleted elsewhere, kept because edited here: " + report.keptOverDelete.joined(separator: ", ")) }
