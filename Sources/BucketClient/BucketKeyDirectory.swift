@@ -67,12 +67,12 @@ public final class BucketKeyDirectory: @unchecked Sendable {
 
     /// What is not published yet: every key but the first, sealed under the one before it in the keyring (the order
     /// keys were added in, which the key file keeps: creation times of keys made within a second cannot tell it), and
-    /// the share key.
+    /// the share key. A key made with `keys rotate --no-publish` (``ContentKey/publishable`` false) is left out.
     private func pending() -> [(entry: String, key: String, data: Data)] {
         let done = publishedEntries()
         let ring = keyring
         var out: [(String, String, Data)] = []
-        for (older, newer) in zip(ring.keys, ring.keys.dropFirst()) where !done.contains(Self.sealedEntry(newer.id)) {
+        for (older, newer) in zip(ring.keys, ring.keys.dropFirst()) where newer.publishable && !done.contains(Self.sealedEntry(newer.id)) {
             out.append((Self.sealedEntry(newer.id), SealedContentKey.objectKey(user: user, keyID: newer.id),
                         SealedContentKey.seal(newer, under: older, user: user).encoded()))
         }

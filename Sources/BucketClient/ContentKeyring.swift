@@ -10,6 +10,10 @@ public struct ContentKey: Sendable {
     public let key: SymmetricKey
     /// When the key was made.
     public let created: Date
+    /// Whether the key may go into the bucket sealed under the key before it (``SealedContentKey``). False for a key
+    /// made by `rtsync keys rotate --no-publish`, after the older key may have leaked: whoever holds that key could
+    /// open the sealed copy, so such a key reaches other devices only by export and import.
+    public var publishable: Bool = true
 
     /// A fresh random key.
     public static func generate() -> ContentKey {
@@ -50,10 +54,12 @@ public struct ContentKeyring: Sendable {
     /// The key with `id`, or nil.
     public func key(id: String) -> ContentKey? { keys.first { $0.id == id } }
 
-    /// Adds a new random key and makes it current; older keys stay for reading.
+    /// Adds a new random key and makes it current; older keys stay for reading. With `publishable` false the key is
+    /// never published sealed under an older one (see ``ContentKey/publishable``).
     @discardableResult
-    public mutating func rotate() -> ContentKey {
-        let k = ContentKey.generate()
+    public mutating func rotate(publishable: Bool = true) -> ContentKey {
+        var k = ContentKey.generate()
+        k.publishable = publishable
         keys.append(k)
         currentID = k.id
         return k
@@ -92,7 +98,7 @@ public struct ContentKeyring: Sendable {
     // MARK: - Files
 
     private struct Stored: Codable {
-        struct Key: Codable { var id: String; var key: String; var created: Date }
+        struct Key: Codable { var id: String; var key: String; var created: Date; var publish: Bool? }
         var format = "rtsync-content-keys"
         var version = 1
         var current: String
@@ -116,7 +122,8 @@ public struct ContentKeyring: Sendable {
     /// The keyring as the plain JSON key file (secret: keep it like a password).
     public func encoded() -> Data {
         let stored = Stored(current: currentID, keys: keys.map {
-            Stored.Key(id: $0.id, key: $0.key.withUnsafeBytes { Data($0) }.base64EncodedString(), created: $0.created)
+            Stored.Key(id: $0.id, key: $0.key.withUnsafeBytes { Data($0) }.base64EncodedString(), created: $0.created,
+                       publish: $0.publishable ? nil : false)
         }, encrypts: kinds, shareKey: shareKey?.rawRepresentation.base64EncodedString())
         let e = JSONEncoder()
         e.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -169,7 +176,7 @@ public struct ContentKeyring: Sendable {
             guard k.id.count == 16, k.id.allSatisfy(\.isHexDigit), let raw = Data(base64Encoded: k.key), raw.count == 32 else {
                 throw EncryptionError.keyFile(path: path, reason: "key \(k.id) is not a 16-hex-character id with a 32-byte key")
             }
-            keys.append(ContentKey(id: k.id.lowercased(), key: SymmetricKey(data: raw), created: k.created))
+            keys.append(ContentKey(id: k.id.lowercased(), key: SymmetricKey(data: raw), created: k.created, publishable: k.publish ?? true))
         }
         guard keys.contains(where: { $0.id == s.current.lowercased() }) else {
             throw EncryptionError.keyFile(path: path, reason: "the current key \(s.current) is not in the file")

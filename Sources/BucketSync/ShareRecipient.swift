@@ -33,16 +33,20 @@ extension RTSyncHome {
     /// The share key to encrypt what goes to `user` with, before a share: the published `<user>/keys/share-key.json`
     /// (one GET) compared with the one recorded here. A published key is recorded on first use; a published key
     /// that differs from the recorded one is refused, as is one not signed by the device key `trusted` (public key hex
-    /// to user id, as `DeviceKeys.trustedIdentities`) names for `user` when there is such a key. Nil when `remote`
-    /// does not encrypt (shares then travel as they always did) or no key is recorded or published.
+    /// to user id, as `DeviceKeys.trustedIdentities`) names for `user` when there is such a key. Nil when no key is
+    /// recorded or published, and when `remote` does not encrypt unless `withMedia` (shares then travel as they always
+    /// did): a sender that does not encrypt still looks the key up before sending media, since a recipient that
+    /// encrypts media names can only take shared media as a parcel encrypted to that key.
     /// - Throws: `EncryptionError.shareKeyChanged`, `EncryptionError.shareKeyRejected`, or the bucket's errors;
     ///   nothing is recorded then.
-    public func shareRecipient(_ user: String, through remote: ObjectStoreRemote, trusted: [String: String]) async throws -> ShareRecipient? {
-        guard let encrypting = remote.store as? EncryptingStore else { return nil }
+    public func shareRecipient(_ user: String, through remote: ObjectStoreRemote, trusted: [String: String],
+                               withMedia: Bool = false) async throws -> ShareRecipient? {
+        let encrypting = remote.store as? EncryptingStore
+        guard encrypting != nil || withMedia else { return nil }
         let object = PublishedShareKey.objectKey(user: user)
         let recorded = shareRecipients()[user]
         let data: Data?
-        do { data = try await encrypting.inner.get(key: object) } catch BucketError.notFound { data = nil }
+        do { data = try await (encrypting?.inner ?? remote.store).get(key: object) } catch BucketError.notFound { data = nil }
         guard let data else {
             return recorded.map { ShareRecipient(user: user, publicKey: $0, fingerprint: PublishedShareKey.fingerprint($0), encryptsNames: false, source: .recorded) }
         }

@@ -176,15 +176,17 @@ extension RTSync.Keys {
     struct Rotate: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Add a new content key for new objects; objects encrypted with older keys stay readable.",
-            discussion: "With encryption on, the new key goes into the bucket sealed under the previous key (<user>/keys/<id>.sealed; never in the clear), now or else before the first object encrypted with it is uploaded; the user's other devices take it from there when they first meet such an object. Export/import still works (and is needed by a device whose keys are older than every sealed copy).")
+            discussion: "With encryption on, the new key goes into the bucket sealed under the previous key (<user>/keys/<id>.sealed; never in the clear), now or else before the first object encrypted with it is uploaded; the user's other devices take it from there when they first meet such an object. Export/import still works (and is needed by a device whose keys are older than every sealed copy). If the current key may have leaked (a lost device, a copied key file), rotate with --no-publish: anyone holding the old key could open a copy sealed under it, so the new key then reaches your other devices only by export and import. Rotation protects what is encrypted from then on; what the old key encrypted stays readable to whoever holds it.")
         @OptionGroup var options: HomeOptions
+        @Flag(help: "Never put the new key into the bucket sealed under the previous one (the previous key may have leaked); hand it over with keys export/import.")
+        var noPublish = false
         func run() async throws {
             let home = options.resolvedHome
             var ring = try requireKeyring(home)
-            let key = ring.rotate()
+            let key = ring.rotate(publishable: !noPublish)
             do { try ring.save(to: home.contentKeysFile) } catch { throw report(error) }
             print("new content key \(key.id) is current; \(ring.keys.count - 1) older key(s) kept for reading")
-            guard (try? options.loadSettings().encryption.isEmpty) == false else {
+            guard !noPublish, (try? options.loadSettings().encryption.isEmpty) == false else {
                 print("give it to your other devices: rtsync keys export FILE here, rtsync keys import FILE there")
                 return
             }

@@ -12,10 +12,11 @@ extension RTSync {
         if settings.demo { throw LifecycleError.demoMode(action: "sharing") }
         var remote = try options.openRemote(settings)
         try settings.tier.require(.syncDatabase(cloud: !remote.isLocal))
-        // With encryption on, the recipient's published share key is looked up (and recorded on first use) first.
+        // With encryption on, or media to send, the recipient's published share key is looked up (and recorded on
+        // first use) first.
         let home = options.resolvedHome
         let trusted = try DeviceKeys(home: home).trustedIdentities(ownUser: settings.userID)
-        let found = try await home.shareRecipient(recipient, through: remote, trusted: trusted)
+        let found = try await home.shareRecipient(recipient, through: remote, trusted: trusted, withMedia: !media.isEmpty)
         if let found, found.source != .recorded {
             let how = found.source == .verified ? "signed by the device key you trust for \(recipient)" : "trust on first use: compare it with `rtsync keys share-key --json` on their device"
             FileHandle.standardError.write(Data("note: recorded \(recipient)'s share key \(found.fingerprint) from the bucket (\(how))\n".utf8))

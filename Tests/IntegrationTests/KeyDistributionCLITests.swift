@@ -161,6 +161,53 @@ struct KeyDistributionCLITests {
         #expect(try title(b, "2siEySuKO1wK4XiJHWQ0YxhLx04") == "needs k2")
     }
 
+    /// After a key may have leaked, `keys rotate --no-publish` keeps the new key out of the bucket (a copy sealed under
+    /// the leaked key would open for whoever holds it): no sealed copy goes up, not at the rotation, not at the next
+    /// upload, not from a device that imported it; the other devices read it once the key is imported by hand, and a
+    /// later rotation is sealed under it as usual.
+    @Test func rotateNoPublish_neverPutsTheKeyInTheBucket_otherDevicesReadAfterImport() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+        try #require(try await ltRTSync(["keys", "encrypt", "inbound", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        let first = dir.url.appendingPathComponent("first.key")
+        try #require(try await ltRTSync(["keys", "export", first.path, "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["init", "--home", b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user, "--key-file", first.path]).status == 0)
+        try #require(try await ltRTSync(["sync", "--home", b.path]).status == 0)
+
+        let rotated = try await ltRTSync(["keys", "rotate", "--no-publish", "--home", a.path])
+        try #require(rotated.status == 0, "\(rotated.stderr)")
+        #expect(!rotated.stdout.contains("published sealed"), "\(rotated.stdout)")
+        let k2 = try #require(try RTSyncHome(root: a).contentKeyring()).currentID
+        let sealedK2 = bucket.appendingPathComponent(SealedContentKey.objectKey(user: user, keyID: k2))
+        try insert(a, "2siEySuKO1wK4XiJHWQ0YxhLx05", "after a leak")
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: sealedK2.path), "the new key went into the bucket")
+        // B cannot read the new diff until the key is handed over, and changes nothing meanwhile.
+        let refused = try await ltRTSync(["sync", "--home", b.path])
+        #expect(refused.status == 1)
+        #expect((refused.stdout + refused.stderr).contains("which this device does not hold"), "\(refused.stdout) \(refused.stderr)")
+        #expect(try title(b, "2siEySuKO1wK4XiJHWQ0YxhLx05") == nil)
+        let second = dir.url.appendingPathComponent("second.key")
+        try #require(try await ltRTSync(["keys", "export", second.path, "--home", a.path]).status == 0)
+        try #require(try await ltRTSync(["keys", "import", second.path, "--home", b.path]).status == 0)
+        let synced = try await ltRTSync(["sync", "--home", b.path])
+        #expect(synced.status == 0, "\(synced.stdout) \(synced.stderr)")
+        #expect(try title(b, "2siEySuKO1wK4XiJHWQ0YxhLx05") == "after a leak")
+        // B, which imported the key, does not publish it either when it uploads.
+        try insert(b, "2siEySuKO1wK4XiJHWQ0YxhLx06", "from B")
+        try #require(try await ltRTSync(["sync", "--home", b.path]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: sealedK2.path), "a device that imported the key published it")
+        // A later ordinary rotation is sealed under the unpublished key, which the devices hold.
+        try #require(try await ltRTSync(["keys", "rotate", "--home", a.path]).status == 0)
+        let k3 = try #require(try RTSyncHome(root: a).contentKeyring()).currentID
+        let sealedK3 = try JSONDecoder().decode(SealedContentKey.self, from: Data(contentsOf: bucket.appendingPathComponent(SealedContentKey.objectKey(user: user, keyID: k3))))
+        #expect(sealedK3.wrappingKeyID == k2)
+    }
+
     func shareScenario(bucket: String, environment env: [String: String]) async throws {
         let dir = try TemporaryDirectory()
         let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2")

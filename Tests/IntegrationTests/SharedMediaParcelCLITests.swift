@@ -81,6 +81,39 @@ struct SharedMediaParcelCLITests {
         try await scenario(bucket: moto.freshBucketURL(), environment: moto.environment)
     }
 
+    /// A sender without encryption of its own still reads the recipient's published share key before sending media,
+    /// so the files go as a parcel encrypted to it, not under a plaintext name that would break the recipient's listing.
+    @Test func shareWithMedia_fromASenderWithoutEncryption_toANameEncryptingRecipient_arrivesAsAParcel() async throws {
+        let dir = try TemporaryDirectory()
+        let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        for home in [h1, h2] {
+            try #require(try await ltRTSync(["init", "--home", home.path, "--bucket", bucket, "--tier", "premium"]).status == 0)
+        }
+        try #require(try await ltRTSync(["keys", "encrypt", "all,names", "--home", h2.path]).status == 0)
+        try #require(try await ltRTSync(["sync", "--home", h2.path, "--media"]).status == 0)
+        let user2 = try RTSyncHome(root: h2).loadSettings().userID
+        let store = try makeObjectStore(urlString: bucket, environment: [:])
+        let image = h1.appendingPathComponent("documents/images/laptop.png")
+        try FileManager.default.createDirectory(at: image.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let marker = Data("png bytes only user2 may read ".utf8)
+        let bytes = marker + Data((0..<30_000).map { _ in UInt8.random(in: 0...255) })
+        try bytes.write(to: image)
+        let shared = try await ltRTSync(["share", "--home", h1.path, "--to", user2, "--table", "evidence", "--where", "local_file IS NOT NULL", "--with-media"])
+        try #require(shared.status == 0, "\(shared.stdout) \(shared.stderr)")
+        #expect(shared.stdout.contains("as a parcel"), "\(shared.stdout)")
+        #expect(try await store.listAll(prefix: "\(user2)/images/").isEmpty, "nothing under a plaintext name in the recipient's media")
+        for info in try await store.listAll(prefix: "\(user2)/shared-media/") {
+            #expect(try await store.get(key: info.key).range(of: marker) == nil, "plaintext in \(info.key)")
+        }
+        let pulled = try await ltRTSync(["sync", "--home", h2.path, "--media"])
+        #expect(pulled.status == 0, "\(pulled.stdout) \(pulled.stderr)")
+        #expect(try Data(contentsOf: h2.appendingPathComponent("documents/images/laptop.png")) == bytes)
+        #expect(try await store.listAll(prefix: "\(user2)/shared-media/").isEmpty, "the parcel is deleted once taken")
+        let again = try await ltRTSync(["media", "sync", "--home", h2.path])
+        #expect(again.status == 0, "the recipient's media listing keeps working: \(again.stdout) \(again.stderr)")
+    }
+
     /// A parcel file that does not match its manifest (or does not open) is refused naming the object; nothing is
     /// installed and the parcel stays for the next try.
     @Test func tamperedParcel_isRefusedNamingTheObject_andNothingIsInstalled() async throws {
