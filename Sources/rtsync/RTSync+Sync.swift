@@ -70,7 +70,7 @@ extension RTSync {
                 if media || delete || settings.syncMedia {
                     var mediaSettings = settings
                     if delete { mediaSettings.mediaDeletes = true }
-                    syncer.media = try RTSync.mediaPhase(home: home, remote: remote, settings: mediaSettings, keeping: mediaReport,
+                    syncer.media = try remote.mediaPhase(home: home, settings: mediaSettings, onReport: { mediaReport.value = $0 },
                                                          shouldStop: { signals.stopRequested })
                 }
                 syncer.onProgress = { display.set($0) }
@@ -140,50 +140,6 @@ extension RTSync {
                 if json { return }
                 print("snapshot \(r.snapshotKey); \(r.devices.count) known device(s); pruned \(r.pruned.count) diff(s), kept \(r.kept)")
             } catch { throw report(error) }
-        }
-    }
-}
-
-extension RTSync {
-    /// The media phase of `rtsync sync`: recordings/ and images/ between the documents folder and the bucket.
-    /// On the free tier with a cloud bucket it only downloads (uploads to a personal cloud prefix are premium).
-    /// - Throws: `LifecycleError.invalidSettings` when the media settings are invalid (before anything syncs).
-    static func mediaPhase(home: RTSyncHome, remote: ObjectStoreRemote, settings: RTSyncSettings,
-                           keeping box: MediaReportBox? = nil,
-                           shouldStop: (@Sendable () -> Bool)? = nil) throws -> @Sendable () async throws -> String {
-        let options = try settings.mediaSyncOptions(file: home.settingsFile.path)
-        return {
-            var options = options
-            // A stop lets running transfers finish and starts no more (each finished one is in the manifest).
-            options.shouldStop = shouldStop
-            let canUpload = (try? settings.tier.require(.uploadMedia(cloud: !remote.isLocal, community: false, privateRecording: false))) != nil
-            options.direction = canUpload ? .both : .pull
-            // Conflict copies name this device by the random end of its site id (a KSUID starts with the time).
-            if let site = try? SyncDatabase(path: home.database.path).siteID(), !site.isEmpty {
-                options.device = String(site.suffix(6))
-            }
-            // One manifest per documents folder, shared with `rtsync media sync`; earlier versions kept this
-            // command's in support/.
-            let manifest = MediaManifest.defaultURL(documents: home.documents)
-            try MediaManifest.absorb(home.support.appendingPathComponent("media-manifest.json"), into: manifest)
-            // Media shared with this user as a parcel (it encrypts names) goes into the documents first, so this run
-            // uploads it under this user's names.
-            let taken = options.direction == .push || options.dryRun ? [] : try await remote.takeSharedMedia(home: home)
-            let sync = try MediaSync(store: remote.store, documents: home.documents, user: settings.userID, manifestURL: manifest)
-            let report = try await sync.run(options)
-            box?.value = report
-            guard report.succeeded else {
-                // Name the files that failed, so the sync line says what to look at.
-                let failed = report.errors.prefix(3).map { "\($0.reason) (\($0.path))" }
-                let more = report.errors.count > 3 ? "; and \(report.errors.count - 3) more (rtsync media sync --home \(home.root.path) --json lists them)" : ""
-                throw BucketError.localIO(path: home.documents.path, description: report.summary + ": " + failed.joined(separator: "; ") + more)
-            }
-            var notes: [String] = []
-            if !taken.isEmpty { notes.append("\(taken.count) shared file(s) taken from parcels: " + taken.joined(separator: ", ")) }
-            if !canUpload { notes.append("downloads only: uploads to a cloud bucket need premium") }
-            if options.selective && options.select.isEmpty { notes.append("selective mode with nothing selected: set mediaSelection in settings.json") }
-            if !report.keptOverDelete.isEmpty { notes.append("deleted elsewhere, kept because edited here: " + report.keptOverDelete.joined(separator: ", ")) }
-            return report.summary + notes.map { " (\($0))" }.joined()
         }
     }
 }

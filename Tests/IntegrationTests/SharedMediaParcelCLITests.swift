@@ -114,6 +114,40 @@ struct SharedMediaParcelCLITests {
         #expect(again.status == 0, "the recipient's media listing keeps working: \(again.stdout) \(again.stderr)")
     }
 
+    /// An app's Syncer with the library's media phase takes a parcel as `rtsync sync --media` does: the file lands in
+    /// the documents and goes up under the recipient's own encrypted name, and the parcel is deleted.
+    @Test func syncerWithTheLibraryMediaPhase_takesTheParcel_andUploadsItUnderAnEncryptedName() async throws {
+        let dir = try TemporaryDirectory()
+        let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2")
+        let bucket = dir.url.appendingPathComponent("bucket").path
+        for home in [h1, h2] {
+            try #require(try await ltRTSync(["init", "--home", home.path, "--bucket", bucket, "--tier", "premium"]).status == 0)
+            try #require(try await ltRTSync(["keys", "encrypt", "all,names", "--home", home.path]).status == 0)
+        }
+        let user2 = try RTSyncHome(root: h2).loadSettings().userID
+        let image = h1.appendingPathComponent("documents/images/laptop.png")
+        try FileManager.default.createDirectory(at: image.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let bytes = Data((0..<40_000).map { _ in UInt8.random(in: 0...255) })
+        try bytes.write(to: image)
+        let shared = try await ltRTSync(["share", "--home", h1.path, "--to", user2, "--table", "evidence", "--where", "local_file IS NOT NULL", "--with-media"])
+        try #require(shared.status == 0 && shared.stdout.contains("as a parcel"), "\(shared.stdout) \(shared.stderr)")
+
+        let home = RTSyncHome(root: h2)
+        let settings = try home.loadSettings()
+        let remote = try ObjectStoreRemote.open(bucket, home: home, settings: settings)
+        var syncer = Syncer(home: home, remote: remote)
+        let reports = ReportList()
+        syncer.media = try remote.mediaPhase(home: home, settings: settings, onReport: { reports.append($0) })
+        let report = try await syncer.sync()
+        #expect(report.ok, "\(report.phases)")
+        #expect(try Data(contentsOf: h2.appendingPathComponent("documents/images/laptop.png")) == bytes)
+        let store = try makeObjectStore(urlString: bucket, environment: [:])
+        #expect(try await store.listAll(prefix: "\(user2)/shared-media/").isEmpty, "the parcel is deleted once taken")
+        let images = try await store.listAll(prefix: "\(user2)/images/")
+        #expect(images.count == 1 && !images[0].key.contains("laptop"), "\(images.map(\.key))")
+        #expect(reports.all.count == 1 && reports.all.first?.uploaded.count == 1)
+    }
+
     /// A parcel file that does not match its manifest (or does not open) is refused naming the object; nothing is
     /// installed and the parcel stays for the next try.
     @Test func tamperedParcel_isRefusedNamingTheObject_andNothingIsInstalled() async throws {
@@ -140,4 +174,12 @@ struct SharedMediaParcelCLITests {
         #expect(!FileManager.default.fileExists(atPath: h2.appendingPathComponent("documents/images/laptop.png").path))
         #expect(FileManager.default.fileExists(atPath: part.path))
     }
+}
+
+/// The media reports a media phase handed over, from its task.
+private final class ReportList: @unchecked Sendable {
+    private let lock = NSLock()
+    private var reports: [MediaSyncReport] = []
+    func append(_ r: MediaSyncReport) { lock.withLock { reports.append(r) } }
+    var all: [MediaSyncReport] { lock.withLock { reports } }
 }
