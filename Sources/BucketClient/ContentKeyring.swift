@@ -131,11 +131,13 @@ public struct ContentKeyring: Sendable {
         return try! e.encode(stored)
     }
 
-    /// The keyring sealed under a passphrase: scrypt (N=2^15, r=8, p=1, 16-byte random salt) derives a 256-bit key
-    /// that seals the plain key file with AES-256-GCM.
-    public func wrapped(passphrase: String) throws -> Data {
+    /// The keyring sealed under a passphrase: scrypt (N=2^`logN`, r=8, p=1, 16-byte random salt; N=2^15 by default,
+    /// 32 MiB) derives a 256-bit key that seals the plain key file with AES-256-GCM. A copy kept where others can read
+    /// it (the bucket) takes a higher `logN`, so each guess at the passphrase costs more.
+    public func wrapped(passphrase: String, logN: Int = 15) throws -> Data {
+        precondition((10...20).contains(logN), "scrypt cost out of range")
         let salt = Data((0..<16).map { _ in UInt8.random(in: 0...255) })
-        let (n, r, p) = (1 << 15, 8, 1)
+        let (n, r, p) = (1 << logN, 8, 1)
         let kek = try KDF.Scrypt.deriveKey(from: Data(passphrase.utf8), salt: salt, outputByteCount: 32, rounds: n, blockSize: r, parallelism: p)
         let box = try AES.GCM.seal(encoded(), using: kek)
         let w = Wrapped(n: n, r: r, p: p, salt: salt.base64EncodedString(), sealed: box.combined!.base64EncodedString())

@@ -8,7 +8,7 @@ import SyncEngine
 /// Options that bring the user's content key onto a device (`rtsync init`, `rtsync keys import`).
 struct ContentKeyOptions: ParsableArguments {
     @Option(help: "A content key file written by `rtsync keys export` on another device of the user.") var keyFile: String?
-    @Option(help: "A file holding the passphrase of a passphrase-protected key file (else $RTSYNC_KEY_PASSPHRASE).") var passphraseFile: String?
+    @Option(help: "A file holding the passphrase of a passphrase-protected key file (else $RTSYNC_KEY_PASSPHRASE); with `init --user U` and no --key-file, the passphrase of the user's key backup in the bucket (`rtsync keys export --to-bucket`).") var passphraseFile: String?
 
     /// The passphrase from --passphrase-file or RTSYNC_KEY_PASSPHRASE, or nil.
     func passphrase() throws -> String? { try Self.passphrase(file: passphraseFile) }
@@ -25,16 +25,20 @@ struct ContentKeyOptions: ParsableArguments {
         return nil
     }
 
-    /// Merges --key-file into the home's content keys and takes the kinds it encrypts into `settings` when these
-    /// have none; false when no key file was given. With `check`, the merged keys must first open what `check`
-    /// names (see ``RTSync/Init``); nothing is saved when they do not.
-    func importKey(into home: RTSyncHome, settings: inout RTSyncSettings,
+    /// Merges --key-file (or `backup`, keys taken from the bucket) into the home's content keys and takes the kinds
+    /// it encrypts into `settings` when these have none; false when neither was given. With `check`, the merged keys
+    /// must first open what `check` names (see ``RTSync/Init``); nothing is saved when they do not.
+    func importKey(into home: RTSyncHome, settings: inout RTSyncSettings, backup: (ring: ContentKeyring, source: String)? = nil,
                    check: ((ContentKeyring, RTSyncSettings) async throws -> Void)? = nil) async throws -> Bool {
-        guard let keyFile else {
+        let ring: ContentKeyring, merged: RTSyncSettings
+        if let backup {
+            (ring, merged) = try Self.merged(backup.ring, source: backup.source, into: home, settings: settings)
+        } else if let keyFile {
+            (ring, merged) = try Self.merged(keyFile, passphraseFile: passphraseFile, into: home, settings: settings)
+        } else {
             if let check, !settings.encryption.isEmpty, let ring = try? home.contentKeyring() { try await check(ring, settings) }
             return false
         }
-        let (ring, merged) = try Self.merged(keyFile, passphraseFile: passphraseFile, into: home, settings: settings)
         if let check { try await check(ring, merged) }
         do { try ring.save(to: home.contentKeysFile) } catch { throw report(error) }
         settings = merged
@@ -43,12 +47,22 @@ struct ContentKeyOptions: ParsableArguments {
 
     /// The home's keys with `keyFile`'s merged in, and `settings` with the file's kinds when they had none.
     static func merged(_ keyFile: String, passphraseFile: String?, into home: RTSyncHome, settings: RTSyncSettings) throws -> (ContentKeyring, RTSyncSettings) {
+        let incoming: ContentKeyring
         do {
-            guard let incoming = try ContentKeyring.load(file: URL(fileURLWithPath: keyFile), passphrase: try passphrase(file: passphraseFile)) else {
+            guard let loaded = try ContentKeyring.load(file: URL(fileURLWithPath: keyFile), passphrase: try passphrase(file: passphraseFile)) else {
                 throw fail("no such key file (\(keyFile))", hint: "give the file `rtsync keys export` wrote")
             }
+            incoming = loaded
+        } catch { throw report(error) }
+        return try merged(incoming, source: keyFile, into: home, settings: settings)
+    }
+
+    /// The home's keys with `incoming` (from `source`, named in errors) merged in, and `settings` with its kinds when
+    /// they had none.
+    static func merged(_ incoming: ContentKeyring, source: String, into home: RTSyncHome, settings: RTSyncSettings) throws -> (ContentKeyring, RTSyncSettings) {
+        do {
             var ring = try home.contentKeyring() ?? incoming
-            try ring.merge(incoming, source: keyFile)
+            try ring.merge(incoming, source: source)
             var out = settings
             if out.encryption.isEmpty { out.encryption = incoming.kinds }
             return (ring, out)
@@ -123,15 +137,36 @@ extension RTSync.Keys {
         }
     }
 
-    struct Export: ParsableCommand {
+    struct Export: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Write the user's content keys to a file (mode 0600), plain or passphrase-protected (scrypt).",
-            discussion: "Give the file to the user's other devices (`rtsync init --user U --key-file F` or `rtsync keys import F`) and keep a copy offline: losing every copy of the key loses the encrypted data.")
+            abstract: "Write the user's content keys to a file (mode 0600), plain or passphrase-protected (scrypt), or sealed with a passphrase into the bucket.",
+            discussion: "Give the file to the user's other devices (`rtsync init --user U --key-file F` or `rtsync keys import F`) and keep a copy offline: losing every copy of the key loses the encrypted data. With --to-bucket the keys go to <user>/keys/content-keys.passphrase sealed under the passphrase (scrypt N=2^17, r=8, p=1; AES-256-GCM; at least 12 characters), and a new device joins with the passphrase alone: `rtsync init --user U --passphrase-file P`. Anyone who can read the bucket can try passphrases against that copy offline: choose a long one. Run it again after `keys rotate --no-publish`, which the copy does not hold.")
         @OptionGroup var options: HomeOptions
-        @Argument(help: "The file to write.") var file: String
+        @Argument(help: "The file to write (not with --to-bucket).") var file: String?
         @Option(help: "Protect the file with the passphrase in this file (scrypt N=2^15, r=8, p=1; AES-256-GCM).") var passphraseFile: String?
-        func run() throws {
+        @Flag(help: "Put the keys into the bucket sealed with the passphrase of --passphrase-file (or $RTSYNC_KEY_PASSPHRASE), for `init --user U --passphrase-file P`.")
+        var toBucket = false
+
+        func validate() throws {
+            if toBucket && file != nil { throw ValidationError("give a FILE or --to-bucket, not both") }
+            if !toBucket && file == nil { throw ValidationError("give the FILE to write, or --to-bucket") }
+        }
+
+        func run() async throws {
             let ring = try requireKeyring(options.resolvedHome)
+            if toBucket {
+                do {
+                    guard let pass = try ContentKeyOptions.passphrase(file: passphraseFile), !pass.isEmpty else {
+                        throw fail("--to-bucket needs a passphrase", hint: "give --passphrase-file P (its first line) or set RTSYNC_KEY_PASSPHRASE")
+                    }
+                    let settings = try options.loadSettings()
+                    guard !settings.userID.isEmpty else { throw EncryptionError.noUserYet(settings: options.resolvedHome.settingsFile.path) }
+                    let key = try await options.openRemote(settings).uploadKeyBackup(ring, user: settings.userID, passphrase: pass)
+                    print("put \(ring.keys.count) content key(s) sealed with the passphrase at \(key); a new device joins with: rtsync init --user \(settings.userID) --passphrase-file P")
+                } catch { throw report(error) }
+                return
+            }
+            guard let file else { return }
             do {
                 var data = ring.encoded()
                 if passphraseFile != nil {

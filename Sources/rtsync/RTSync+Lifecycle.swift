@@ -144,7 +144,26 @@ extension RTSync {
                     }
                 }
             }
-            let importedKey = try await keyOptions.importKey(into: home, settings: &settings, check: check)
+            // `--user U --passphrase-file P` without a key file: the keys come from the user's passphrase-sealed backup
+            // in the bucket (`rtsync keys export --to-bucket`).
+            var backup: (ring: ContentKeyring, source: String)?
+            if let user, keyOptions.keyFile == nil, keyOptions.passphraseFile != nil {
+                let pass = try keyOptions.passphrase() ?? ""
+                let object = ObjectStoreRemote.keyBackupKey(user: user)
+                let found: ContentKeyring?
+                do { found = try await ObjectStoreRemote.open(options.bucketURL(settings)).downloadKeyBackup(user: user, passphrase: pass) } catch {
+                    if let e = error as? EncryptionError, case .wrongPassphrase = e {
+                        throw fail(e.description, hint: "give the passphrase `rtsync keys export --to-bucket` was run with; nothing was changed")
+                    }
+                    throw report(error)
+                }
+                guard let found else {
+                    throw fail("user \(user) has no key backup in the bucket (\(object))",
+                               hint: "on a device of the user run `rtsync keys export --to-bucket --passphrase-file P`, or join with --key-file F")
+                }
+                backup = (found, object)
+            }
+            let importedKey = try await keyOptions.importKey(into: home, settings: &settings, backup: backup, check: check)
             if options.bucket != nil || tier != nil || importedKey {
                 do { try home.saveSettings(settings) } catch { throw report(error) }
             }

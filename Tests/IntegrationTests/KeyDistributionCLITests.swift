@@ -208,6 +208,49 @@ struct KeyDistributionCLITests {
         #expect(sealedK3.wrappingKeyID == k2)
     }
 
+    /// `keys export --to-bucket` seals the keys with a passphrase (never in the clear) and a new device joins with the
+    /// passphrase alone; a wrong passphrase, a short one and a user without a backup each fail clearly, changing nothing.
+    @Test func keyBackupInTheBucket_newDeviceJoinsWithThePassphraseAlone_wrongOneChangesNothing() async throws {
+        let dir = try TemporaryDirectory()
+        let a = dir.url.appendingPathComponent("A"), b = dir.url.appendingPathComponent("B")
+        let bucket = dir.url.appendingPathComponent("bucket")
+        try #require(try await ltRTSync(["init", "--home", a.path, "--bucket", bucket.path, "--tier", "premium"]).status == 0)
+        try #require(try await ltRTSync(["keys", "encrypt", "all", "--home", a.path]).status == 0)
+        let user = try RTSyncHome(root: a).loadSettings().userID
+        try insert(a, "2siEySuKO1wK4XiJHWQ0YxhLx07", "joined by passphrase")
+        try #require(try await ltRTSync(["sync", "--home", a.path]).status == 0)
+        let short = dir.url.appendingPathComponent("short.txt"), good = dir.url.appendingPathComponent("good.txt"), wrong = dir.url.appendingPathComponent("wrong.txt")
+        try Data("too short\n".utf8).write(to: short)
+        try Data("correct horse battery staple\n".utf8).write(to: good)
+        try Data("incorrect horse battery staple\n".utf8).write(to: wrong)
+        let refusedShort = try await ltRTSync(["keys", "export", "--to-bucket", "--passphrase-file", short.path, "--home", a.path])
+        #expect(refusedShort.status == 1 && refusedShort.stderr.contains("at least 12 characters"), "\(refusedShort.stderr)")
+        let backupURL = bucket.appendingPathComponent(ObjectStoreRemote.keyBackupKey(user: user))
+        #expect(!FileManager.default.fileExists(atPath: backupURL.path))
+
+        // A user with no backup yet: clear error, nothing saved.
+        let none = try await ltRTSync(["init", "--home", b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user, "--passphrase-file", good.path])
+        #expect(none.status == 1 && none.stderr.contains("has no key backup in the bucket"), "\(none.stderr)")
+        let exported = try await ltRTSync(["keys", "export", "--to-bucket", "--passphrase-file", good.path, "--home", a.path])
+        try #require(exported.status == 0, "\(exported.stderr)")
+        let sealed = try Data(contentsOf: backupURL)
+        let raw = try #require(try RTSyncHome(root: a).contentKeyring()).current.key.withUnsafeBytes { Data($0) }
+        #expect(ContentKeyring.isWrapped(sealed) && sealed.range(of: raw) == nil && sealed.range(of: Data(raw.base64EncodedString().utf8)) == nil)
+
+        let refused = try await ltRTSync(["init", "--home", b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user, "--passphrase-file", wrong.path])
+        #expect(refused.status == 1 && refused.stderr.contains("passphrase does not open"), "\(refused.stderr)")
+        #expect(refused.stderr.contains(ObjectStoreRemote.keyBackupKey(user: user)), "the error names the object: \(refused.stderr)")
+        #expect(try RTSyncHome(root: b).contentKeyring() == nil)
+        #expect(!FileManager.default.fileExists(atPath: RTSyncHome(root: b).database.path))
+
+        let joined = try await ltRTSync(["init", "--home", b.path, "--bucket", bucket.path, "--tier", "premium", "--user", user, "--passphrase-file", good.path])
+        try #require(joined.status == 0, "\(joined.stdout) \(joined.stderr)")
+        let synced = try await ltRTSync(["sync", "--home", b.path])
+        #expect(synced.status == 0, "\(synced.stdout) \(synced.stderr)")
+        #expect(try title(b, "2siEySuKO1wK4XiJHWQ0YxhLx07") == "joined by passphrase")
+        #expect(try RTSyncHome(root: b).loadSettings().encryption == RTSyncHome(root: a).loadSettings().encryption)
+    }
+
     func shareScenario(bucket: String, environment env: [String: String]) async throws {
         let dir = try TemporaryDirectory()
         let h1 = dir.url.appendingPathComponent("u1"), h2 = dir.url.appendingPathComponent("u2")
