@@ -273,7 +273,8 @@ public struct MediaSync: Sendable {
     /// Finished transfers of this many bytes (together, or one file) are saved in the manifest at once: 16 MiB, the
     /// size above which an upload goes in parts. A smaller file installed or uploaded but not yet recorded when a
     /// run is killed costs the next run only a hash, not a transfer: its plain-MD5 ETag shows the bytes are the
-    /// same (``plan``), where a larger one's multipart ETag does not, and would need a download to compare.
+    /// same (``plan``), where a multipart ETag does not (a larger file, or a smaller one another tool put in parts,
+    /// which the next run then fetches once more to compare: time lost, nothing else).
     static let saveAfterBytes: Int64 = 16 << 20
 
     /// Collects results from concurrent transfers.
