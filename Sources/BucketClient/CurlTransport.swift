@@ -6,11 +6,13 @@ import FoundationNetworking
 import CCurlShim
 #endif
 
-/// Sends requests with a body through libcurl directly (Linux), bypassing URLSession's dispatch-driven event loop,
-/// which kept a core busy for as long as a request was in flight: the client spent more CPU per uploaded byte than
-/// the (Python) test server took to receive it.
+/// Sends requests through libcurl directly (Linux), bypassing URLSession's dispatch-driven event loop, which kept a
+/// core busy for as long as a request was in flight: the client spent more CPU per uploaded byte than the (Python)
+/// test server took to receive it, and a pull of many small objects more CPU than the server serving them.
 ///
-/// Used by ``S3Store`` for PUT and POST requests (see ``S3Configuration/directTransportMinimumBody``). Answers are turned into the same `(Data, HTTPURLResponse)` pairs URLSession gives, and libcurl errors into
+/// Used by ``S3Store`` for every request (see ``S3Configuration/directTransportMinimumBody``); a download to a file
+/// can have its body written into the file as it arrives (``send(_:body:timeout:into:)``). Answers are turned into
+/// the same `(Data, HTTPURLResponse)` pairs URLSession gives, and libcurl errors into
 /// `URLError`s, so signing, retries and error mapping are shared. Unavailable on Apple platforms, and when libcurl
 /// cannot be loaded: callers then use URLSession.
 enum CurlTransport {
@@ -29,6 +31,21 @@ enum CurlTransport {
     /// Sends `request` (method, URL, headers) with `body`, on a thread of its own so no Swift concurrency thread
     /// blocks; cancelling the calling task aborts the transfer.
     static func send(_ request: URLRequest, body: Data, timeout: TimeInterval) async throws -> (Data, HTTPURLResponse) {
+        let (data, response, _) = try await send(request, body: body, timeout: timeout, into: nil)
+        return (data, response)
+    }
+
+    /// Where a 2xx answer's body is written as it arrives: a file descriptor open for writing, and the file offset
+    /// of the body's first byte.
+    struct FileTarget: Sendable {
+        var fd: Int32
+        var offset: Int64
+    }
+
+    /// Sends `request` like ``send(_:body:timeout:)``; with `into`, the body of a 2xx answer is written into that
+    /// file (and not returned): the third value is how many bytes were written there. Other answers' bodies (error
+    /// documents) are returned as usual.
+    static func send(_ request: URLRequest, body: Data, timeout: TimeInterval, into target: FileTarget?) async throws -> (Data, HTTPURLResponse, Int64) {
         #if canImport(CCurlShim)
         guard let url = request.url else { throw URLError(.badURL) }
         let method = request.httpMethod ?? "GET"
@@ -37,10 +54,10 @@ enum CurlTransport {
         let cancel = CancelFlag()
         let timeoutMs = max(1, Int(timeout * 1000))
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Data, HTTPURLResponse), Error>) in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Data, HTTPURLResponse, Int64), Error>) in
                 let thread = Thread {
                     continuation.resume(with: Result {
-                        try perform(method: method, url: url, headers: headers, body: body, timeoutMs: timeoutMs, cancel: cancel)
+                        try perform(method: method, url: url, headers: headers, body: body, timeoutMs: timeoutMs, cancel: cancel, into: target)
                     })
                 }
                 thread.stackSize = 1 << 20
@@ -67,18 +84,22 @@ enum CurlTransport {
     }
 
     static func perform(method: String, url: URL, headers: [String], body: Data, timeoutMs: Int,
-                        cancel: CancelFlag) throws -> (Data, HTTPURLResponse) {
+                        cancel: CancelFlag, into target: FileTarget?) throws -> (Data, HTTPURLResponse, Int64) {
         var result = rtsync_curl_result()
         let cHeaders = headers.map { strdup($0) }
         defer { cHeaders.forEach { free($0) } }
         let status: Int32 = cHeaders.map { UnsafePointer($0) }.withUnsafeBufferPointer { list in
             body.withUnsafeBytes { bytes in
-                rtsync_curl_perform(method, url.absoluteString, list.baseAddress, list.count, bytes.baseAddress, bytes.count,
-                                    timeoutMs, cancel.pointer, &result)
+                rtsync_curl_perform_to_fd(method, url.absoluteString, list.baseAddress, list.count, bytes.baseAddress, bytes.count,
+                                          timeoutMs, cancel.pointer, target?.fd ?? -1, target?.offset ?? 0, &result)
             }
         }
         defer { rtsync_curl_result_free(&result) }
         guard status == 0 else { throw URLError(.unsupportedURL) }
+        if result.write_failed != 0 {
+            // The local file could not take the bytes (disk full, ...): not a network failure, never retried as one.
+            throw BucketError.localIO(path: "file descriptor \(target?.fd ?? -1)", description: String(cString: strerror(result.write_errno)))
+        }
         if result.curl_code != 0 {
             let text = withUnsafeBytes(of: result.error) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
             throw URLError(urlErrorCode(curlCode: result.curl_code), userInfo: [NSLocalizedDescriptionKey: "libcurl: \(text)"])
@@ -95,7 +116,7 @@ enum CurlTransport {
         guard let response = HTTPURLResponse(url: url, statusCode: Int(result.status), httpVersion: "HTTP/1.1", headerFields: fields) else {
             throw URLError(.badServerResponse)
         }
-        return (data, response)
+        return (data, response, result.streamed_length)
     }
 
     /// The URLError of a CURLcode, so RetryPolicy treats libcurl's failures like URLSession's.

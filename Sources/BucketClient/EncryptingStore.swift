@@ -344,20 +344,12 @@ public struct EncryptingStore: ObjectStore {
             defer { try? FileManager.default.removeItem(at: temp) }
             let (ring, name) = (keyring, bound(key))
             // Off the cooperative pool: a large file takes a while, and other files' transfers go on meanwhile.
-            sha = try await Self.offPool { try EncryptionFormat.encryptFile(fileURL, to: temp, keyring: ring, flush: false, name: name) }
+            sha = try await LocalFiles.offPool { try EncryptionFormat.encryptFile(fileURL, to: temp, keyring: ring, flush: false, name: name) }
             try LocalFiles.moveAtomically(temp, to: target)
         }
         let info = try await inner.put(key: raw, fileURL: target)
         try? FileManager.default.removeItem(at: target)
         return (plain(info, key: key), sha)
-    }
-
-    /// Runs blocking work (encrypting a large file) on a global dispatch queue, so the few threads of Swift's
-    /// cooperative pool keep serving the other transfers of the run in the meantime.
-    static func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global(qos: .userInitiated).async { continuation.resume(with: Result { try work() }) }
-        }
     }
 
     /// The object an interrupted upload of `fileURL` completed, judged on its staging file.

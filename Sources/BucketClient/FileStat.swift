@@ -102,6 +102,14 @@ enum LocalFiles {
         throw BucketError.localIO(path: destination.path, description: errnoText())
     }
 
+    /// Runs blocking work (encrypting a large file, an fsync) on a global dispatch queue, so the few threads of
+    /// Swift's cooperative pool keep serving the other transfers of a run in the meantime.
+    static func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global(qos: .userInitiated).async { continuation.resume(with: Result { try work() }) }
+        }
+    }
+
     /// Streams a file through SHA-256 and returns the lowercase hex digest.
     static func sha256Hex(of url: URL) throws -> String {
         guard let handle = FileHandle(forReadingAtPath: url.path) else {

@@ -58,6 +58,7 @@ public struct MediaSync: Sendable {
         let requestsBefore = store.requestCounter.total
         var report = MediaSyncReport(direction: options.direction, dryRun: options.dryRun)
         var manifest = try MediaManifest.load(from: manifestURL)
+        let loaded = manifest
         var actions: [Action] = []
         var remoteByPath: [ExactPath: ObjectInfo] = [:]
 
@@ -158,7 +159,8 @@ public struct MediaSync: Sendable {
                     report.errors.append(.init(path: trash.prefix, reason: "cannot prune the trash: \(Self.reason(error))"))
                 }
             }
-            try manifest.save(to: manifestURL)
+            // A run that changed nothing (an idle sync) leaves the file as it is: no rewrite, no fsync.
+            if manifest != loaded || FileStat.of(manifestURL.path) == nil { try manifest.save(to: manifestURL) }
         }
         report.uploaded.sort()
         report.downloaded.sort()
@@ -268,6 +270,12 @@ public struct MediaSync: Sendable {
 
     /// Longest wait between manifest saves while small transfers finish (larger ones save at once).
     static let saveInterval: TimeInterval = 0.5
+    /// Finished transfers of this many bytes (together, or one file) are saved in the manifest at once: 16 MiB, the
+    /// size above which an upload goes in parts. A smaller file installed or uploaded but not yet recorded when a
+    /// run is killed costs the next run only a hash, not a transfer: its plain-MD5 ETag shows the bytes are the
+    /// same (``plan``), where a multipart ETag does not (a larger file, or a smaller one another tool put in parts,
+    /// which the next run then fetches once more to compare: time lost, nothing else).
+    static let saveAfterBytes: Int64 = 16 << 20
 
     /// Collects results from concurrent transfers.
     actor Progress {
@@ -293,10 +301,10 @@ public struct MediaSync: Sendable {
 
         /// Saves the manifest after a finished transfer, so a crash does not make the next run redo it. A save
         /// rewrites the whole manifest (temporary file + rename), so after small files it waits up to
-        /// ``saveInterval``; after 1 MiB or more of transfers it is immediate.
+        /// ``saveInterval``; after ``saveAfterBytes`` or more of transfers it is immediate.
         func saveIfDue(bytes: Int64) {
             bytesSinceSave += bytes
-            guard let saveURL, bytesSinceSave >= 1 << 20 || Date().timeIntervalSince(lastSave) >= MediaSync.saveInterval else { return }
+            guard let saveURL, bytesSinceSave >= MediaSync.saveAfterBytes || Date().timeIntervalSince(lastSave) >= MediaSync.saveInterval else { return }
             // A failed save here is not fatal: the run saves again at its end, and reports that failure.
             try? manifest.save(to: saveURL)
             lastSave = Date()
@@ -335,7 +343,7 @@ public struct MediaSync: Sendable {
             if let copyEntry { manifest[conflict.copy] = copyEntry }
             if let pathEntry { manifest[conflict.path] = pathEntry }
             // Saved at once (conflicts are rare): a crash now must not make the next run keep a second copy.
-            saveIfDue(bytes: 1 << 20)
+            saveIfDue(bytes: MediaSync.saveAfterBytes)
         }
 
         /// Records that a transfer finished without counting it as a file done (a conflict copy's upload).

@@ -27,8 +27,9 @@ public struct MediaSyncOptions: Sendable {
     public var trashDays = 30
     /// Show a progress line on standard error when it is a terminal.
     public var showProgress = false
-    /// Transfers running at the same time.
-    public var concurrency = 8
+    /// Files transferred at the same time (16, as `rclone --transfers 16`); the parts of one large file are bounded
+    /// by the store as well (``S3Configuration/maxConcurrency``).
+    public var concurrency = 16
     /// Asked before each transfer starts; when it says true no more transfers start (those running finish and are
     /// recorded), no deletion is made, and the report counts what was left (``MediaSyncReport/notStarted``).
     public var shouldStop: (@Sendable () -> Bool)?

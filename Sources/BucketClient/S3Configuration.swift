@@ -53,11 +53,13 @@ public struct S3Configuration: Sendable {
     public var downloadChunkSize: Int = 16 << 20
     /// Parts uploaded at the same time.
     public var maxConcurrency: Int = 4
-    /// PUT and POST requests whose body has at least this many bytes (by default all of them), and always a
-    /// multipart upload's parts and completion, are sent with libcurl directly where it can be loaded (Linux),
-    /// not through URLSession: on Linux its dispatch-driven event loop keeps a core busy while a request is in
-    /// flight (sending a body, or waiting for a slow answer such as CompleteMultipartUpload). nil always uses
-    /// URLSession. GET, HEAD and DELETE use URLSession. Signing, retries and error handling are the same either way.
+    /// PUT and POST requests whose body has at least this many bytes (by default all of them), always a
+    /// multipart upload's parts and completion, and every GET, HEAD and DELETE are sent with libcurl directly where
+    /// it can be loaded (Linux), not through URLSession: on Linux its dispatch-driven event loop keeps a core busy
+    /// while a request is in flight (sending a body, or waiting for a slow answer such as CompleteMultipartUpload),
+    /// and costs a pull of many small objects more CPU than the server spends serving them. Downloads to a file are
+    /// then written into it as they arrive. nil always uses URLSession (bodies in memory). Signing, retries and
+    /// error handling are the same either way.
     public var directTransportMinimumBody: Int? = 0
     /// Retry policy for transient failures.
     public var retry = RetryPolicy()

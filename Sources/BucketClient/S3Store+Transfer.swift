@@ -22,9 +22,12 @@ extension S3Store {
 
     /// Downloads into `fileURL.partial`, checks the bytes, then renames it over `fileURL`.
     ///
-    /// An object no larger than one chunk whose size is known (`listed`) is fetched with one plain GET; others in
-    /// ranged chunks. The ETag of the object is kept in `fileURL.partial.etag`; a later call resumes from the
-    /// partial file with `If-Match`, and starts over when the object changed.
+    /// An object whose size is known (`listed`) and of which nothing is here yet is fetched with one plain GET: one
+    /// no larger than one chunk in memory; a larger one only when the answer can be written into the file as it
+    /// arrives (libcurl, see ``S3Configuration/directTransportMinimumBody``), conditional on the listed ETag, which
+    /// is recorded first. Others are fetched in ranged chunks. The ETag of the object is kept in
+    /// `fileURL.partial.etag`; a later call resumes from the partial file with `If-Match`, and starts over when the
+    /// object changed.
     ///
     /// Before anything is installed the download must have exactly the size every answer declared
     /// (`Content-Length`, `Content-Range`), the size `listed` gives (unless the object was replaced since: its
@@ -43,12 +46,12 @@ extension S3Store {
             do {
                 let info = try await downloadToPartial(key: key, fileURL: fileURL, expected: expected)
                 try LocalFiles.moveAtomically(partial, to: fileURL)
-                try? FileManager.default.removeItem(at: etagFile)
+                unlink(etagFile.path)
                 return info
             } catch let failure as IntegrityFailure {
                 // These bytes cannot be trusted: a resumed download must not build on them.
-                try? FileManager.default.removeItem(at: partial)
-                try? FileManager.default.removeItem(at: etagFile)
+                unlink(partial.path)
+                unlink(etagFile.path)
                 attempt += 1
                 if attempt >= configuration.retry.maxAttempts { throw failure.error }
                 if case .sizeMismatch = failure.error, let known = expected,
@@ -73,31 +76,40 @@ extension S3Store {
     func downloadToPartial(key: String, fileURL: URL, expected: ObjectInfo?) async throws -> ObjectInfo {
         let partial = URL(fileURLWithPath: fileURL.path + ".partial")
         let etagFile = URL(fileURLWithPath: fileURL.path + ".partial.etag")
-        try LocalFiles.createParent(of: fileURL)
+        if FileStat.of(fileURL.deletingLastPathComponent().path)?.isDirectory != true { try LocalFiles.createParent(of: fileURL) }
         var etag: String? = try? String(contentsOf: etagFile, encoding: .utf8)
         var offset: Int64 = 0
         if etag != nil, let st = FileStat.of(partial.path), st.isRegularFile {
             offset = st.size
         } else {
             etag = nil
-            try? FileManager.default.removeItem(at: partial)
+            unlink(partial.path)
         }
-        if FileStat.of(partial.path) == nil && !FileManager.default.createFile(atPath: partial.path, contents: nil) {
-            throw BucketError.localIO(path: partial.path, description: "cannot create file")
+        let fd = open(partial.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            throw BucketError.localIO(path: partial.path, description: "cannot open for writing: \(LocalFiles.errnoText())")
         }
-        guard let handle = FileHandle(forWritingAtPath: partial.path) else {
-            throw BucketError.localIO(path: partial.path, description: "cannot open for writing")
-        }
-        defer { try? handle.close() }
+        defer { close(fd) }
+        func truncate(to length: Int64) { _ = ftruncate(fd, off_t(length)) }
         var total: Int64? = nil
         var lastModified: Date? = nil
         let chunk = Int64(max(1 << 16, configuration.downloadChunkSize))
-        // S3 returns checksums only for answers that carry the whole object, never for a range: a small object of
-        // known size is fetched with one plain GET so that its checksum comes with it.
-        var whole = etag == nil && (expected.map { $0.size <= chunk } ?? false)
+        // Bodies written into the file as they arrive (libcurl): no size limit on one answer held in memory.
+        let streaming = useDirectTransport(method: "GET", bodySize: 0, preferred: false)
+        // S3 returns checksums only for answers that carry the whole object, never for a range: an object of known
+        // size is fetched with one plain GET so that its checksum comes with it (and one request does it all).
+        var whole = etag == nil && (expected.map { $0.size <= chunk || (streaming && !$0.etag.isEmpty) } ?? false)
+        if whole, let expected, expected.size > chunk {
+            // Cut off midway, the file resumes from what reached it: record the version it is of first (the GET is
+            // conditional on it, so its bytes are of that version).
+            etag = expected.etag
+            do { try Data(expected.etag.utf8).write(to: etagFile) } catch {
+                throw BucketError.localIO(path: etagFile.path, description: error.localizedDescription)
+            }
+        }
         // The object's full-object checksum, from an answer that carried the whole object.
         var checksum: ObjectChecksum? = nil
-        // The digest of the whole object when one answer carried all of it (no second read of the file).
+        // The digest of the whole object when one answer carried all of it in memory (no second read of the file).
         var wholeBodyDigest: String? = nil
         var sawWholeObject = false
         var first = true
@@ -106,17 +118,20 @@ extension S3Store {
             if !whole { request.headers["range"] = ByteRange(start: offset, end: offset + chunk - 1).headerValue }
             if let etag { request.headers["if-match"] = "\"\(etag)\"" }
             if first { request.headers["x-amz-checksum-mode"] = "ENABLED" }
+            if streaming { request.into = CurlTransport.FileTarget(fd: fd, offset: offset) }
             let response: Response
             do {
                 response = try await send(request, acceptStatuses: [416])
             } catch BucketError.preconditionFailed where etag != nil && total == nil {
-                // The object changed since the partial download began: start over.
+                // The object changed since the partial download began (or since it was listed): start over.
                 etag = nil
                 offset = 0
-                try? handle.truncate(atOffset: 0)
+                truncate(to: 0)
+                unlink(etagFile.path)
                 continue
             }
             first = false
+            let wasWhole = whole
             whole = false
             if response.status == 416 {
                 // Empty object (a range of nothing), or a stale partial longer than the object.
@@ -124,34 +139,47 @@ extension S3Store {
                 etag = nil
                 offset = 0
                 first = true
-                try? handle.truncate(atOffset: 0)
+                truncate(to: 0)
                 continue
             }
+            let received = response.received
             let responseETag = Self.unquote(response.header("ETag"))
-            if etag == nil {
-                etag = responseETag
-                try? Data(responseETag.utf8).write(to: etagFile)
-            }
             lastModified = Self.parseHTTPDate(response.header("Last-Modified"))
             let coversWholeObject: Bool
             if response.status == 206 || response.header("Content-Range") != nil {
                 // A part of the object, whatever the status: some servers (rclone serve s3) answer a ranged GET with
                 // 200 and a Content-Range for only part of what was asked. Take it as the part it says it is.
                 guard let part = Self.contentRange(response.header("Content-Range")) else {
+                    truncate(to: offset)
                     throw BucketError.invalidResponse(request: describe(request), reason: "\(response.status) without a usable Content-Range")
                 }
-                guard part.start == offset, Int64(response.body.count) == part.end - part.start + 1 else {
+                guard part.start == offset, received == part.end - part.start + 1 else {
+                    truncate(to: offset)
                     throw BucketError.invalidResponse(request: describe(request),
-                                                      reason: "asked for bytes from \(offset), got \(response.body.count) byte(s) said to be \(response.header("Content-Range") ?? "")")
+                                                      reason: "asked for bytes from \(offset), got \(received) byte(s) said to be \(response.header("Content-Range") ?? "")")
                 }
                 total = part.total
                 coversWholeObject = part.start == 0 && part.end == part.total - 1
-            } else {
-                // A 200 carries the whole object: restart the file with it.
-                try? handle.truncate(atOffset: 0)
+            } else if offset > 0 && response.streamed != nil {
+                // A 200 for a range (a server ignoring Range): its bytes went in after the partial ones. Start the
+                // file over with one plain GET.
+                truncate(to: 0)
                 offset = 0
-                total = Int64(response.body.count)
+                first = true
+                whole = true
+                continue
+            } else {
+                // A 200 carries the whole object: the file is (re)started with it.
+                offset = 0
+                total = received
                 coversWholeObject = true
+            }
+            if etag == nil && !(coversWholeObject && wasWhole) {
+                // More answers follow (ranges): record the version, so a cut-off download resumes on it.
+                etag = responseETag
+                try? Data(responseETag.utf8).write(to: etagFile)
+            } else if etag == nil {
+                etag = responseETag
             }
             if let expected, total! != expected.size {
                 // Fewer (or more) bytes than the listing said, each answer consistent in itself: a server or proxy
@@ -163,26 +191,26 @@ extension S3Store {
                 let found = ObjectChecksum.fromHeaders { response.header($0) }
                 checksum = found.checksum
                 if found.compositeSkipped { checksumCounter.record("COMPOSITE") }
-                if let checksum, Int64(response.body.count) == total! { wholeBodyDigest = checksum.digest(of: response.body) }
+                if let checksum, response.streamed == nil, Int64(response.body.count) == total! { wholeBodyDigest = checksum.digest(of: response.body) }
             }
-            if response.body.isEmpty && offset < total! {
+            if received == 0 && offset < total! {
                 throw BucketError.truncated(key: key, expected: total!, received: offset)
             }
-            do {
-                try handle.seek(toOffset: UInt64(offset))
-                try handle.write(contentsOf: response.body)
-            } catch {
-                throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
+            if response.streamed == nil {
+                if coversWholeObject { truncate(to: 0) }
+                try Self.write(response.body, to: CurlTransport.FileTarget(fd: fd, offset: offset))
             }
-            offset += Int64(response.body.count)
+            offset += received
             if let size = total, let knownETag = etag, size - offset > chunk, configuration.maxConcurrency > 1 {
                 // Size and ETag are known: fetch the rest concurrently, appending in order so the
                 // partial file stays a prefix of the object and remains resumable.
                 offset = try await fetchRemainder(key: key, etag: knownETag, from: offset, total: size, chunk: chunk,
-                                                  handle: handle, partial: partial)
+                                                  fd: fd, partial: partial)
             }
         }
-        try? handle.synchronize()
+        // Durable before it is installed and recorded (a power cut must not leave a recorded file empty). Off the
+        // cooperative pool: with many small files at a time, fsyncs would otherwise hold up the other transfers.
+        _ = try await LocalFiles.offPool { fsync(fd) }
         let written = FileStat.of(partial.path)?.size ?? -1
         guard written == total else {
             throw IntegrityFailure(error: .truncated(key: key, expected: total ?? 0, received: written), etag: etag ?? "")
@@ -238,7 +266,7 @@ extension S3Store {
 
     /// Downloads `from..<total` in chunks, at most `maxConcurrency` in flight, writing them in order.
     func fetchRemainder(key: String, etag: String, from start: Int64, total: Int64, chunk: Int64,
-                        handle: FileHandle, partial: URL) async throws -> Int64 {
+                        fd: Int32, partial: URL) async throws -> Int64 {
         var ranges: [(Int64, Int64)] = []
         var position = start
         while position < total {
@@ -262,10 +290,9 @@ extension S3Store {
                 pending[index] = data
                 while let ready = pending.removeValue(forKey: expected) {
                     do {
-                        try handle.seek(toOffset: UInt64(written))
-                        try handle.write(contentsOf: ready)
+                        try Self.write(ready, to: CurlTransport.FileTarget(fd: fd, offset: written))
                     } catch {
-                        throw BucketError.localIO(path: partial.path, description: error.localizedDescription)
+                        throw BucketError.localIO(path: partial.path, description: LocalFiles.errnoText())
                     }
                     written += Int64(ready.count)
                     expected += 1
@@ -369,6 +396,9 @@ extension S3Store {
         let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
         let stateURL = multipartStateURL(fileURL: fileURL, key: key)
         var state: MultipartState? = nil
+        // Whether this upload was created here by a server answering as the S3 API reference documents (see the
+        // end: then Complete's ETag is the object's, and no HEAD is needed to learn the one listings show).
+        var createdByConformingServer = false
         let saved = (try? Data(contentsOf: stateURL)).flatMap { try? JSONDecoder().decode(MultipartState.self, from: $0) }
         if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty,
            (saved.fileSize != st.size || saved.fileMtimeNanoseconds != st.mtimeNanoseconds || saved.partSize != partSize) {
@@ -425,6 +455,7 @@ extension S3Store {
             guard let uploadId = xml.string("UploadId"), !uploadId.isEmpty else {
                 throw BucketError.invalidResponse(request: describe(request), reason: "no UploadId")
             }
+            createdByConformingServer = xml.name == "InitiateMultipartUploadResult"
             state = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: uploadId, fileSize: st.size,
                                    fileMtimeNanoseconds: st.mtimeNanoseconds, partSize: partSize, parts: [:],
                                    checksumAlgorithm: checksumAlgorithm)
@@ -535,9 +566,14 @@ extension S3Store {
         let xml = try parseXML(response, result: "CompleteMultipartUploadResult", fields: ["ETag", "Key", "Location"], request: request)
         await stateFile.remove()
         let completedETag = Self.unquote(xml.string("ETag"))
-        // The ETag that HEAD and listings will report can differ from Complete's (rclone serve s3 answers
-        // "<md5 of part md5s>-N", then lists the MD5 of the whole object). Record the one listings show, so the
-        // next sync does not take the object for changed; keep Complete's when HEAD cannot confirm the upload.
+        if createdByConformingServer, completedETag.hasSuffix("-\(partCount)") {
+            // S3 (and moto, MinIO, Ceph) lists and HEADs an object with the ETag Complete gave it.
+            return (ObjectInfo(key: key, size: st.size, etag: completedETag, lastModified: Date()), sha256)
+        }
+        // The ETag that HEAD and listings will report can differ from Complete's (rclone serve s3, which names the
+        // root of CreateMultipartUpload's answer <InitiateMultipartUpload>, answers "<md5 of part md5s>-N", then
+        // lists the MD5 of the whole object). Record the one listings show, so the next sync does not take the
+        // object for changed; keep Complete's when HEAD cannot confirm the upload. Resumed uploads ask too.
         if let listed = try? await head(key: key), listed.size == st.size, !listed.etag.isEmpty {
             return (ObjectInfo(key: key, size: st.size, etag: listed.etag, lastModified: listed.lastModified ?? Date()), sha256)
         }

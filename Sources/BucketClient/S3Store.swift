@@ -2,11 +2,19 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// An ``ObjectStore`` over an S3-compatible HTTP API, signed with ``SigV4Signer``.
 ///
-/// Uses ListObjectsV2, GetObject (ranged), HeadObject, PutObject (with `x-amz-content-sha256`,
-/// `Content-MD5` and optional `If-None-Match: *`), multipart uploads with resume, and DeleteObject.
+/// Uses ListObjectsV2, GetObject (whole, or ranged to resume), HeadObject, PutObject (with `x-amz-content-sha256`,
+/// `Content-MD5` and optional `If-None-Match: *`), multipart uploads with resume, and DeleteObject. On Linux the
+/// requests go through libcurl directly (``S3Configuration/directTransportMinimumBody``), else URLSession.
 /// Transient failures are retried with ``RetryPolicy``; 4xx answers never are.
 public struct S3Store: ObjectStore {
     /// The configuration in use.
@@ -49,6 +57,9 @@ public struct S3Store: ObjectStore {
         var payloadHash: String? = nil
         /// Send through ``CurlTransport`` when it is available and enabled, whatever the body size.
         var preferDirect = false
+        /// Where the body of a 2xx answer goes instead of ``Response/body`` (a download to a file): written there as
+        /// it arrives through ``CurlTransport``, else after it arrived; its length is ``Response/streamed``.
+        var into: CurlTransport.FileTarget? = nil
         /// Asked before a retry: the answer to use instead of sending again when the request turns out to have
         /// taken effect already (an upload the server stored before its answer was lost).
         var alreadyDone: (@Sendable () async -> Response?)? = nil
@@ -58,14 +69,19 @@ public struct S3Store: ObjectStore {
         var status: Int
         var headers: HTTPURLResponse
         var body: Data
+        /// Bytes of the body written to the request's file target (then not in `body`); nil when not written there.
+        var streamed: Int64? = nil
         func header(_ name: String) -> String? { headers.value(forHTTPHeaderField: name) }
+        /// Bytes of the body received, wherever they went.
+        var received: Int64 { streamed ?? Int64(body.count) }
     }
 
     func fullKey(_ key: String) -> String { configuration.prefix + key }
 
     /// Whether a request goes through ``CurlTransport`` rather than URLSession.
-    func useDirectTransport(bodySize: Int, preferred: Bool) -> Bool {
-        guard let minimum = configuration.directTransportMinimumBody, preferred || bodySize >= minimum else { return false }
+    func useDirectTransport(method: String, bodySize: Int, preferred: Bool) -> Bool {
+        guard let minimum = configuration.directTransportMinimumBody else { return false }
+        guard method != "PUT" && method != "POST" || preferred || bodySize >= minimum else { return false }
         return CurlTransport.isAvailable
     }
 
@@ -125,17 +141,29 @@ public struct S3Store: ObjectStore {
                 headers["host"] = nil  // URLSession sets Host itself, from the same URL.
             }
             for (name, value) in headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
-            let direct = (request.method == "PUT" || request.method == "POST")
-                && useDirectTransport(bodySize: body.count, preferred: request.preferDirect)
+            let direct = useDirectTransport(method: request.method, bodySize: body.count, preferred: request.preferDirect)
             if (request.method == "PUT" || request.method == "POST") && !direct { urlRequest.httpBody = body }
             requestCounter.record(request.operation)
             do {
-                let (data, response) = direct
-                    ? try await CurlTransport.send(urlRequest, body: body, timeout: configuration.timeout)
-                    : try await session.data(for: urlRequest)
+                var data: Data, streamed: Int64? = nil
+                let response: URLResponse
+                if direct {
+                    let answer = try await CurlTransport.send(urlRequest, body: body, timeout: configuration.timeout, into: request.into)
+                    (data, response) = (answer.0, answer.1)
+                    if request.into != nil, let http = response as? HTTPURLResponse, (200..<300).contains(http.statusCode) { streamed = answer.2 }
+                } else {
+                    (data, response) = try await session.data(for: urlRequest)
+                }
                 guard let http = response as? HTTPURLResponse else {
                     throw BucketError.invalidResponse(request: describe(request), reason: "not an HTTP response")
                 }
+                if let target = request.into, streamed == nil, (200..<300).contains(http.statusCode) {
+                    // URLSession gave the body in memory: put it where a direct transfer would have.
+                    try Self.write(data, to: target)
+                    streamed = Int64(data.count)
+                    data = Data()
+                }
+                let received = streamed ?? Int64(data.count)
                 if RetryPolicy.isRetryable(status: http.statusCode), attempt + 1 < configuration.retry.maxAttempts {
                     try await configuration.retry.wait(beforeRetry: attempt)
                     if let done = await request.alreadyDone?() { return done }
@@ -144,25 +172,26 @@ public struct S3Store: ObjectStore {
                 }
                 if request.method != "HEAD", (200..<300).contains(http.statusCode),
                    http.value(forHTTPHeaderField: "Content-Encoding") == nil,
-                   let length = http.value(forHTTPHeaderField: "Content-Length").flatMap({ Int($0) }), length != data.count {
+                   let length = http.value(forHTTPHeaderField: "Content-Length").flatMap({ Int64($0) }), length != received {
                     // A body cut short must never pass for a complete one.
                     if attempt + 1 < configuration.retry.maxAttempts {
                         try await configuration.retry.wait(beforeRetry: attempt)
                         attempt += 1
                         continue
                     }
-                    throw BucketError.truncated(key: request.key ?? describe(request), expected: Int64(length), received: Int64(data.count))
+                    throw BucketError.truncated(key: request.key ?? describe(request), expected: length, received: received)
                 }
                 if let wanted = request.headers["if-match"], (200..<300).contains(http.statusCode),
                    let got = http.value(forHTTPHeaderField: "ETag"), !got.isEmpty, Self.unquote(got) != Self.unquote(wanted) {
                     // Some servers ignore If-Match (rclone serve s3): check it here, so bytes of a changed object
-                    // are never mixed into a resumed or concurrent download.
+                    // are never mixed into a resumed or concurrent download (nor left in its file).
+                    if let target = request.into { _ = ftruncate(target.fd, off_t(target.offset)) }
                     throw BucketError.preconditionFailed(key: request.key ?? describe(request))
                 }
-                let result = Response(status: http.statusCode, headers: http, body: data)
+                let result = Response(status: http.statusCode, headers: http, body: data, streamed: streamed)
                 if (200..<300).contains(http.statusCode) {
                     TransferProgress.current?.noteResponse(method: request.method, operation: request.operation, key: request.key, sent: body.count,
-                                                           received: data.count, contentRange: http.value(forHTTPHeaderField: "Content-Range"))
+                                                           received: Int(received), contentRange: http.value(forHTTPHeaderField: "Content-Range"))
                 }
                 if (200..<300).contains(http.statusCode) || acceptStatuses.contains(http.statusCode) { return result }
                 throw mapError(result, request: request)
@@ -178,6 +207,19 @@ public struct S3Store: ObjectStore {
                     continue
                 }
                 throw BucketError.transport(request: describe(request), description: error.localizedDescription)
+            }
+        }
+    }
+
+    /// Writes `data` at the target's offset (pwrite, retried on EINTR).
+    static func write(_ data: Data, to target: CurlTransport.FileTarget) throws {
+        try data.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) in
+            var done = 0
+            while done < bytes.count {
+                let n = pwrite(target.fd, bytes.baseAddress! + done, bytes.count - done, off_t(target.offset) + off_t(done))
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { throw BucketError.localIO(path: "file descriptor \(target.fd)", description: LocalFiles.errnoText()) }
+                done += n
             }
         }
     }

@@ -1,4 +1,5 @@
-// A minimal blocking HTTP client over libcurl, loaded with dlopen, for request bodies of many megabytes.
+// A minimal blocking HTTP client over libcurl, loaded with dlopen, for S3 requests (bodies of many megabytes
+// either way; a download's body can go straight into a file descriptor as it arrives).
 //
 // URLSession on Linux drives the same libcurl through libdispatch sources: every socket event of an
 // 8 MiB upload becomes a dispatch wake-up and re-arm, which cost the client more CPU than the server.
@@ -9,7 +10,9 @@
 #include "CCurlShim.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +26,8 @@ enum {
     OPT_WRITEDATA = 10001, OPT_URL = 10002, OPT_READDATA = 10009, OPT_ERRORBUFFER = 10010,
     OPT_WRITEFUNCTION = 20011, OPT_READFUNCTION = 20012, OPT_LOW_SPEED_LIMIT = 19, OPT_LOW_SPEED_TIME = 20,
     OPT_HTTPHEADER = 10023, OPT_HEADERDATA = 10029, OPT_CONNECTTIMEOUT_MS = 156,
-    OPT_CUSTOMREQUEST = 10036, OPT_NOPROGRESS = 43, OPT_UPLOAD = 46, OPT_FOLLOWLOCATION = 52,
+    OPT_CUSTOMREQUEST = 10036, OPT_NOPROGRESS = 43, OPT_NOBODY = 44, OPT_UPLOAD = 46, OPT_FOLLOWLOCATION = 52,
+    OPT_HTTPGET = 80,
     OPT_HEADERFUNCTION = 20079, OPT_NOSIGNAL = 99, OPT_INFILESIZE_LARGE = 30115,
     OPT_SEEKFUNCTION = 20167, OPT_SEEKDATA = 10168, OPT_PROTOCOLS = 181, OPT_XFERINFODATA = 10057,
     OPT_XFERINFOFUNCTION = 20219, OPT_UPLOAD_BUFFERSIZE = 280,
@@ -130,15 +134,50 @@ static int append(sink_t *k, const char *bytes, size_t n) {
     return 1;
 }
 
+// Where a response body goes: memory, or (a 2xx answer's, when a file descriptor is given) a file.
+typedef struct {
+    sink_t memory;
+    int fd;
+    long long offset;
+    long long streamed;
+    int status;         // of the response being received, from its status line
+    int write_errno;    // non-zero after a failed pwrite (the transfer is then aborted)
+} body_t;
+
 static size_t write_body(char *bytes, size_t size, size_t count, void *user) {
-    return append(user, bytes, size * count) ? size * count : 0;
+    body_t *b = user;
+    size_t n = size * count;
+    if (b->fd >= 0 && b->status >= 200 && b->status < 300) {
+        size_t done = 0;
+        while (done < n) {
+            ssize_t w = pwrite(b->fd, bytes + done, n - done, (off_t)(b->offset + b->streamed + (long long)done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) { b->write_errno = w < 0 ? errno : EIO; return 0; }  // 0 makes libcurl abort (CURLE_WRITE_ERROR)
+            done += (size_t)w;
+        }
+        b->streamed += (long long)n;
+        return n;
+    }
+    return append(&b->memory, bytes, n) ? n : 0;
 }
 
+typedef struct { sink_t lines; body_t *body; } head_t;
+
 static size_t write_header(char *bytes, size_t size, size_t count, void *user) {
-    sink_t *k = user;
+    head_t *h = user;
+    sink_t *k = &h->lines;
     size_t n = size * count;
     // Keep only the last response's headers (after a 100 Continue or an interim answer).
-    if (n >= 5 && memcmp(bytes, "HTTP/", 5) == 0) k->length = 0;
+    if (n >= 5 && memcmp(bytes, "HTTP/", 5) == 0) {
+        k->length = 0;
+        // "HTTP/1.1 200 OK": the status decides where this response's body goes.
+        int status = 0;
+        size_t i = 5;
+        while (i < n && bytes[i] != ' ') i++;
+        while (i < n && bytes[i] == ' ') i++;
+        for (int digits = 0; digits < 3 && i < n && bytes[i] >= '0' && bytes[i] <= '9'; digits++, i++) status = status * 10 + (bytes[i] - '0');
+        h->body->status = status;
+    }
     return append(k, bytes, n) ? n : 0;
 }
 
@@ -148,9 +187,9 @@ static int progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
     return cancel && *cancel ? 1 : 0;  // non-zero aborts with CURLE_ABORTED_BY_CALLBACK
 }
 
-int rtsync_curl_perform(const char *method, const char *url, const char *const *headers, size_t header_count,
-                        const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
-                        rtsync_curl_result *result) {
+int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *const *headers, size_t header_count,
+                              const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
+                              int out_fd, long long out_offset, rtsync_curl_result *result) {
     memset(result, 0, sizeof *result);
     if (!rtsync_curl_available()) return -1;
     CURL *h = take_handle();
@@ -160,7 +199,8 @@ int rtsync_curl_perform(const char *method, const char *url, const char *const *
     // No "Expect: 100-continue" wait before the body.
     list = lib.slist_append(list, "Expect:");
     source_t source = { body, body_length, 0 };
-    sink_t head = { 0 }, out = { 0 };
+    body_t out = { .fd = out_fd, .offset = out_offset };
+    head_t head = { .body = &out };
     char error[ERROR_SIZE] = { 0 };
 
     lib.easy_setopt(h, OPT_URL, url);
@@ -174,14 +214,22 @@ int rtsync_curl_perform(const char *method, const char *url, const char *const *
     lib.easy_setopt(h, OPT_LOW_SPEED_TIME, idle_timeout_ms < 1000 ? 1L : idle_timeout_ms / 1000);
     lib.easy_setopt(h, OPT_ERRORBUFFER, error);
     lib.easy_setopt(h, OPT_HTTPHEADER, list);
-    lib.easy_setopt(h, OPT_UPLOAD, 1L);
-    lib.easy_setopt(h, OPT_CUSTOMREQUEST, method);
-    lib.easy_setopt(h, OPT_INFILESIZE_LARGE, (curl_off_t)body_length);
-    lib.easy_setopt(h, OPT_READFUNCTION, read_body);
-    lib.easy_setopt(h, OPT_READDATA, &source);
-    lib.easy_setopt(h, OPT_SEEKFUNCTION, seek_body);
-    lib.easy_setopt(h, OPT_SEEKDATA, &source);
-    lib.easy_setopt(h, OPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+    if (strcmp(method, "GET") == 0 && body_length == 0) {
+        lib.easy_setopt(h, OPT_HTTPGET, 1L);
+    } else if (strcmp(method, "HEAD") == 0) {
+        lib.easy_setopt(h, OPT_NOBODY, 1L);  // a HEAD answer's Content-Length announces no body to read
+    } else if (strcmp(method, "DELETE") == 0 && body_length == 0) {
+        lib.easy_setopt(h, OPT_CUSTOMREQUEST, method);
+    } else {
+        lib.easy_setopt(h, OPT_UPLOAD, 1L);
+        lib.easy_setopt(h, OPT_CUSTOMREQUEST, method);
+        lib.easy_setopt(h, OPT_INFILESIZE_LARGE, (curl_off_t)body_length);
+        lib.easy_setopt(h, OPT_READFUNCTION, read_body);
+        lib.easy_setopt(h, OPT_READDATA, &source);
+        lib.easy_setopt(h, OPT_SEEKFUNCTION, seek_body);
+        lib.easy_setopt(h, OPT_SEEKDATA, &source);
+        lib.easy_setopt(h, OPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+    }
     lib.easy_setopt(h, OPT_WRITEFUNCTION, write_body);
     lib.easy_setopt(h, OPT_WRITEDATA, &out);
     lib.easy_setopt(h, OPT_HEADERFUNCTION, write_header);
@@ -191,7 +239,7 @@ int rtsync_curl_perform(const char *method, const char *url, const char *const *
     lib.easy_setopt(h, OPT_XFERINFODATA, (void *)cancel);
 
     int code = lib.easy_perform(h);
-    if (code == 0 && (head.failed || out.failed)) code = 27;  // CURLE_OUT_OF_MEMORY
+    if (code == 0 && (head.lines.failed || out.memory.failed)) code = 27;  // CURLE_OUT_OF_MEMORY
     long status = 0;
     lib.easy_getinfo(h, INFO_RESPONSE_CODE, &status);
     result->status = status;
@@ -200,13 +248,23 @@ int rtsync_curl_perform(const char *method, const char *url, const char *const *
         const char *text = error[0] ? error : lib.easy_strerror(code);
         strncpy(result->error, text, sizeof result->error - 1);
     }
-    result->headers = head.data;
-    result->headers_length = head.length;
-    result->body = out.data;
-    result->body_length = out.length;
+    result->headers = head.lines.data;
+    result->headers_length = head.lines.length;
+    result->body = out.memory.data;
+    result->body_length = out.memory.length;
+    result->streamed_length = out.streamed;
+    result->write_failed = out.write_errno != 0;
+    result->write_errno = out.write_errno;
     lib.slist_free_all(list);
     if (code == 0) give_back(h); else lib.easy_cleanup(h);  // a failed handle may hold a broken connection
     return 0;
+}
+
+int rtsync_curl_perform(const char *method, const char *url, const char *const *headers, size_t header_count,
+                        const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
+                        rtsync_curl_result *result) {
+    return rtsync_curl_perform_to_fd(method, url, headers, header_count, body, body_length, idle_timeout_ms, cancel,
+                                     -1, 0, result);
 }
 
 void rtsync_curl_result_free(rtsync_curl_result *result) {

@@ -95,6 +95,36 @@ import Testing
         }
     }
 
+    /// An object larger than one chunk, of known size, is fetched with one plain GET written into the partial file as
+    /// it arrives, after its listed ETag is recorded: a GET cut off midway leaves a prefix of the object and its
+    /// version, which the next call resumes with one ranged GET (not from scratch), and nothing is installed before.
+    @Test func streamedDownloadCutOff_keepsAPrefixAndItsVersion_thenResumesWithARange() async throws {
+        guard CurlTransport.isAvailable else { return }
+        let (store, bucket) = try await faultStore { $0.downloadChunkSize = 1 << 16; $0.retry = RetryPolicy(maxAttempts: 1) }
+        let data = randomBytes(400_000)
+        try await store.put(key: "long.bin", data: data)
+        let listed = try await store.head(key: "long.bin")
+        try await setMode(bucket, "cut")
+        let target = try makeTemporaryFolder().appendingPathComponent("long.bin")
+        let partial = URL(fileURLWithPath: target.path + ".partial")
+        store.requestCounter.reset()
+        await #expect(throws: BucketError.self) { try await store.download(key: "long.bin", to: target, expecting: listed) }
+        #expect(store.requestCounter.count("GetObject") == 1)
+        #expect(!FileManager.default.fileExists(atPath: target.path))
+        let kept = try Data(contentsOf: partial)
+        #expect(kept.count > 0 && kept.count < data.count)
+        #expect(kept == data.prefix(kept.count))
+        #expect(try String(contentsOf: URL(fileURLWithPath: partial.path + ".etag"), encoding: .utf8) == listed.etag)
+
+        // Still cutting plain GETs off: only a ranged GET of the rest can finish it.
+        store.requestCounter.reset()
+        let info = try await store.download(key: "long.bin", to: target, expecting: listed)
+        #expect(info.size == Int64(data.count))
+        #expect(store.requestCounter.count("GetObject") == (data.count - kept.count + (1 << 16) - 1) / (1 << 16))
+        #expect(try Data(contentsOf: target) == data)
+        #expect(files(in: target.deletingLastPathComponent()) == ["long.bin"])
+    }
+
     /// `rtsync bucket get` checks the download against the size HEAD gives: one error line naming the key, a
     /// hint, exit 1, no file; once the server is fixed the same command writes the whole object.
     @Test func bucketGetCLI_objectServedShorterThanHEADSays_exitsOneNamingTheKey_writesNothing_thenGetsItWhole() async throws {

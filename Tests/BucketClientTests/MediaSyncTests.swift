@@ -47,6 +47,35 @@ import Testing
         #expect(recordingsOnly.requests == 1)
     }
 
+    /// A run that finds nothing to do does not rewrite the manifest (no temporary file, fsync and rename).
+    @Test func idleSync_leavesTheManifestFileAsItWas() async throws {
+        let f = try makeFixture()
+        try f.write("images/c.jpg", "cc")
+        _ = try await f.sync()
+        let before = try #require(FileStat.of(f.manifest.path))
+        let again = try await f.sync()
+        #expect(again.unchanged == 1 && again.uploaded.isEmpty && again.downloaded.isEmpty)
+        let after = try #require(FileStat.of(f.manifest.path))
+        #expect(after.isSameFile(as: before) && after.mtimeNanoseconds == before.mtimeNanoseconds)
+    }
+
+    /// A pulled file installed but not yet recorded when a run is killed (the manifest is saved every 0.5 s or
+    /// 16 MiB, not after each file) is recognized by the next run from its plain-MD5 ETag: nothing is fetched again.
+    @Test func pulledButUnrecordedFiles_areRecognizedByTheNextRun_withoutDownloadingAgain() async throws {
+        guard !MotoServer.skipRequested else { return }
+        let store = try await MotoServer.anonymous.value.store(prefix: "t-\(UUID().uuidString.prefix(8))/")
+        for i in 0..<20 { try await store.put(key: "alice/images/\(i).jpg", data: randomBytes(10_000 + i)) }
+        let f = try makeFixture(store: store)
+        let pulled = try await f.sync { $0.direction = .pull }
+        #expect(pulled.downloaded.count == 20)
+        try FileManager.default.removeItem(at: f.manifest)  // as if killed before any save recorded them
+        store.requestCounter.reset()
+        let again = try await f.sync { $0.direction = .pull }
+        #expect(again.downloaded.isEmpty && again.unchanged == 20 && again.errors.isEmpty)
+        #expect(store.requestCounter.count("GetObject") == 0)
+        #expect(try MediaManifest.load(from: f.manifest).files.count == 20)
+    }
+
     /// `été` in NFC (as Linux and Windows usually write it) and in NFD (as macOS writes it): Swift's `String ==` calls
     /// them equal, the filesystem and the bucket do not. Both files must be uploaded, pulled and then left alone.
     static let nfc = "images/\u{E9}t\u{E9}.txt"

@@ -87,6 +87,39 @@ import Testing
         #expect(try Data(contentsOf: target) == data)
     }
 
+    /// A server answering CreateMultipartUpload and CompleteMultipartUpload as the S3 API reference documents (moto)
+    /// lists the object with Complete's ETag: the upload records it without a HEAD, as `aws`, `rclone` and `s5cmd`.
+    @Test func multipartUpload_toAConformingServer_returnsTheListedETag_withoutAHEAD() async throws {
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
+        let store = moto.store { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }
+        let source = try makeTemporaryFolder().appendingPathComponent("rec.bin")
+        try randomBytes(11 << 20).write(to: source)
+        let info = try await store.put(key: "rec.bin", fileURL: source)
+        #expect(store.requestCounter.count("HeadObject") == 0)
+        #expect(store.requestCounter.total == 5)  // Create, 3 parts, Complete
+        let listed = try #require(try await store.listAll(prefix: "rec.bin").first)
+        #expect(info.etag == listed.etag && info.etag.hasSuffix("-3"))
+    }
+
+    /// With its size known from a listing and nothing of it here yet, an object of many chunks is one GET (as
+    /// `rclone` fetches it), not a GET per chunk and a HEAD for its checksum.
+    @Test func listedObjectOfManyChunks_isFetchedWithOneGET_andNoHEAD() async throws {
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped(), CurlTransport.isAvailable else { return }
+        let store = moto.store { $0.downloadChunkSize = 64 << 10; $0.maxConcurrency = 4 }
+        let data = randomBytes((1 << 20) + 12_345)
+        try await store.put(key: "listed.bin", data: data)
+        let listed = try #require(try await store.listAll(prefix: "listed.bin").first)
+        let target = try makeTemporaryFolder().appendingPathComponent("listed.bin")
+        store.requestCounter.reset()
+        let info = try await store.download(key: "listed.bin", to: target, expecting: listed)
+        #expect(info.size == Int64(data.count) && info.etag == listed.etag)
+        #expect(store.requestCounter.count("GetObject") == 1)
+        #expect(store.requestCounter.count("HeadObject") == 0)
+        #expect(store.checksumCounter.count("CRC32") == 1)  // the whole object's checksum came with it
+        #expect(try Data(contentsOf: target) == data)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: target.deletingLastPathComponent().path) == ["listed.bin"])
+    }
+
     @Test func interruptedDownload_resumesFromPartialFile() async throws {
         guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         let store = moto.store { $0.downloadChunkSize = 64 << 10 }

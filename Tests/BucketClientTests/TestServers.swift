@@ -170,7 +170,8 @@ struct HostileServer: Sendable {
     /// purpose: `short` serves half of each object with a consistent Content-Length and Content-Range (HEAD and
     /// listings keep the true size), `good-<alg>` / `bad-<alg>` send a right / wrong full-object
     /// `x-amz-checksum-<alg>` when asked with `x-amz-checksum-mode: ENABLED` (`sendgood-<alg>` / `sendbad-<alg>`
-    /// always, as a CDN in front of S3 might), `composite` a composite one, `none` behaves.
+    /// always, as a CDN in front of S3 might), `composite` a composite one, `cut` announces the whole object to a
+    /// plain GET, sends half of it and closes the connection (ranged GETs are served whole), `none` behaves.
     static let script = #"""
     import base64, email.utils, hashlib, http.server, os, re, sys, threading, time, urllib.parse, zlib
     from xml.sax.saxutils import escape
@@ -286,7 +287,7 @@ struct HostileServer: Sendable {
             data, mode = objects[key], state["mode"]
             headers = [("ETag", '"%s"' % hashlib.md5(data).hexdigest()), ("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")]
             asked = self.headers.get("x-amz-checksum-mode") == "ENABLED" or mode.startswith("send")
-            if asked and mode != "none" and mode != "short":
+            if asked and mode not in ("none", "short", "cut"):
                 if mode == "composite":
                     headers += [("x-amz-checksum-crc32", "AAAAAA==-3"), ("x-amz-checksum-type", "COMPOSITE")]
                 else:
@@ -303,6 +304,16 @@ struct HostileServer: Sendable {
                 if a >= len(served):
                     self.send_body(416, b"", [("Content-Range", "bytes */%d" % len(served))] + headers); return
                 self.send_body(206, served[a:b + 1], [("Content-Range", "bytes %d-%d/%d" % (a, b, len(served)))] + headers)
+            elif mode == "cut":
+                # The whole object announced, half of it sent, then the connection closed.
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers: self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data[:len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
             else:
                 self.send_body(200, served, headers)
         def do_PUT(self):

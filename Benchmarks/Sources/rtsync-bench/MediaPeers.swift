@@ -1,7 +1,7 @@
 import BucketClient
 import Foundation
 
-/// media against `rclone sync` and `s5cmd sync` (issue 19, aim 6): push and pull of the same folders to and from
+/// media against `rclone sync`, `s5cmd sync` and `aws s3 sync` (issue 19, aim 6): push and pull of the same folders to and from
 /// the same moto, and a no-change re-sync, each tool with concurrency flags tuned for many small objects and for
 /// 8 MiB parts (stated in `flags`). rtsync runs in the same rounds (taking turns going first), so each ratio
 /// compares runs made under the same load. Requests are counted from moto's access log for every side.
@@ -40,6 +40,20 @@ struct MediaPeer {
                                    push: { global + ["sync"] + sync + [$0.path + "/", "s3://\(moto.bucket)/\($1)"] },
                                    pull: { global + ["sync"] + sync + ["s3://\(moto.bucket)/\($0)*", $1.path + "/"] }))
         }
+        if let aws = which("aws") {
+            // 16 requests at a time (its default is 10), multipart above 8 MiB in 8 MiB parts (its defaults), set in
+            // a config file, as the AWS CLI takes them.
+            let config = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-bench-aws-\(getpid()).config")
+            try? Data("[default]\ns3 =\n  max_concurrent_requests = 16\n  multipart_threshold = 8MB\n  multipart_chunksize = 8MB\n".utf8).write(to: config)
+            var env = moto.awsEnvironment
+            env["AWS_CONFIG_FILE"] = config.path
+            let quiet = ["--endpoint-url", moto.endpoint.absoluteString, "--only-show-errors", "--no-progress"]
+            peers.append(MediaPeer(name: "aws s3 sync", executable: aws,
+                                   flags: ["s3.max_concurrent_requests = 16", "s3.multipart_threshold = 8MB", "s3.multipart_chunksize = 8MB"],
+                                   environment: env,
+                                   push: { ["s3", "sync", $0.path, "s3://\(moto.bucket)/\($1)"] + quiet },
+                                   pull: { ["s3", "sync", "s3://\(moto.bucket)/\($0)", $1.path] + quiet }))
+        }
         return peers
     }
 }
@@ -68,7 +82,7 @@ func runMediaPeerCases(_ ctx: BenchContext, moto: MotoServer, runs: Int, cases: 
         var options = MediaSyncOptions()
         options.direction = direction
         options.kinds = kinds
-        // Experiments only: RTSYNC_BENCH_MEDIA_FILES sets how many files transfer at once (default 8), as in the aws rounds.
+        // Experiments only: RTSYNC_BENCH_MEDIA_FILES sets how many files transfer at once (default 16), as in the aws rounds.
         if let files = ProcessInfo.processInfo.environment["RTSYNC_BENCH_MEDIA_FILES"].flatMap({ Int($0) }) { options.concurrency = files }
         let before = moto.settledRequestCount()
         var report: MediaSyncReport?

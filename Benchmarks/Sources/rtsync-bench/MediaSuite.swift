@@ -6,7 +6,7 @@ import Foundation
 ///
 /// Layout: the small files are `<documents>/images/media-NNNNN.bin`, the large ones `<documents>/recordings/...`
 /// (two separate documents folders). rtsync pushes `<documents>` with `MediaSync(...).run` (direction `.push`,
-/// otherwise default options: both kinds, 8 transfers at a time) to `<run prefix>/bench/<kind>/`; aws syncs the
+/// otherwise default options: both kinds, 16 transfers at a time) to `<run prefix>/bench/<kind>/`; aws syncs the
 /// kind folder itself to `<run prefix>/<kind>/`. Every push run starts from an empty prefix and (for rtsync) no
 /// manifest, so every run uploads everything. The no-change re-syncs run against the prefix (and manifest) the
 /// last push run filled.
@@ -68,7 +68,7 @@ func runMediaSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) asy
         var options = MediaSyncOptions()
         options.direction = .push
         if let kinds { options.kinds = kinds }
-        // Experiments only: RTSYNC_BENCH_MEDIA_FILES sets how many files transfer at once (default 8).
+        // Experiments only: RTSYNC_BENCH_MEDIA_FILES sets how many files transfer at once (default 16).
         if let files = ProcessInfo.processInfo.environment["RTSYNC_BENCH_MEDIA_FILES"].flatMap({ Int($0) }) { options.concurrency = files }
         let before = moto.settledRequestCount()
         var report: MediaSyncReport?

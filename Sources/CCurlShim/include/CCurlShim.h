@@ -17,6 +17,11 @@ typedef struct rtsync_curl_result {
     /// The response body, malloc'd.
     char *body;
     size_t body_length;
+    /// Bytes of a 2xx body written to `out_fd` (rtsync_curl_perform_to_fd); those are not in `body`.
+    long long streamed_length;
+    /// Non-zero when writing to `out_fd` failed (errno in `write_errno`); the transfer was aborted.
+    int write_failed;
+    int write_errno;
 } rtsync_curl_result;
 
 /// Loads libcurl (libcurl.so.4) at run time; returns 1 when it is usable. Thread-safe; the first call decides.
@@ -30,6 +35,13 @@ int rtsync_curl_available(void);
 int rtsync_curl_perform(const char *method, const char *url, const char *const *headers, size_t header_count,
                         const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
                         rtsync_curl_result *result);
+
+/// Like rtsync_curl_perform, for any method (GET and HEAD send no body; HEAD reads none), writing the body of a 2xx
+/// answer with pwrite into `out_fd` from `out_offset` on, as it arrives, instead of into `result->body` (other
+/// answers, error documents, still go to `result->body`). `out_fd` < 0 keeps every body in memory.
+int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *const *headers, size_t header_count,
+                              const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
+                              int out_fd, long long out_offset, rtsync_curl_result *result);
 
 /// Frees the buffers of a result.
 void rtsync_curl_result_free(rtsync_curl_result *result);
