@@ -8,9 +8,10 @@ import Foundation
 /// plaintext alone. The salt (or the ephemeral key of an object encrypted to a share key) is derived from the
 /// content key, the object's key and the plaintext's SHA-256, so a resumed upload of the same file produces the same
 /// bytes for its remaining parts, and a changed file another header, which makes the saved upload start over
-/// (``contentID``). Making the header costs one read of the file before the upload (its SHA-256, and each part's);
-/// every part is checked against its digest before it is sealed, so nothing but the hashed plaintext is ever
-/// encrypted under that salt: a file changed in between fails the upload instead.
+/// (``contentID``). Making the header costs one read of the file before the upload (its SHA-256, keeping the hash
+/// state at each part boundary); every part is hashed again from the state before it and checked against the state
+/// after it before it is sealed, so nothing but the hashed plaintext is ever encrypted under that salt (a changed
+/// part would be a SHA-256 collision): a file changed in between fails the upload instead.
 struct EncryptedParts: MultipartSource {
     let fileURL: URL
     let fileMtimeNanoseconds: Int64
@@ -22,8 +23,10 @@ struct EncryptedParts: MultipartSource {
     let sha256: String
     private let header: EncryptionFormat.Header
     private let cipher: EncryptionFormat.ChunkCipher
-    /// The SHA-256 of each part's plaintext, from the read that made the header.
-    private let partDigests: [SHA256Digest]
+    /// The plaintext's hash state before each part, and its digest up to the end of each part, from the read that
+    /// made the header.
+    private let partStarts: [SHA256]
+    private let partEnds: [SHA256Digest]
     private let reader: PartReader
 
     /// Hashes the file at `fileURL` (the whole, and each part of about `partSize` plaintext bytes), then sets up its
@@ -39,17 +42,18 @@ struct EncryptedParts: MultipartSource {
         chunksPerPart = max(1, (partSize + chunk - 1) / chunk)
         reader = try PartReader(fileURL: fileURL, fileSize: st.size, partSize: chunksPerPart * chunk)
         var whole = SHA256()
-        var digests: [SHA256Digest] = []
+        var starts: [SHA256] = [], ends: [SHA256Digest] = []
         let plainParts = max(1, Int((st.size + Int64(chunksPerPart * chunk) - 1) / Int64(chunksPerPart * chunk)))
         for number in 1...plainParts {
             let data = try reader.read(part: number)
+            starts.append(whole)
             whole.update(data: data)
-            digests.append(SHA256.hash(data: data))
+            ends.append(whole.finalize())
         }
         guard FileStat.of(fileURL.path)?.size == st.size else {
             throw BucketError.localIO(path: fileURL.path, description: "the file changed while it was being read")
         }
-        let digest = Data(whole.finalize())
+        let digest = Data(ends[ends.count - 1])
         if let recipient {
             (header, cipher) = try EncryptionFormat.contentDerived(object: object, digest: digest, keyring: keyring, recipient: recipient)
         } else {
@@ -59,7 +63,8 @@ struct EncryptedParts: MultipartSource {
         fileMtimeNanoseconds = st.mtimeNanoseconds
         plainSize = st.size
         sha256 = Hashing.hex(digest)
-        partDigests = digests
+        partStarts = starts
+        partEnds = ends
     }
 
     /// All chunks of the object.
@@ -67,7 +72,7 @@ struct EncryptedParts: MultipartSource {
 
     var size: Int64 { EncryptionFormat.ciphertextSize(plaintextSize: plainSize) }
     var partSize: Int { chunksPerPart * EncryptionFormat.chunkSize }
-    var partCount: Int { partDigests.count }
+    var partCount: Int { partEnds.count }
     /// The header: key id, algorithm and the salt that follows from the plaintext.
     var contentID: String? { Hashing.hex(header.bytes) }
 
@@ -86,7 +91,9 @@ struct EncryptedParts: MultipartSource {
 
     func read(part number: Int) throws -> Data {
         let plain = try reader.read(part: number)
-        guard SHA256.hash(data: plain) == partDigests[number - 1] else {
+        var hash = partStarts[number - 1]
+        hash.update(data: plain)
+        guard hash.finalize() == partEnds[number - 1] else {
             throw BucketError.localIO(path: fileURL.path, description: "the file changed while it was being uploaded (part \(number))")
         }
         let span = plainSpan(ofPart: number)
