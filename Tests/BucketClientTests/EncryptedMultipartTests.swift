@@ -175,6 +175,32 @@ import Testing
         #expect(other.requestCounter.total == 0)
     }
 
+    /// Large media shared to another user (`share --with-media`) goes up encrypted to the recipient's share key the
+    /// same way: part by part, no staging file; the recipient's device opens it.
+    @Test func sharedLargeMedia_goesUpToTheShareKeyPartByPart_withoutAStagingFile_andOpensForTheRecipient() async throws {
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
+        let prefix = "t-\(UUID().uuidString.prefix(8))-"
+        let inner = moto.store(prefix: prefix, tweak: Self.multipart)
+        let dir = try makeTemporaryFolder()
+        let recipient = ContentKeyring.generate()
+        var sender = try unstaged(inner, dir: dir)
+        sender.recipients = ["b": try #require(recipient.shareKey).publicKey]
+        let media = randomBytes(7 << 20)
+        let file = dir.appendingPathComponent("long.mov")
+        try media.write(to: file)
+        let (_, sha) = try await sender.putReturningSHA256(key: "b/recordings/long.mov", fileURL: file)
+        #expect(sha == Hashing.sha256Hex(media))
+        #expect(inner.requestCounter.count("UploadPart") == 2)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted() == ["long.mov", "not-a-folder"])
+        let raw = try await inner.get(key: "b/recordings/long.mov")
+        #expect(EncryptionFormat.isSharedObject(raw) && raw.range(of: media.subdata(in: 4096..<4160)) == nil)
+
+        var receiver = EncryptingStore(inner: moto.store(prefix: prefix), keyring: recipient, prefixes: [],
+                                       staging: try makeTemporaryFolder().appendingPathComponent("staging"))
+        receiver.acceptShared = { key, _ in key.hasPrefix("b/recordings/") }
+        #expect(try await download(receiver, "b/recordings/long.mov") == media)
+    }
+
     @Test func encryptedParts_repeatForTheSameFileAndKey_differOtherwise_andRefuseAFileChangedMidway() throws {
         let dir = try makeTemporaryFolder()
         let file = dir.appendingPathComponent("x.m4a")
