@@ -6,8 +6,9 @@ import Foundation
 ///
 /// Listings and HEADs report plaintext sizes (computed from the ciphertext size, nothing is decrypted), so size
 /// checks, progress and media sync compare plaintext with plaintext; the wrapped store's own download checks (size,
-/// server checksum) run on the ciphertext. Files are encrypted into a staging file, chunk by chunk, that stays until
-/// its upload completes, so a multipart upload interrupted midway resumes on the next run.
+/// server checksum) run on the ciphertext. Large files are encrypted as they are uploaded, chunk by chunk: into a
+/// local folder's temporary file, or part by part into an S3 multipart upload whose salt follows from the content, so
+/// an upload interrupted midway resumes on the next run with the same bytes (``EncryptedParts``).
 public struct EncryptingStore: ObjectStore {
     /// The store holding the ciphertext.
     public let inner: any ObjectStore
@@ -20,12 +21,12 @@ public struct EncryptingStore: ObjectStore {
     public var keyDirectory: BucketKeyDirectory?
     /// Key prefixes whose objects are encrypted (e.g. `user/inbound/`).
     public let prefixes: [String]
-    /// Folder for encrypted staging files of uploads and ciphertext of downloads.
+    /// Folder for the ciphertext of downloads (and of large uploads to a store that is neither a local folder nor S3).
     public let staging: URL
     /// Where the ciphertext of an object that fails to decrypt is kept as evidence (nil: deleted).
     public let rejected: URL?
     /// Files up to this size are encrypted in memory and stored in one put, as S3 stores files up to its default
-    /// multipart threshold; larger ones go through a staging file (multipart, resumable).
+    /// multipart threshold; larger ones are encrypted as they are stored (on S3: multipart, resumable).
     public var inMemoryLimit: Int = 16 << 20
     /// Other users' share keys by user id: what is put into `<user>/inbound/` for one of them is encrypted to it.
     public var recipients: [String: Curve25519.KeyAgreement.PublicKey] = [:]
@@ -261,20 +262,12 @@ public struct EncryptingStore: ObjectStore {
         return plain(try await inner.put(key: raw, data: EncryptionFormat.encrypt(data, keyring: keyring, name: bound(key)), ifNoneMatch: ifNoneMatch), key: key)
     }
 
-    /// The staging file of an upload of `fileURL` to `key`: named by key, file and its size and mtime, so a rerun of
-    /// an interrupted upload finds the same ciphertext (and the wrapped store's resume state for it).
-    private func uploadStaging(key: String, fileURL: URL) -> URL? {
-        guard let st = FileStat.of(fileURL.path) else { return nil }
-        let id = Hashing.sha256Hex(Data("\(key)\n\(fileURL.standardizedFileURL.path)\n\(st.size)\n\(st.mtimeNanoseconds)".utf8))
-        return staging.appendingPathComponent(String(id.prefix(32)) + ".upload")
-    }
-
-    /// Staging files (and their resume state) untouched for a week belong to uploads nobody retried (the source file
-    /// changed or went away): removed.
-    private func removeAbandonedStaging(except keep: URL) {
+    /// Files a build before this one left in staging (an encrypted copy per large upload, `<id>.upload`, with its
+    /// resume file), and temporary files of uploads through staging, untouched for a week: removed.
+    private func removeAbandonedStaging() {
         let fm = FileManager.default
         let cutoff = Date().addingTimeInterval(-7 * 24 * 3600)
-        for name in (try? fm.contentsOfDirectory(atPath: staging.path)) ?? [] where name != keep.lastPathComponent {
+        for name in (try? fm.contentsOfDirectory(atPath: staging.path)) ?? [] {
             let url = staging.appendingPathComponent(name)
             guard let st = FileStat.of(url.path), st.modificationDate < cutoff else { continue }
             try? fm.removeItem(at: url)
@@ -287,79 +280,83 @@ public struct EncryptingStore: ObjectStore {
         try await putReturningSHA256(key: key, fileURL: fileURL).info
     }
 
-    /// Encrypts and stores a file (in memory up to ``inMemoryLimit``, else through a resumable staging file) and
-    /// returns the SHA-256 of its plaintext.
+    /// Encrypts and stores a file and returns the SHA-256 of its plaintext: in memory up to ``inMemoryLimit``; a
+    /// larger one straight into a local folder's temporary file, or to S3 part by part as a resumable multipart
+    /// upload (``EncryptedParts``), with no staging copy of the ciphertext.
     public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
-        if !encrypts(key), let recipient = recipient(of: key) {
-            guard let st = FileStat.of(fileURL.path) else { throw BucketError.localIO(path: fileURL.path, description: "no such file") }
-            if st.size <= Int64(inMemoryLimit) {
-                let bytes: Data
-                do { bytes = try Data(contentsOf: fileURL) } catch {
-                    throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
-                }
-                return (try await put(key: key, data: bytes, ifNoneMatch: false), Hashing.sha256Hex(bytes))
-            }
-            // Large shared media: encrypted to the recipient chunk by chunk into a staging file, then uploaded.
-            try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
-            let temp = LocalFiles.temporaryURL(beside: staging.appendingPathComponent("share"))
-            defer { try? FileManager.default.removeItem(at: temp) }
-            let sha = try EncryptionFormat.encryptFile(fileURL, to: temp, recipient: recipient, flush: false)
-            return (plain(try await inner.put(key: key, fileURL: temp)), sha)
-        }
+        let recipient = encrypts(key) ? nil : recipient(of: key)
         let raw = try bucketKey(key)
-        guard encrypts(key) else {
+        guard encrypts(key) || recipient != nil else {
             let (info, sha) = try await inner.putReturningSHA256(key: raw, fileURL: fileURL)
             return (plain(info, key: key), sha)
         }
-        guard let target = uploadStaging(key: key, fileURL: fileURL), let st = FileStat.of(fileURL.path) else {
-            throw BucketError.localIO(path: fileURL.path, description: "no such file")
-        }
+        guard let st = FileStat.of(fileURL.path) else { throw BucketError.localIO(path: fileURL.path, description: "no such file") }
         try await publishKeys()
-        if st.size <= Int64(inMemoryLimit) {
-            let bytes: Data
-            do { bytes = try Data(contentsOf: fileURL) } catch {
-                throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
-            }
-            let info = try await inner.put(key: raw, data: EncryptionFormat.encrypt(bytes, keyring: keyring, name: bound(key)), ifNoneMatch: false)
-            return (plain(info, key: key), Hashing.sha256Hex(bytes))
-        }
+        let name = recipient == nil ? bound(key) : nil
+        if st.size <= Int64(inMemoryLimit) { return try await putInMemory(key: key, raw: raw, fileURL: fileURL, name: name, recipient: recipient) }
+        removeAbandonedStaging()
         // A local folder takes the ciphertext straight into its temporary file (one write of every byte, as a plain
         // put's copy); there is no multipart upload to resume.
         if let local = inner as? LocalFolderStore {
             var sha = ""
-            let info = try local.put(key: raw) { tmp in
-                sha = try EncryptionFormat.encryptFile(fileURL, to: tmp, keyring: keyring, flush: false, name: bound(key))
-            }
+            let info = try local.put(key: raw) { tmp in sha = try encryptFile(fileURL, to: tmp, name: name, recipient: recipient) }
             return (plain(info, key: key), sha)
         }
-        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
-        removeAbandonedStaging(except: target)
-        let sha: String
-        // A staging file left by an earlier attempt is reused when it has the size this file encrypts to (it is
-        // written without fsync: a torn one after a crash is made again).
-        if let old = FileStat.of(target.path), old.size == EncryptionFormat.ciphertextSize(plaintextSize: st.size) {
-            sha = try LocalFiles.sha256Hex(of: fileURL)
-        } else {
-            let temp = LocalFiles.temporaryURL(beside: target)
-            defer { try? FileManager.default.removeItem(at: temp) }
-            let (ring, name) = (keyring, bound(key))
-            // Off the cooperative pool: a large file takes a while, and other files' transfers go on meanwhile.
-            sha = try await LocalFiles.offPool { try EncryptionFormat.encryptFile(fileURL, to: temp, keyring: ring, flush: false, name: name) }
-            try LocalFiles.moveAtomically(temp, to: target)
+        if let s3 = inner as? S3Store {
+            guard EncryptionFormat.ciphertextSize(plaintextSize: st.size) > Int64(s3.configuration.multipartThreshold) else {
+                // One PutObject, which holds the whole body in memory anyway.
+                return try await putInMemory(key: key, raw: raw, fileURL: fileURL, name: name, recipient: recipient)
+            }
+            let parts = try await encryptedParts(key: key, fileURL: fileURL, partSize: s3.multipartPartSize, recipient: recipient)
+            let (info, _) = try await s3.multipartUpload(key: raw, source: parts, hashFile: false)
+            return (plain(info, key: key), parts.sha256)
         }
-        let info = try await inner.put(key: raw, fileURL: target)
-        try? FileManager.default.removeItem(at: target)
-        return (plain(info, key: key), sha)
+        // Any other store: through a temporary file in staging, removed after the put.
+        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        let temp = LocalFiles.temporaryURL(beside: staging.appendingPathComponent("upload"))
+        defer { try? FileManager.default.removeItem(at: temp) }
+        // Off the cooperative pool: a large file takes a while, and other files' transfers go on meanwhile.
+        let sha = try await LocalFiles.offPool { try encryptFile(fileURL, to: temp, name: name, recipient: recipient) }
+        return (plain(try await inner.put(key: raw, fileURL: temp), key: key), sha)
     }
 
-    /// The object an interrupted upload of `fileURL` completed, judged on its staging file.
+    /// Reads the file, encrypts it in memory (random salt) and stores it with one put.
+    private func putInMemory(key: String, raw: String, fileURL: URL, name: String?,
+                             recipient: Curve25519.KeyAgreement.PublicKey?) async throws -> (info: ObjectInfo, sha256: String) {
+        let bytes: Data
+        do { bytes = try Data(contentsOf: fileURL) } catch {
+            throw BucketError.localIO(path: fileURL.path, description: error.localizedDescription)
+        }
+        let sealed = recipient.map { EncryptionFormat.encrypt(bytes, to: $0) } ?? EncryptionFormat.encrypt(bytes, keyring: keyring, name: name)
+        return (plain(try await inner.put(key: raw, data: sealed, ifNoneMatch: false), key: key), Hashing.sha256Hex(bytes))
+    }
+
+    /// Encrypts the file at `source` into `target` chunk by chunk (not flushed), to `recipient`'s share key or with
+    /// the current content key bound to `name`; returns the plaintext's SHA-256.
+    private func encryptFile(_ source: URL, to target: URL, name: String?, recipient: Curve25519.KeyAgreement.PublicKey?) throws -> String {
+        if let recipient { return try EncryptionFormat.encryptFile(source, to: target, recipient: recipient, flush: false) }
+        return try EncryptionFormat.encryptFile(source, to: target, keyring: keyring, flush: false, name: name)
+    }
+
+    /// The parts of an encrypted multipart upload of `fileURL` to `key` (hashing the file first, off the cooperative
+    /// pool).
+    private func encryptedParts(key: String, fileURL: URL, partSize: Int, recipient: Curve25519.KeyAgreement.PublicKey?) async throws -> EncryptedParts {
+        let (ring, name) = (keyring, recipient == nil ? bound(key) : nil)
+        return try await LocalFiles.offPool {
+            try EncryptedParts(fileURL: fileURL, object: key, partSize: partSize, keyring: ring, name: name, recipient: recipient)
+        }
+    }
+
+    /// The object an interrupted upload of `fileURL` completed: for an encrypted key, judged on the ciphertext the
+    /// file encrypts to (which its content-derived salt makes the same as the upload's), read only when the upload
+    /// left a resume file.
     public func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo? {
         let raw = try bucketKey(key)
         guard encrypts(key) else { return try await inner.finishedUpload(key: raw, fileURL: fileURL).map { plain($0, key: key) } }
-        guard let target = uploadStaging(key: key, fileURL: fileURL), FileManager.default.fileExists(atPath: target.path),
-              let info = try await inner.finishedUpload(key: raw, fileURL: target) else { return nil }
-        try? FileManager.default.removeItem(at: target)
-        return plain(info, key: key)
+        guard let s3 = inner as? S3Store, s3.hasResumeFile(key: raw, fileURL: fileURL), let st = FileStat.of(fileURL.path),
+              st.size > Int64(inMemoryLimit) else { return nil }
+        let parts = try await encryptedParts(key: key, fileURL: fileURL, partSize: s3.multipartPartSize, recipient: nil)
+        return try await s3.finishedUpload(key: raw, source: parts).map { plain($0, key: key) }
     }
 
     /// Copies inside the bucket when both keys are encrypted or both are not; nil across the boundary.

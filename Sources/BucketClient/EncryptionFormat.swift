@@ -12,9 +12,10 @@ import Foundation
 ///                  aad: header | i as u64 BE | final flag (1 byte))
 /// ```
 ///
-/// The random salt makes each object's key and nonces its own, so a chunk moved to another object fails; the index in
-/// nonce and AAD catches reordered and replayed chunks; the final flag catches truncation at a chunk boundary; the
-/// header in the AAD binds version, key id and chunk size. An empty plaintext is one empty final chunk. Sizes map both
+/// The salt (random, or for a resumable multipart upload derived from the content key, the object's key and the
+/// plaintext's SHA-256: ``contentSalt(secret:label:object:plaintextSHA256:)``) makes each object's key and nonces its
+/// own, so a chunk moved to another object fails; the index in nonce and AAD catches reordered and replayed chunks;
+/// the final flag catches truncation at a chunk boundary; the header in the AAD binds version, key id and chunk size. An empty plaintext is one empty final chunk. Sizes map both
 /// ways without reading the object (``plaintextSize(ciphertextSize:)``), so listings need no decryption.
 public enum EncryptionFormat {
     /// The first 8 bytes of every encrypted object.
@@ -68,10 +69,10 @@ public enum EncryptionFormat {
         let keyID: String
         var algorithm: UInt8 { bytes[bytes.startIndex + 9] }
 
-        /// A new header for `key` with a random salt; `named`: bound to a media path (algorithm 3).
-        init(key: ContentKey, named: Bool = false) {
+        /// A new header for `key` with `salt` (nil: a random one); `named`: bound to a media path (algorithm 3).
+        init(key: ContentKey, named: Bool = false, salt: [UInt8]? = nil) {
             self.init(algorithm: named ? EncryptionFormat.algorithmAESGCMNamed : EncryptionFormat.algorithmAESGCM, keyID: key.id,
-                      salt: (0..<32).map { _ in UInt8.random(in: 0...255) })
+                      salt: salt ?? (0..<32).map { _ in UInt8.random(in: 0...255) })
         }
 
         init(algorithm: UInt8, keyID: String, salt: [UInt8]) {
@@ -218,6 +219,52 @@ public enum EncryptionFormat {
         }
     }
 
+    // MARK: - Salts derived from the content
+
+    /// The salt of an object whose ciphertext must come out the same on every attempt (a resumed multipart upload
+    /// sends only the missing parts): HMAC-SHA256 under `secret` (the content key) of a label, the object's key and
+    /// the SHA-256 of its plaintext. Unlike a random salt it makes the same plaintext under the same key encrypt to
+    /// the same bytes; any other plaintext gets another salt, so a per-object key and nonce never seal two
+    /// plaintexts, as long as what is sealed is what was hashed (``EncryptedParts`` checks that part by part).
+    static func contentSalt(secret: SymmetricKey, label: String, object: String, plaintextSHA256: some DataProtocol) -> [UInt8] {
+        var message = Data(label.utf8)
+        message.append(0)
+        message.append(contentsOf: Data(object.utf8))
+        message.append(0)
+        message.append(contentsOf: plaintextSHA256)
+        return Array(HMAC<SHA256>.authenticationCode(for: message, using: secret))
+    }
+
+    /// Header and chunk cipher of `object` (plaintext SHA-256 `digest`) for the keyring's current key with a salt
+    /// derived from the content (``contentSalt(secret:label:object:plaintextSHA256:)``); with `name`, bound to that
+    /// media path (algorithm 3).
+    static func contentDerived(object: String, digest: some DataProtocol, keyring: ContentKeyring, name: String?) -> (Header, ChunkCipher) {
+        let key = keyring.current
+        let salt = contentSalt(secret: key.key, label: "rtsync object salt v1", object: object, plaintextSHA256: digest)
+        let header = Header(key: key, named: name != nil, salt: salt)
+        return (header, try! ChunkCipher(header: header, keyring: keyring, object: object, name: name))
+    }
+
+    /// Header and chunk cipher of `object` (plaintext SHA-256 `digest`) encrypted to another user's share key, with
+    /// the ephemeral key derived from the sender's current content key and the content as a salt is
+    /// (``contentSalt(secret:label:object:plaintextSHA256:)``), so that a resumed upload repeats the same bytes.
+    static func contentDerived(object: String, digest: some DataProtocol, keyring: ContentKeyring,
+                               recipient: Curve25519.KeyAgreement.PublicKey) throws -> (Header, ChunkCipher) {
+        let seed = contentSalt(secret: keyring.current.key, label: "rtsync share ephemeral v1 " + ContentKeyring.shareKeyID(recipient),
+                               object: object, plaintextSHA256: digest)
+        return try shareCipher(ephemeral: try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: seed), recipient: recipient, object: object)
+    }
+
+    /// Header and chunk cipher of an object encrypted to `recipient` with the `ephemeral` key (its public half in
+    /// the header's salt field).
+    static func shareCipher(ephemeral: Curve25519.KeyAgreement.PrivateKey, recipient: Curve25519.KeyAgreement.PublicKey,
+                            object: String) throws -> (Header, ChunkCipher) {
+        let header = Header(algorithm: algorithmShareX25519, keyID: ContentKeyring.shareKeyID(recipient),
+                            salt: Array(ephemeral.publicKey.rawRepresentation))
+        let secret = try ephemeral.sharedSecretFromKeyAgreement(with: recipient)
+        return (header, ChunkCipher(header: header, secret: secret.withUnsafeBytes { SymmetricKey(data: Data($0)) }, object: object))
+    }
+
     // MARK: - Whole objects in memory
 
     /// Encrypts `plain` with the keyring's current key; with `name`, bound to that media path (algorithm 3).
@@ -230,11 +277,7 @@ public enum EncryptionFormat {
     /// Encrypts `plain` to another user's share key (X25519 with a fresh ephemeral key): only that user's devices can
     /// read it, and nothing else of the sender's is exposed to them.
     public static func encrypt(_ plain: Data, to recipient: Curve25519.KeyAgreement.PublicKey) -> Data {
-        let ephemeral = Curve25519.KeyAgreement.PrivateKey()
-        let header = Header(algorithm: algorithmShareX25519, keyID: ContentKeyring.shareKeyID(recipient),
-                            salt: Array(ephemeral.publicKey.rawRepresentation))
-        let secret = try! ephemeral.sharedSecretFromKeyAgreement(with: recipient)
-        let cipher = ChunkCipher(header: header, secret: secret.withUnsafeBytes { SymmetricKey(data: Data($0)) }, object: "")
+        let (header, cipher) = try! shareCipher(ephemeral: Curve25519.KeyAgreement.PrivateKey(), recipient: recipient, object: "")
         return sealed(plain, header: header, cipher: cipher)
     }
 
@@ -289,10 +332,7 @@ public enum EncryptionFormat {
     /// Encrypts the file at `source` into `target` to another user's share key (as ``encrypt(_:to:)``), one batch of
     /// chunks at a time, returning the plaintext's SHA-256 (hex).
     public static func encryptFile(_ source: URL, to target: URL, recipient: Curve25519.KeyAgreement.PublicKey, flush: Bool = true) throws -> String {
-        let ephemeral = Curve25519.KeyAgreement.PrivateKey()
-        let header = Header(algorithm: algorithmShareX25519, keyID: ContentKeyring.shareKeyID(recipient), salt: Array(ephemeral.publicKey.rawRepresentation))
-        let secret = try ephemeral.sharedSecretFromKeyAgreement(with: recipient)
-        let cipher = ChunkCipher(header: header, secret: secret.withUnsafeBytes { SymmetricKey(data: Data($0)) }, object: source.path)
+        let (header, cipher) = try shareCipher(ephemeral: Curve25519.KeyAgreement.PrivateKey(), recipient: recipient, object: source.path)
         return try encryptFile(source, to: target, header: header, cipher: cipher, flush: flush)
     }
 

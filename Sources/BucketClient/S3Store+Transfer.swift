@@ -320,6 +320,10 @@ struct MultipartState: Codable, Sendable, Equatable {
     /// The checksum algorithm the upload was created with (`CRC32`), which every part and the completion must then
     /// carry; nil for none (and in state files written before rtsync sent part checksums).
     var checksumAlgorithm: String? = nil
+    /// The identity of the object's bytes when they are not the file's as it is (``MultipartSource/contentID``: the
+    /// header of an encrypted upload, which its content-derived salt makes change with the plaintext); nil for a file
+    /// judged by size and modification time.
+    var contentID: String? = nil
 }
 
 /// Serializes updates of the state file while parts finish concurrently.
@@ -387,26 +391,30 @@ extension S3Store {
             let sha256 = Hashing.sha256Hex(data)
             return (try await put(key: key, data: data, ifNoneMatch: false, sha256: sha256), sha256)
         }
-        return try await multipartUpload(key: key, fileURL: fileURL, stat: st, hashFile: hashFile)
+        return try await multipartUpload(key: key, source: try FileParts(fileURL: fileURL, stat: st, partSize: multipartPartSize), hashFile: hashFile)
     }
 
-    func multipartUpload(key: String, fileURL: URL, stat st: FileStat, hashFile: Bool) async throws -> (info: ObjectInfo, sha256: String?) {
-        TransferProgress.current?.expect(bytes: st.size, key: key)
-        let partSize = max(5 << 20, configuration.partSize)
-        let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
-        let stateURL = multipartStateURL(fileURL: fileURL, key: key)
+    /// The part size of multipart uploads: the configured one, at least S3's minimum of 5 MiB.
+    var multipartPartSize: Int { max(5 << 20, configuration.partSize) }
+
+    /// A resumable multipart upload of what `source` reads (see ``put(key:fileURL:)``): a resume file beside the
+    /// source file (or in ``S3Configuration/stateDirectory``) records the upload and its parts, and a later call
+    /// with the same bytes (``MultipartSource/isResumable(from:)``) sends only the parts the server lacks; with other
+    /// bytes the saved upload is aborted and a new one begins. With `hashFile`, also returns the SHA-256 of the bytes.
+    func multipartUpload(key: String, source: some MultipartSource, hashFile: Bool) async throws -> (info: ObjectInfo, sha256: String?) {
+        TransferProgress.current?.expect(bytes: source.size, key: key)
+        let partCount = source.partCount
+        let stateURL = multipartStateURL(fileURL: source.fileURL, key: key)
         var state: MultipartState? = nil
         // Whether this upload was created here by a server answering as the S3 API reference documents (see the
         // end: then Complete's ETag is the object's, and no HEAD is needed to learn the one listings show).
         var createdByConformingServer = false
         let saved = (try? Data(contentsOf: stateURL)).flatMap { try? JSONDecoder().decode(MultipartState.self, from: $0) }
-        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty,
-           (saved.fileSize != st.size || saved.fileMtimeNanoseconds != st.mtimeNanoseconds || saved.partSize != partSize) {
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty, !source.isResumable(from: saved) {
             // The file changed since the interrupted upload: drop its parts on the server.
             try? await abortMultipartUpload(key: key, uploadId: saved.uploadId)
         }
-        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty, saved.fileSize == st.size,
-           saved.fileMtimeNanoseconds == st.mtimeNanoseconds, saved.partSize == partSize {
+        if let saved, saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty, source.isResumable(from: saved) {
             // Trust only what the server still has.
             let uploaded: [Int: (etag: String, size: Int64)]?
             do {
@@ -414,19 +422,17 @@ extension S3Store {
             } catch BucketError.notFound {
                 // The upload was completed or aborted meanwhile. Completed (a crash lost Complete's answer, or came
                 // before the resume file was removed): the object already holds this file, so finish here.
-                if let info = try await assembledObject(key: key, fileURL: fileURL, stat: st, partSize: saved.partSize,
-                                                        stateWritten: FileStat.of(stateURL.path)?.modificationDate) {
+                if let info = try await assembledObject(key: key, source: source, stateWritten: FileStat.of(stateURL.path)?.modificationDate) {
                     try? FileManager.default.removeItem(at: stateURL)
-                    return (info, hashFile ? try LocalFiles.sha256Hex(of: fileURL) : nil)
+                    return (info, hashFile ? try LocalFiles.sha256Hex(of: source.fileURL) : nil)
                 }
                 uploaded = nil  // Aborted, or another object now: start a new upload.
             }
             if let uploaded {
                 var resumed = saved
                 resumed.parts = [:]
-                for (number, part) in uploaded where number <= partCount {
-                    let expected = number == partCount ? st.size - Int64(partSize) * Int64(partCount - 1) : Int64(partSize)
-                    if part.size == expected { resumed.parts[number] = part.etag }
+                for (number, part) in uploaded where number <= partCount && part.size == source.length(ofPart: number) {
+                    resumed.parts[number] = part.etag
                 }
                 state = resumed
             }
@@ -442,8 +448,9 @@ extension S3Store {
         if state == nil {
             // Recorded before the upload exists (no id yet): a process killed before the id below is saved leaves
             // this, so a later clean-up knows an upload of this key may be open (`abandonInterruptedUpload`).
-            let intent = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: "", fileSize: st.size,
-                                        fileMtimeNanoseconds: st.mtimeNanoseconds, partSize: partSize, parts: [:])
+            let intent = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: "", fileSize: source.size,
+                                        fileMtimeNanoseconds: source.fileMtimeNanoseconds, partSize: source.partSize, parts: [:],
+                                        contentID: source.contentID)
             if let data = try? JSONEncoder().encode(intent) { MultipartStateFile.write(data, to: stateURL) }
             var request = Request(method: "POST", key: key, operation: "CreateMultipartUpload")
             request.query = ["uploads": ""]
@@ -456,9 +463,9 @@ extension S3Store {
                 throw BucketError.invalidResponse(request: describe(request), reason: "no UploadId")
             }
             createdByConformingServer = xml.name == "InitiateMultipartUploadResult"
-            state = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: uploadId, fileSize: st.size,
-                                   fileMtimeNanoseconds: st.mtimeNanoseconds, partSize: partSize, parts: [:],
-                                   checksumAlgorithm: checksumAlgorithm)
+            state = MultipartState(bucket: configuration.bucket, key: fullKey(key), uploadId: uploadId, fileSize: source.size,
+                                   fileMtimeNanoseconds: source.fileMtimeNanoseconds, partSize: source.partSize, parts: [:],
+                                   checksumAlgorithm: checksumAlgorithm, contentID: source.contentID)
         }
         let stateFile = MultipartStateFile(url: stateURL, state: state!)
         await stateFile.save()
@@ -466,7 +473,6 @@ extension S3Store {
         let done = state!.parts
         let stopAfter = configuration.stopAfterPartsForTesting
         let window = max(1, configuration.maxConcurrency)
-        let reader = try PartReader(fileURL: fileURL, fileSize: st.size, partSize: partSize)
         var fileHasher = hashFile ? Hashing.SHA256Stream() : nil
         // A resumed upload keeps the algorithm it was created with, whatever the configuration says now.
         let partCRC32 = state!.checksumAlgorithm == "CRC32"
@@ -491,7 +497,7 @@ extension S3Store {
                     // Uploaded before an interruption: only hashed (when asked, and for the completion's part
                     // checksum), not sent again.
                     if fileHasher != nil || partCRC32 {
-                        let data = try reader.read(part: number)
+                        let data = try source.read(part: number)
                         if fileHasher != nil { fileHasher!.update(data) }
                         if partCRC32 { partChecksums[number] = Hashing.crc32Base64(data) }
                     }
@@ -500,7 +506,7 @@ extension S3Store {
                 while running >= window { try await collect() }
                 await partLimiter.acquire()
                 let data: Data
-                do { data = try reader.read(part: number) } catch {
+                do { data = try source.read(part: number) } catch {
                     await partLimiter.release()
                     throw error
                 }
@@ -558,7 +564,7 @@ extension S3Store {
             // some servers, rclone serve s3, give an assembled object a plain MD5 ETag).
             let info = try await head(key: key)
             let recent = (info.lastModified ?? .distantPast) >= completeStarted.addingTimeInterval(-Self.clockSkewAllowance)
-            guard info.size == st.size, info.etag.hasSuffix("-\(partCount)") || recent else { throw BucketError.notFound(key: key) }
+            guard info.size == source.size, info.etag.hasSuffix("-\(partCount)") || recent else { throw BucketError.notFound(key: key) }
             await stateFile.remove()
             return (info, sha256)
         }
@@ -568,16 +574,16 @@ extension S3Store {
         let completedETag = Self.unquote(xml.string("ETag"))
         if createdByConformingServer, completedETag.hasSuffix("-\(partCount)") {
             // S3 (and moto, MinIO, Ceph) lists and HEADs an object with the ETag Complete gave it.
-            return (ObjectInfo(key: key, size: st.size, etag: completedETag, lastModified: Date()), sha256)
+            return (ObjectInfo(key: key, size: source.size, etag: completedETag, lastModified: Date()), sha256)
         }
         // The ETag that HEAD and listings will report can differ from Complete's (rclone serve s3, which names the
         // root of CreateMultipartUpload's answer <InitiateMultipartUpload>, answers "<md5 of part md5s>-N", then
         // lists the MD5 of the whole object). Record the one listings show, so the next sync does not take the
         // object for changed; keep Complete's when HEAD cannot confirm the upload. Resumed uploads ask too.
-        if let listed = try? await head(key: key), listed.size == st.size, !listed.etag.isEmpty {
-            return (ObjectInfo(key: key, size: st.size, etag: listed.etag, lastModified: listed.lastModified ?? Date()), sha256)
+        if let listed = try? await head(key: key), listed.size == source.size, !listed.etag.isEmpty {
+            return (ObjectInfo(key: key, size: source.size, etag: listed.etag, lastModified: listed.lastModified ?? Date()), sha256)
         }
-        return (ObjectInfo(key: key, size: st.size, etag: completedETag, lastModified: Date()), sha256)
+        return (ObjectInfo(key: key, size: source.size, etag: completedETag, lastModified: Date()), sha256)
     }
 
     /// The object an interrupted multipart upload of `fileURL` to `key` completed on the server before the process
@@ -586,59 +592,50 @@ extension S3Store {
     /// is not this file.
     /// - Throws: ``BucketError`` when the server cannot be asked.
     public func finishedUpload(key: String, fileURL: URL) async throws -> ObjectInfo? {
-        guard let st = FileStat.of(fileURL.path), st.isRegularFile, st.size > Int64(configuration.multipartThreshold) else { return nil }
-        let stateURL = multipartStateURL(fileURL: fileURL, key: key)
+        guard let st = FileStat.of(fileURL.path), st.isRegularFile, st.size > Int64(configuration.multipartThreshold),
+              hasResumeFile(key: key, fileURL: fileURL) else { return nil }
+        return try await finishedUpload(key: key, source: try FileParts(fileURL: fileURL, stat: st, partSize: multipartPartSize))
+    }
+
+    /// Whether an upload of `fileURL` to `key` left a resume file (cheap: nothing is read or asked).
+    func hasResumeFile(key: String, fileURL: URL) -> Bool {
+        FileStat.of(multipartStateURL(fileURL: fileURL, key: key).path) != nil
+    }
+
+    /// ``finishedUpload(key:fileURL:)`` for the bytes `source` reads.
+    func finishedUpload(key: String, source: some MultipartSource) async throws -> ObjectInfo? {
+        let stateURL = multipartStateURL(fileURL: source.fileURL, key: key)
         guard let stateStat = FileStat.of(stateURL.path),
               let saved = (try? Data(contentsOf: stateURL)).flatMap({ try? JSONDecoder().decode(MultipartState.self, from: $0) }),
-              saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty, saved.fileSize == st.size,
-              saved.fileMtimeNanoseconds == st.mtimeNanoseconds else { return nil }
+              saved.bucket == configuration.bucket, saved.key == fullKey(key), !saved.uploadId.isEmpty,
+              source.isResumable(from: saved) else { return nil }
         do {
             _ = try await listParts(key: key, uploadId: saved.uploadId)
             return nil  // Still open: the object, if any, is an older one.
         } catch BucketError.notFound {}
-        guard let info = try await assembledObject(key: key, fileURL: fileURL, stat: st, partSize: saved.partSize,
-                                                   stateWritten: stateStat.modificationDate) else { return nil }
+        guard let info = try await assembledObject(key: key, source: source, stateWritten: stateStat.modificationDate) else { return nil }
         try? FileManager.default.removeItem(at: stateURL)
         return info
     }
 
-    /// HEADs `key` and returns it when it holds `fileURL` as uploaded in parts of `partSize`: the size matches and
-    /// the ETag is the file's MD5 (rclone serve s3), or the MD5 of its parts' MD5s with their count (AWS, moto), or
+    /// HEADs `key` and returns it when it holds what `source` reads, as uploaded in its parts: the size matches and
+    /// the ETag is the bytes' MD5 (rclone serve s3), or the MD5 of its parts' MD5s with their count (AWS, moto), or
     /// (another ETag scheme) the object was written after the resume file was last written (the Complete came last).
-    func assembledObject(key: String, fileURL: URL, stat st: FileStat, partSize: Int, stateWritten: Date?) async throws -> ObjectInfo? {
+    func assembledObject(key: String, source: some MultipartSource, stateWritten: Date?) async throws -> ObjectInfo? {
         let info: ObjectInfo
         do { info = try await head(key: key) } catch BucketError.notFound { return nil }
-        guard info.size == st.size, partSize > 0 else { return nil }
+        guard info.size == source.size else { return nil }
         let etag = info.etag.lowercased()
         let isHex = { (text: Substring) in text.count == 32 && text.allSatisfy(\.isHexDigit) }
         if isHex(Substring(etag)) {
-            return try Self.md5Hex(ofFile: fileURL, size: st.size) == etag ? info : nil
+            return try source.md5Hex() == etag ? info : nil
         }
         if let dash = etag.lastIndex(of: "-"), isHex(etag[..<dash]), let count = Int(etag[etag.index(after: dash)...]) {
-            let partCount = Int((st.size + Int64(partSize) - 1) / Int64(partSize))
-            guard count == partCount else { return nil }
-            return try Self.multipartETag(ofFile: fileURL, size: st.size, partSize: partSize) == etag ? info : nil
+            guard count == source.partCount else { return nil }
+            return try source.multipartETag() == etag ? info : nil
         }
         guard let stateWritten, let written = info.lastModified else { return nil }
         return written >= stateWritten.addingTimeInterval(-Self.clockSkewAllowance) ? info : nil
-    }
-
-    /// The MD5 of a file, lowercase hex, read in 8 MiB pieces.
-    static func md5Hex(ofFile url: URL, size: Int64) throws -> String {
-        let reader = try PartReader(fileURL: url, fileSize: size, partSize: 8 << 20)
-        var md5 = Insecure.MD5()
-        let pieces = Int((size + Int64(8 << 20) - 1) / Int64(8 << 20))
-        for number in stride(from: 1, through: pieces, by: 1) { md5.update(data: try reader.read(part: number)) }
-        return Hashing.hex(md5.finalize())
-    }
-
-    /// The ETag S3 gives a multipart upload of `url` in parts of `partSize`: MD5 of the parts' MD5s, `-` part count.
-    static func multipartETag(ofFile url: URL, size: Int64, partSize: Int) throws -> String {
-        let reader = try PartReader(fileURL: url, fileSize: size, partSize: partSize)
-        let count = Int((size + Int64(partSize) - 1) / Int64(partSize))
-        var digests = Data()
-        for number in stride(from: 1, through: count, by: 1) { digests.append(contentsOf: Insecure.MD5.hash(data: try reader.read(part: number))) }
-        return Hashing.md5Hex(digests) + "-\(count)"
     }
 
     /// How far a server's clock may be behind ours when judging whether an object was written by this upload.

@@ -47,7 +47,7 @@ extension RTSyncHome {
         try ContentKeyring.load(file: contentKeysFile, passphrase: passphrase)
     }
 
-    /// Where uploads are encrypted before they go and downloads are decrypted after they arrive.
+    /// Where downloads' ciphertext lands before it is decrypted (large uploads are encrypted as they go, with no copy here).
     public var encryptionStaging: URL { support.appendingPathComponent("encryption-staging") }
 
     /// The key prefixes `settings.encryption` covers for `user` (trash too when media is encrypted, since deleted

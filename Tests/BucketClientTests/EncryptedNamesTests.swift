@@ -93,7 +93,7 @@ import Testing
         var store = EncryptingStore(inner: inner, keyring: ring, prefixes: ["u/recordings/", "u/images/", "u/trash/"],
                                     staging: dir.appendingPathComponent("staging"), rejected: dir.appendingPathComponent("quarantine"))
         store.names = EncryptedNames(user: "u", kinds: ["recordings", "images"], keyring: ring)
-        store.inMemoryLimit = 100_000  // the larger file goes through a staging file
+        store.inMemoryLimit = 100_000  // the larger file is encrypted chunk by chunk as it is stored
         return Device(documents: dir.appendingPathComponent("Documents"), manifest: dir.appendingPathComponent("manifest.json"), store: store)
     }
 

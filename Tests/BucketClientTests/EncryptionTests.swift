@@ -293,51 +293,6 @@ import Testing
         guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
         try await exercise(moto.store())
     }
-
-    @Test func s3_largeMedia_goesUpMultipartEncrypted_andComesBackWhole() async throws {
-        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
-        let inner = moto.store { $0.multipartThreshold = 5 << 20; $0.partSize = 5 << 20 }
-        var (store, dir) = try wrap(inner)
-        store.inMemoryLimit = 5 << 20  // larger files go through the staging file
-        let media = randomBytes(11 << 20)
-        let file = dir.appendingPathComponent("big.mov")
-        try media.write(to: file)
-        let info = try await store.put(key: "u/recordings/big.mov", fileURL: file)
-        #expect(info.size == Int64(media.count))
-        #expect(try await inner.head(key: "u/recordings/big.mov").etag.contains("-"))  // a multipart ETag
-        let out = dir.appendingPathComponent("big.out")
-        try await store.download(key: "u/recordings/big.mov", to: out, expecting: try await store.head(key: "u/recordings/big.mov"))
-        #expect(try Data(contentsOf: out) == media)
-        let s = Int64(7 << 20)
-        #expect(try await store.get(key: "u/recordings/big.mov", range: ByteRange(start: s, end: s + 100_000), ifMatch: nil)
-                == media.subdata(in: Int(s)..<Int(s) + 100_001))
-    }
-
-    /// An upload that fails leaves its encrypted staging file; the next attempt of the same file uploads that same
-    /// ciphertext (what lets the wrapped store resume a multipart upload), then removes it.
-    @Test func failedUpload_keepsItsCiphertext_andTheRetryUploadsTheSameBytes() async throws {
-        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
-        var down = S3Configuration(bucket: "nowhere", region: "us-east-1", endpoint: URL(string: "http://127.0.0.1:9")!, addressingStyle: .path,
-                                   credentials: AWSCredentials(accessKeyId: "a", secretAccessKey: "b"))
-        down.retry = RetryPolicy(maxAttempts: 1, baseDelay: 0.01, maxDelay: 0.01)
-        var (failing, dir) = try wrap(S3Store(configuration: down))
-        failing.inMemoryLimit = 0
-        let file = dir.appendingPathComponent("take.m4a")
-        let media = randomBytes(150_000)
-        try media.write(to: file)
-        await #expect(throws: (any Error).self) { try await failing.put(key: "u/recordings/take.m4a", fileURL: file) }
-        let left = try FileManager.default.contentsOfDirectory(atPath: failing.staging.path).filter { $0.hasSuffix(".upload") }
-        try #require(left.count == 1)
-        let staged = try Data(contentsOf: failing.staging.appendingPathComponent(left[0]))
-
-        let inner = moto.store()
-        var retry = EncryptingStore(inner: inner, keyring: keyring, prefixes: failing.prefixes, staging: failing.staging)
-        retry.inMemoryLimit = 0
-        try await retry.put(key: "u/recordings/take.m4a", fileURL: file)
-        #expect(try await inner.get(key: "u/recordings/take.m4a") == staged)
-        #expect(try await retry.get(key: "u/recordings/take.m4a") == media)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: failing.staging.path).filter { $0.hasSuffix(".upload") }.isEmpty)
-    }
 }
 
 extension EncryptingStoreTests {
@@ -364,29 +319,6 @@ extension EncryptingStoreTests {
         await #expect(throws: BucketError.self) { try await store.put(key: "u/recordings/gone.mov", fileURL: dir.appendingPathComponent("missing.mov")) }
         let left = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("u/recordings").path).sorted()
         #expect(left == ["big.mov", "dir.mov"])
-    }
-
-    /// A multipart upload of a large encrypted file stopped after two parts resumes in the next process: the staging
-    /// file and the S3 resume state survive, no part is sent twice, and the object decrypts to the file.
-    @Test func interruptedEncryptedMultipartUpload_resumesWithoutReuploadingParts() async throws {
-        guard let moto = try await MotoServer.authenticatedUnlessSkipped() else { return }
-        let prefix = "t-\(UUID().uuidString.prefix(8))-"
-        let crashing = moto.store(prefix: prefix) { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20; $0.maxConcurrency = 1; $0.stopAfterPartsForTesting = 2 }
-        var (first, dir) = try wrap(crashing)
-        first.inMemoryLimit = 0
-        let file = dir.appendingPathComponent("long.mov")
-        let media = randomBytes(16 << 20)
-        try media.write(to: file)
-        await #expect(throws: BucketError.self) { try await first.put(key: "u/recordings/long.mov", fileURL: file) }
-
-        let resumedInner = moto.store(prefix: prefix) { $0.multipartThreshold = 6 << 20; $0.partSize = 5 << 20 }
-        var resumed = EncryptingStore(inner: resumedInner, keyring: keyring, prefixes: first.prefixes, staging: first.staging)
-        resumed.inMemoryLimit = 0
-        try await resumed.put(key: "u/recordings/long.mov", fileURL: file)
-        #expect(resumedInner.requestCounter.count("CreateMultipartUpload") == 0)
-        #expect(resumedInner.requestCounter.count("UploadPart") == 2)  // 4 parts, 2 already there
-        #expect(try await resumed.get(key: "u/recordings/long.mov") == media)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: first.staging.path).isEmpty)
     }
 }
 

@@ -1,3 +1,4 @@
+import BucketClient
 import BucketSync
 import Foundation
 #if canImport(FoundationNetworking)
@@ -35,14 +36,30 @@ struct InterruptedUploadTests {
     }
 
     @Test func sync_afterBackupUploadsKilledMidMultipart_abortsTheirOpenUploads_andRemovesTheirResumeFiles() async throws {
+        try await abandonsKilledBackupUploads(encrypted: false)
+    }
+
+    /// Encrypted backups go up without a staging copy, so their resume files sit beside the backups as plain ones do,
+    /// and the same clean-up gives their uploads up.
+    @Test func sync_withEncryptedBackups_afterUploadsKilledMidMultipart_abortsTheirOpenUploads_andRemovesTheirResumeFiles() async throws {
+        try await abandonsKilledBackupUploads(encrypted: true)
+    }
+
+    func abandonsKilledBackupUploads(encrypted: Bool) async throws {
         let moto = try await LTMoto.shared.value
         let dir = try TemporaryDirectory()
         let bucketURL = moto.freshBucketURL()
         defer { let remote = try? moto.remote(bucketURL); Task { await knEmpty(remote, bucketURL) } }
         let home = ltHome(dir, "A")
         try ltEditSettings(home) { $0.tier = .premium; $0.bucket = bucketURL }
-        let remote = try moto.remote(bucketURL)
+        var remote = try moto.remote(bucketURL)
         let user = try await InitChain(home: home, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run().userId
+        if encrypted {
+            try ContentKeyring.generate().save(to: home.contentKeysFile)
+            try ltEditSettings(home) { $0.encryption = ["backups"] }
+            remote = ObjectStoreRemote(store: try home.encrypting(remote.store, settings: try home.loadSettings()), isLocal: false)
+            try #require(remote.encryptedPrefixes == ["\(user)/backups/"])
+        }
         let manager = BackupManager(home: home)
         // One upload killed after its id was saved, one killed before (its resume file has no id yet).
         let saved = try manager.create(), unsaved = try manager.create()

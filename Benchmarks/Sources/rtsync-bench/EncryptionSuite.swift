@@ -5,8 +5,9 @@ import Foundation
 ///
 /// `MediaSync(...).run` with direction `.push` (default options otherwise) pushes the same documents folder to an
 /// empty prefix of the loopback `moto_server` and of a local folder, once through the plain store and once through
-/// an `EncryptingStore` (every kind encrypted; files encrypted chunk by chunk into a staging folder, then uploaded,
-/// multipart for the large ones). Plain and encrypted take turns going first. Files: 200 × 64 KiB images and
+/// an `EncryptingStore` (every kind encrypted; files up to 16 MiB encrypted in memory and put once, larger ones
+/// encrypted as they are stored: part by part into a multipart upload on S3, straight into the temporary file of a
+/// local folder; no staging file). Plain and encrypted take turns going first. Files: 200 × 64 KiB images and
 /// 2 × 16 MiB recordings with `--quick`, 1,000 × 64 KiB and 4 × 64 MiB otherwise.
 func runEncryptionSuite(_ ctx: BenchContext, moto: MotoServer?, motoNote: String) async throws -> [Row] {
     let runs = min(ctx.runs, 5)
