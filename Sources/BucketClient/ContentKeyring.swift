@@ -59,6 +59,12 @@ public struct ContentKeyring: Sendable {
     @discardableResult
     public mutating func rotate(publishable: Bool = true) -> ContentKey {
         var k = ContentKey.generate()
+        // Key files keep creation times to the second, and keys are ordered by creation (then id): a key made within
+        // a second of the newest would not always sort after it, so the oldest key, which encrypts media names,
+        // could change. The new key is dated at least a second after every other.
+        if let newest = keys.map(\.created).max(), k.created < newest.addingTimeInterval(1) {
+            k = ContentKey(id: k.id, key: k.key, created: newest.addingTimeInterval(1))
+        }
         k.publishable = publishable
         keys.append(k)
         currentID = k.id

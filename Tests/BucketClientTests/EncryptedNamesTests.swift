@@ -37,6 +37,22 @@ import Testing
         #expect(throws: EncryptionError.nameNotDecryptable(object: raw)) { try stranger.plainKey(raw) }
     }
 
+    /// Rotations in the same second as the key's creation (as a script does) keep the order keys were made in through
+    /// a key file, which stores times to the second, so every device seals names with the same, first key.
+    @Test func rotationsWithinASecond_keepTheFirstKeyOldest_throughAKeyFile_andNamesUnchanged() throws {
+        for _ in 0..<20 {
+            var ring = ContentKeyring.generate()
+            let first = ring.currentID
+            let before = try EncryptedNames(user: "u", kinds: ["images"], keyring: ring).bucketKey("u/images/a.jpg")
+            ring.rotate()
+            ring.rotate()
+            let reloaded = try ContentKeyring.decode(ring.encoded(), path: "keys.json")
+            #expect(reloaded.chronological.map(\.id) == ring.keys.map(\.id))
+            #expect(reloaded.chronological.first?.id == first)
+            #expect(try EncryptedNames(user: "u", kinds: ["images"], keyring: reloaded).bucketKey("u/images/a.jpg") == before)
+        }
+    }
+
     @Test func changedOrPlaintextOrNonCanonicalName_doesNotDecrypt() throws {
         let raw = try names.bucketKey("u/images/a.jpg")
         let segment = raw.dropFirst("u/images/".count)
