@@ -8,7 +8,7 @@ import Foundation
 /// checks, progress and media sync compare plaintext with plaintext; the wrapped store's own download checks (size,
 /// server checksum) run on the ciphertext. Large files are encrypted as they are uploaded, chunk by chunk: into a
 /// local folder's temporary file, or part by part into an S3 multipart upload whose salt follows from the content, so
-/// an upload interrupted midway resumes on the next run with the same bytes (``EncryptedParts``).
+/// an upload interrupted midway resumes on the next run with the same bytes (`EncryptedParts`).
 public struct EncryptingStore: ObjectStore {
     /// The store holding the ciphertext.
     public let inner: any ObjectStore
@@ -282,7 +282,7 @@ public struct EncryptingStore: ObjectStore {
 
     /// Encrypts and stores a file and returns the SHA-256 of its plaintext: in memory up to ``inMemoryLimit``; a
     /// larger one straight into a local folder's temporary file, or to S3 part by part as a resumable multipart
-    /// upload (``EncryptedParts``), with no staging copy of the ciphertext.
+    /// upload (`EncryptedParts`), with no staging copy of the ciphertext.
     public func putReturningSHA256(key: String, fileURL: URL) async throws -> (info: ObjectInfo, sha256: String) {
         let recipient = encrypts(key) ? nil : recipient(of: key)
         let raw = try bucketKey(key)

@@ -13,7 +13,7 @@ import Foundation
 /// ```
 ///
 /// The salt (random, or for a resumable multipart upload derived from the content key, the object's key and the
-/// plaintext's SHA-256: ``contentSalt(secret:label:object:plaintextSHA256:)``) makes each object's key and nonces its
+/// plaintext's SHA-256: `contentSalt(secret:label:object:plaintextSHA256:)`) makes each object's key and nonces its
 /// own, so a chunk moved to another object fails; the index in nonce and AAD catches reordered and replayed chunks;
 /// the final flag catches truncation at a chunk boundary; the header in the AAD binds version, key id and chunk size. An empty plaintext is one empty final chunk. Sizes map both
 /// ways without reading the object (``plaintextSize(ciphertextSize:)``), so listings need no decryption.
@@ -225,7 +225,7 @@ public enum EncryptionFormat {
     /// sends only the missing parts): HMAC-SHA256 under `secret` (the content key) of a label, the object's key and
     /// the SHA-256 of its plaintext. Unlike a random salt it makes the same plaintext under the same key encrypt to
     /// the same bytes; any other plaintext gets another salt, so a per-object key and nonce never seal two
-    /// plaintexts, as long as what is sealed is what was hashed (``EncryptedParts`` checks that part by part).
+    /// plaintexts, as long as what is sealed is what was hashed (`EncryptedParts` checks that part by part).
     static func contentSalt(secret: SymmetricKey, label: String, object: String, plaintextSHA256: some DataProtocol) -> [UInt8] {
         var message = Data(label.utf8)
         message.append(0)
@@ -236,7 +236,7 @@ public enum EncryptionFormat {
     }
 
     /// Header and chunk cipher of `object` (plaintext SHA-256 `digest`) for the keyring's current key with a salt
-    /// derived from the content (``contentSalt(secret:label:object:plaintextSHA256:)``); with `name`, bound to that
+    /// derived from the content (`contentSalt(secret:label:object:plaintextSHA256:)`); with `name`, bound to that
     /// media path (algorithm 3).
     static func contentDerived(object: String, digest: some DataProtocol, keyring: ContentKeyring, name: String?) -> (Header, ChunkCipher) {
         let key = keyring.current
@@ -247,7 +247,7 @@ public enum EncryptionFormat {
 
     /// Header and chunk cipher of `object` (plaintext SHA-256 `digest`) encrypted to another user's share key, with
     /// the ephemeral key derived from the sender's current content key and the content as a salt is
-    /// (``contentSalt(secret:label:object:plaintextSHA256:)``), so that a resumed upload repeats the same bytes.
+    /// (`contentSalt(secret:label:object:plaintextSHA256:)`), so that a resumed upload repeats the same bytes.
     static func contentDerived(object: String, digest: some DataProtocol, keyring: ContentKeyring,
                                recipient: Curve25519.KeyAgreement.PublicKey) throws -> (Header, ChunkCipher) {
         let seed = contentSalt(secret: keyring.current.key, label: "rtsync share ephemeral v1 " + ContentKeyring.shareKeyID(recipient),

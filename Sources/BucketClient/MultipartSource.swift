@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 
 /// The bytes a resumable multipart upload sends, part by part: a file as it is (``FileParts``), or a file encrypted
-/// as each part is read (``EncryptedParts``), so that an encrypted upload needs no staging copy.
+/// as each part is read (`EncryptedParts`), so that an encrypted upload needs no staging copy.
 protocol MultipartSource: Sendable {
     /// The local file the object is made from; the upload's resume file is named after it and the key.
     var fileURL: URL { get }

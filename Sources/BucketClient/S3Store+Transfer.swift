@@ -320,7 +320,7 @@ struct MultipartState: Codable, Sendable, Equatable {
     /// The checksum algorithm the upload was created with (`CRC32`), which every part and the completion must then
     /// carry; nil for none (and in state files written before rtsync sent part checksums).
     var checksumAlgorithm: String? = nil
-    /// The identity of the object's bytes when they are not the file's as it is (``MultipartSource/contentID``: the
+    /// The identity of the object's bytes when they are not the file's as it is (`MultipartSource.contentID`: the
     /// header of an encrypted upload, which its content-derived salt makes change with the plaintext); nil for a file
     /// judged by size and modification time.
     var contentID: String? = nil
@@ -399,7 +399,7 @@ extension S3Store {
 
     /// A resumable multipart upload of what `source` reads (see ``put(key:fileURL:)``): a resume file beside the
     /// source file (or in ``S3Configuration/stateDirectory``) records the upload and its parts, and a later call
-    /// with the same bytes (``MultipartSource/isResumable(from:)``) sends only the parts the server lacks; with other
+    /// with the same bytes (`MultipartSource.isResumable(from:)`) sends only the parts the server lacks; with other
     /// bytes the saved upload is aborted and a new one begins. With `hashFile`, also returns the SHA-256 of the bytes.
     func multipartUpload(key: String, source: some MultipartSource, hashFile: Bool) async throws -> (info: ObjectInfo, sha256: String?) {
         TransferProgress.current?.expect(bytes: source.size, key: key)

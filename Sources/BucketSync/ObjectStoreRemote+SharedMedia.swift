@@ -10,7 +10,7 @@ extension RTSyncHome {
 
 extension ObjectStoreRemote {
     /// Sends the media of a share to a recipient who encrypts media names (`recipient.encryptsNames`): the files named
-    /// by `paths` (under `home.documents`) go up as a ``SharedMediaParcel`` encrypted to the recipient's share key,
+    /// by `paths` (under `home.documents`) go up as a `SharedMediaParcel` encrypted to the recipient's share key,
     /// outside the recipient's media folders. Call it before uploading the share diff, so the recipient that applies
     /// the share finds the parcel whole. Returns the keys written.
     /// - Throws: the bucket's errors.
