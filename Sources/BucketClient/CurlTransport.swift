@@ -6,11 +6,12 @@ import FoundationNetworking
 import CCurlShim
 #endif
 
-/// Sends requests with a body through libcurl directly (Linux), bypassing URLSession's dispatch-driven event loop,
-/// which kept a core busy for as long as a request was in flight: the client spent more CPU per uploaded byte than
-/// the (Python) test server took to receive it.
+/// Sends requests through libcurl directly (Linux), bypassing URLSession's dispatch-driven event loop, which kept a
+/// core busy for as long as a request was in flight: the client spent more CPU per uploaded byte than the (Python)
+/// test server took to receive it, and several ms of CPU on each small GET of a catch-up.
 ///
-/// Used by ``S3Store`` for PUT and POST requests (see ``S3Configuration/directTransportMinimumBody``). Answers are turned into the same `(Data, HTTPURLResponse)` pairs URLSession gives, and libcurl errors into
+/// Used by ``S3Store`` for uploads and for GET, HEAD and DELETE of objects while it is enabled (see
+/// ``S3Configuration/directTransportMinimumBody``); listings go through URLSession. Answers are turned into the same `(Data, HTTPURLResponse)` pairs URLSession gives, and libcurl errors into
 /// `URLError`s, so signing, retries and error mapping are shared. Unavailable on Apple platforms, and when libcurl
 /// cannot be loaded: callers then use URLSession.
 enum CurlTransport {

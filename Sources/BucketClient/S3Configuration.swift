@@ -57,7 +57,8 @@ public struct S3Configuration: Sendable {
     /// multipart upload's parts and completion, are sent with libcurl directly where it can be loaded (Linux),
     /// not through URLSession: on Linux its dispatch-driven event loop keeps a core busy while a request is in
     /// flight (sending a body, or waiting for a slow answer such as CompleteMultipartUpload). nil always uses
-    /// URLSession. GET, HEAD and DELETE use URLSession. Signing, retries and error handling are the same either way.
+    /// URLSession. Unless it is nil, GET, HEAD and DELETE of objects go through libcurl too (a catch-up makes
+    /// hundreds of small GETs); listings use URLSession. Signing, retries and error handling are the same either way.
     public var directTransportMinimumBody: Int? = 0
     /// Retry policy for transient failures.
     public var retry = RetryPolicy()

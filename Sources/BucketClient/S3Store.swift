@@ -125,9 +125,12 @@ public struct S3Store: ObjectStore {
                 headers["host"] = nil  // URLSession sets Host itself, from the same URL.
             }
             for (name, value) in headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
-            let direct = (request.method == "PUT" || request.method == "POST")
-                && useDirectTransport(bodySize: body.count, preferred: request.preferDirect)
-            if (request.method == "PUT" || request.method == "POST") && !direct { urlRequest.httpBody = body }
+            // Requests of an object without a body (GET, HEAD, DELETE) go through libcurl whenever it is enabled: a
+            // catch-up makes hundreds of small GETs, and URLSession on Linux spent several ms of CPU on each. Bucket
+            // requests (listings, one per sync when idle) stay on URLSession.
+            let sendsBody = request.method == "PUT" || request.method == "POST"
+            let direct = useDirectTransport(bodySize: body.count, preferred: request.preferDirect || (!sendsBody && request.key != nil))
+            if sendsBody && !direct { urlRequest.httpBody = body }
             requestCounter.record(request.operation)
             do {
                 let (data, response) = direct

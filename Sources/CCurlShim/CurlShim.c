@@ -1,4 +1,5 @@
-// A minimal blocking HTTP client over libcurl, loaded with dlopen, for request bodies of many megabytes.
+// A minimal blocking HTTP client over libcurl, loaded with dlopen, for request bodies of many megabytes and for
+// the many small GETs of a catch-up.
 //
 // URLSession on Linux drives the same libcurl through libdispatch sources: every socket event of an
 // 8 MiB upload becomes a dispatch wake-up and re-arm, which cost the client more CPU than the server.
@@ -24,7 +25,7 @@ enum {
     OPT_WRITEFUNCTION = 20011, OPT_READFUNCTION = 20012, OPT_LOW_SPEED_LIMIT = 19, OPT_LOW_SPEED_TIME = 20,
     OPT_HTTPHEADER = 10023, OPT_HEADERDATA = 10029, OPT_CONNECTTIMEOUT_MS = 156,
     OPT_CUSTOMREQUEST = 10036, OPT_NOPROGRESS = 43, OPT_UPLOAD = 46, OPT_FOLLOWLOCATION = 52,
-    OPT_HEADERFUNCTION = 20079, OPT_NOSIGNAL = 99, OPT_INFILESIZE_LARGE = 30115,
+    OPT_HEADERFUNCTION = 20079, OPT_NOSIGNAL = 99, OPT_INFILESIZE_LARGE = 30115, OPT_NOBODY = 44, OPT_HTTPGET = 80,
     OPT_SEEKFUNCTION = 20167, OPT_SEEKDATA = 10168, OPT_PROTOCOLS = 181, OPT_XFERINFODATA = 10057,
     OPT_XFERINFOFUNCTION = 20219, OPT_UPLOAD_BUFFERSIZE = 280,
 };
@@ -174,14 +175,22 @@ int rtsync_curl_perform(const char *method, const char *url, const char *const *
     lib.easy_setopt(h, OPT_LOW_SPEED_TIME, idle_timeout_ms < 1000 ? 1L : idle_timeout_ms / 1000);
     lib.easy_setopt(h, OPT_ERRORBUFFER, error);
     lib.easy_setopt(h, OPT_HTTPHEADER, list);
-    lib.easy_setopt(h, OPT_UPLOAD, 1L);
-    lib.easy_setopt(h, OPT_CUSTOMREQUEST, method);
-    lib.easy_setopt(h, OPT_INFILESIZE_LARGE, (curl_off_t)body_length);
-    lib.easy_setopt(h, OPT_READFUNCTION, read_body);
-    lib.easy_setopt(h, OPT_READDATA, &source);
-    lib.easy_setopt(h, OPT_SEEKFUNCTION, seek_body);
-    lib.easy_setopt(h, OPT_SEEKDATA, &source);
-    lib.easy_setopt(h, OPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+    if (strcmp(method, "GET") == 0) {
+        lib.easy_setopt(h, OPT_HTTPGET, 1L);
+    } else if (strcmp(method, "HEAD") == 0) {
+        lib.easy_setopt(h, OPT_NOBODY, 1L);  // a HEAD: the answer's headers only
+    } else if (strcmp(method, "DELETE") == 0) {
+        lib.easy_setopt(h, OPT_CUSTOMREQUEST, method);
+    } else {
+        lib.easy_setopt(h, OPT_UPLOAD, 1L);
+        lib.easy_setopt(h, OPT_CUSTOMREQUEST, method);
+        lib.easy_setopt(h, OPT_INFILESIZE_LARGE, (curl_off_t)body_length);
+        lib.easy_setopt(h, OPT_READFUNCTION, read_body);
+        lib.easy_setopt(h, OPT_READDATA, &source);
+        lib.easy_setopt(h, OPT_SEEKFUNCTION, seek_body);
+        lib.easy_setopt(h, OPT_SEEKDATA, &source);
+        lib.easy_setopt(h, OPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+    }
     lib.easy_setopt(h, OPT_WRITEFUNCTION, write_body);
     lib.easy_setopt(h, OPT_WRITEDATA, &out);
     lib.easy_setopt(h, OPT_HEADERFUNCTION, write_header);

@@ -22,7 +22,8 @@ typedef struct rtsync_curl_result {
 /// Loads libcurl (libcurl.so.4) at run time; returns 1 when it is usable. Thread-safe; the first call decides.
 int rtsync_curl_available(void);
 
-/// Sends `method url` with `headers` ("Name: value" strings) and `body` (sent as it is, with a Content-Length),
+/// Sends `method url` with `headers` ("Name: value" strings) and, for methods other than GET, HEAD and DELETE,
+/// `body` (sent as it is, with a Content-Length),
 /// blocking the calling thread until the answer or an error. Easy handles (and their keep-alive connections) are
 /// pooled across calls. The transfer fails after `idle_timeout_ms` without progress (connecting, or fewer than one
 /// byte per second moving either way). Setting `*cancel` to non-zero from another thread aborts the transfer.
