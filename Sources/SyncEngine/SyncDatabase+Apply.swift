@@ -126,6 +126,9 @@ extension SyncDatabase {
                         merger.bulkAllowed = copy != nil
                         merger.knownRowsAllowed = bulkApplyKnownRows
                         merger.group = group
+                        // Statements kept for the next diff of a group must not be left running when the savepoint
+                        // is released or rolled back.
+                        defer { if grouped { for s in merger.statements.values { s.reset() } } }
                         try merger.run()
                         report = merger.report
                         bulkRows = merger.bulkRows
@@ -301,6 +304,13 @@ struct Merger {
         // In a group, the unexported local changes as the diff before left them: every write the merge makes to
         // the change log it also makes to its copy (`captureDecision`, `purgePending`).
         if let before = group?.pending, !schemaChanged { pending = before } else { try loadPending() }
+        if let group {
+            // Compiled statements, and the plans of tables carried again with the same definition.
+            statements = group.statements
+            if !schemaChanged {
+                for remoteDef in reader.tables { if let p = group.plans[remoteDef.name], p.remoteDef == remoteDef { plans[remoteDef.name] = p } }
+            }
+        }
         try loadReadOnlyShares()
         if let bulk = try insertNewRowsInBulk() {
             // Every row and the digest were checked while the new rows were written; merge the rest.
@@ -333,7 +343,7 @@ struct Merger {
 
     /// What the next diff of the group may take from this one: read after its last schema change, and kept in
     /// step with its writes.
-    var carried: ApplyGroupState.Carried { .init(tracked: tracked, pending: pending) }
+    var carried: ApplyGroupState.Carried { .init(tracked: tracked, pending: pending, plans: plans, statements: statements) }
 
     // MARK: - Schema adjustment
 

@@ -25,6 +25,8 @@ final class ApplyGroupState {
     struct Carried {
         var tracked: [String: TrackedInfo]
         var pending: [RowKey: Merger.PendingLocal]
+        var plans: [String: Merger.TablePlan]
+        var statements: [String: Statement]
     }
 
     /// The tracked tables as `loadTracked` would read them now; nil: unknown.
@@ -38,19 +40,28 @@ final class ApplyGroupState {
     /// This device's site id and published clock (no diff changes them).
     var ownSite: String?
     var publishedHLC: Int64?
+    /// The plans the merges made of carried tables, valid with `tracked` (a diff takes those of the tables it
+    /// carries with the same definition).
+    var plans: [String: Merger.TablePlan] = [:]
+    /// Statements the merges compiled, by SQL text (SQLite compiles one again itself when the schema changed).
+    var statements: [String: Statement] = [:]
 
     /// Takes what a diff merged and released to its savepoint leaves.
     func carry(_ c: Carried) {
         tracked = c.tracked
         pending = c.pending
+        plans = c.plans
+        statements = c.statements
         triggersDropped = true
         merged = true
     }
 
-    /// After a diff rolled back to its savepoint: nothing it may have changed is known any more.
+    /// After a diff rolled back to its savepoint: nothing it may have changed is known any more (the savepoint
+    /// restored what the diff before left, so this only costs the next diff one more reading).
     func forget() {
         tracked = nil
         pending = nil
+        plans = [:]
         triggersDropped = false
     }
 }
