@@ -136,8 +136,8 @@ extension SyncDatabase {
                         after = merger.carried
                     }
                 } catch {
-                    // Rolled back to the savepoint: what the group knew may no longer hold (the capture triggers,
-                    // say, may be back); the next diff reads it all again.
+                    // Rolled back to the savepoint (or the whole group gone): the next diff reads it all again rather
+                    // than rely on what the group knew from before this diff.
                     group?.forget()
                     throw error
                 }

@@ -144,8 +144,8 @@ struct ConvergencePropertyTests {
         if ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"] != nil { print("seed \(seed): \(merged) rows merged as sets") }
     }
 
-    /// Every batch a replica receives is also applied to two copies of it, with a few unexported local edits made
-    /// first: one applying the batch in groups (one transaction for many diffs, `SyncDatabase+Groups`), one diff at
+    /// Every batch a replica receives is also applied to two copies of it, with the same few unexported local edits
+    /// made on both first: one applying the batch in groups (one transaction for many diffs, `SyncDatabase+Groups`), one diff at
     /// a time (`GroupTwins`); they must end alike (reports, rows, bookkeeping, change log, conflict log, triggers).
     /// A UNIQUE column in every other seed, skewed clocks in every third.
     @Test(arguments: seeds(from: 9800, ci: 12))
@@ -171,11 +171,14 @@ struct ConvergencePropertyTests {
             batch.shuffle(using: &rng)
             if groupTwins {
                 do {
-                    if editFirst {
-                        for _ in 0..<Int.random(in: 0...2, using: &rng) { try Self.randomEdit(r, &rng, tag: "\(r.name)-here", uniqueA: uniqueA) }
-                    }
+                    // The edits are made on a copy, which the twins copy: the replica itself goes on as in the other
+                    // properties (every edit exported before diffs arrive).
                     let scratch = try Sandbox("prop\(seed)-groups")
-                    let pair = try GroupTwins(scratch, r, policies: policy.map { ["items": $0] } ?? [:])
+                    let device = try scratch.replica(r.name, source: r.dbURL, user: "user-\(r.name)", policies: policy.map { ["items": $0] } ?? [:])
+                    if editFirst {
+                        for _ in 0..<Int.random(in: 0...2, using: &rng) { try Self.randomEdit(device, &rng, tag: "\(r.name)-here", uniqueA: uniqueA) }
+                    }
+                    let pair = try GroupTwins(scratch, device, policies: policy.map { ["items": $0] } ?? [:])
                     try pair.apply(batch)
                 } catch { Issue.record("seed \(seed): group twins of \(r.name): \(error)") }
             }
