@@ -195,18 +195,27 @@ public final class DiffReader: @unchecked Sendable {
                 guard let tid = r[0].int64, let name = r[1].string, let colsText = r[2].string, let consText = r[3].string, let hash = r[4].string else {
                     throw DiffFormatError.invalidTableDefinition(file: file, table: r[1].string ?? "?", reason: "missing fields in rtsync_tables")
                 }
-                if let p = TableDefinition.problem(withName: name) { throw DiffFormatError.invalidName(file: file, name: name, reason: p) }
-                if TableDefinition.isReservedName(name) { throw DiffFormatError.reservedTableName(file: file, table: name) }
-                guard let columns = JSON.decode([ColumnDefinition].self, colsText) else {
-                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "columns is not valid JSON")
+                let def: TableDefinition
+                let text = ValidatedDefinitions.Key(name: name, columns: colsText, constraints: consText, hash: hash)
+                if let known = ValidatedDefinitions.shared.definition(for: text) {
+                    // The same text passed every check below before; only the limit depends on this reader.
+                    if known.columns.count > limits.maxColumns { throw DiffFormatError.limitExceeded(file: file, what: "columns of '\(name)' (\(known.columns.count))", limit: Int64(limits.maxColumns)) }
+                    def = known
+                } else {
+                    if let p = TableDefinition.problem(withName: name) { throw DiffFormatError.invalidName(file: file, name: name, reason: p) }
+                    if TableDefinition.isReservedName(name) { throw DiffFormatError.reservedTableName(file: file, table: name) }
+                    guard let columns = JSON.decode([ColumnDefinition].self, colsText) else {
+                        throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "columns is not valid JSON")
+                    }
+                    if columns.count > limits.maxColumns { throw DiffFormatError.limitExceeded(file: file, what: "columns of '\(name)' (\(columns.count))", limit: Int64(limits.maxColumns)) }
+                    guard let cons = JSON.decode(TableConstraints.self, consText) else {
+                        throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "constraints is not valid JSON")
+                    }
+                    def = TableDefinition(name: name, columns: columns, uniqueConstraints: cons.unique, foreignKeys: cons.foreignKeys, withoutRowID: cons.withoutRowID)
+                    if let p = def.validationProblem() { throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: p) }
+                    guard hash == def.schemaHash else { throw DiffFormatError.schemaHashMismatch(file: file, table: name) }
+                    ValidatedDefinitions.shared.remember(def, for: text)
                 }
-                if columns.count > limits.maxColumns { throw DiffFormatError.limitExceeded(file: file, what: "columns of '\(name)' (\(columns.count))", limit: Int64(limits.maxColumns)) }
-                guard let cons = JSON.decode(TableConstraints.self, consText) else {
-                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "constraints is not valid JSON")
-                }
-                let def = TableDefinition(name: name, columns: columns, uniqueConstraints: cons.unique, foreignKeys: cons.foreignKeys, withoutRowID: cons.withoutRowID)
-                if let p = def.validationProblem() { throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: p) }
-                guard hash == def.schemaHash else { throw DiffFormatError.schemaHashMismatch(file: file, table: name) }
                 guard fileTables.contains(name) else { throw DiffFormatError.missingTable(file: file, table: name) }
                 if byID[tid] != nil || defs.contains(where: { $0.name.lowercased() == name.lowercased() }) {
                     throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "declared twice")
@@ -377,6 +386,36 @@ public final class DiffReader: @unchecked Sendable {
         var out: [RowChange] = []
         try forEachChange { out.append($0) }
         return out
+    }
+}
+
+/// Table definitions whose text (`rtsync_tables` name, columns, constraints and schema hash) passed every check of
+/// `DiffReader.init` but the column limit, by that text: a catch-up opens hundreds of diffs declaring the same
+/// tables, and decoding the JSON and hashing the definition again was most of the Swift-side time of opening a
+/// one-row diff. The checks are a function of the text alone, so a definition read from the same text passed them.
+final class ValidatedDefinitions: @unchecked Sendable {
+    struct Key: Hashable {
+        var name: String
+        var columns: String
+        var constraints: String
+        var hash: String
+    }
+
+    static let shared = ValidatedDefinitions()
+    /// At most this many are kept (all are dropped when it is reached).
+    static let capacity = 256
+    private let lock = NSLock()
+    private var byText: [Key: TableDefinition] = [:]
+
+    func definition(for key: Key) -> TableDefinition? {
+        lock.lock(); defer { lock.unlock() }
+        return byText[key]
+    }
+
+    func remember(_ definition: TableDefinition, for key: Key) {
+        lock.lock(); defer { lock.unlock() }
+        if byText.count >= Self.capacity { byText.removeAll() }
+        byText[key] = definition
     }
 }
 

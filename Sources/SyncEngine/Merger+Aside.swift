@@ -21,11 +21,13 @@ extension SyncDatabase {
         """
 
     /// Moves values kept aside into columns the table has now (the app's migration added them), with their clocks,
-    /// without capturing that as a local change. Inside the caller's transaction.
-    static func adoptAsideColumns(_ db: Connection) throws {
-        guard try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_aside_cols'") != nil else { return }
+    /// without capturing that as a local change. Inside the caller's transaction. Returns whether any was moved.
+    @discardableResult
+    static func adoptAsideColumns(_ db: Connection) throws -> Bool {
+        guard try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_aside_cols'") != nil else { return false }
         let pending = try db.rows("SELECT c.tid, c.col, t.name FROM rtsync_aside_cols c JOIN rtsync_tracked t ON t.tid = c.tid")
-        guard !pending.isEmpty else { return }
+        guard !pending.isEmpty else { return false }
+        var adopted = false
         let renames = try loadRenames(db)
         for p in pending {
             // A column kept aside under a name a rename links to a column of this table (declared since) goes there.
@@ -55,7 +57,9 @@ extension SyncDatabase {
             try db.execute("DELETE FROM rtsync_changes WHERE seq > ?", [.integer(before)])
             try db.execute("DELETE FROM rtsync_aside WHERE tid = ? AND col = ?", [.integer(tid), .text(col)])
             try db.execute("DELETE FROM rtsync_aside_cols WHERE tid = ? AND col = ?", [.integer(tid), .text(col)])
+            adopted = true
         }
+        return adopted
     }
 
     /// Values kept aside for a row (column name -> value), for tests and `status`.

@@ -52,12 +52,14 @@ extension SyncDatabase {
     /// Applies one diff; `replacingHeld` are held-back rows (`rtsync_held` ids) the diff carries again, removed in
     /// the same transaction.
     func apply(diff url: URL, quarantine: URL? = nil, limits: DiffLimits = .default, replacingHeld: [Int64]) -> ApplyReport {
-        locked { applyLocked(diff: url, quarantine: quarantine, limits: limits, replacingHeld: replacingHeld, grouped: false) }
+        locked { applyLocked(diff: url, quarantine: quarantine, limits: limits, replacingHeld: replacingHeld, group: nil) }
     }
 
-    /// The body of `apply(diff:)`, on the locked connection. `grouped`: inside a transaction of a group of diffs
-    /// (`applyGroup`): the diff gets a savepoint instead of its own transaction, and is never merged in bulk.
-    func applyLocked(diff url: URL, quarantine: URL?, limits: DiffLimits, replacingHeld: [Int64], grouped: Bool) -> ApplyReport {
+    /// The body of `apply(diff:)`, on the locked connection. `group`: inside a transaction of a group of diffs
+    /// (`applyGroup`): the diff gets a savepoint instead of its own transaction, is never merged in bulk, and
+    /// takes what the diffs before it in the group read (`ApplyGroupState`).
+    func applyLocked(diff url: URL, quarantine: URL?, limits: DiffLimits, replacingHeld: [Int64], group: ApplyGroupState?) -> ApplyReport {
+        let grouped = group != nil
         do {
             var report = ApplyReport(file: url.path, diffID: nil, status: .rejected)
             func reject(_ reason: String) -> ApplyReport {
@@ -95,7 +97,8 @@ extension SyncDatabase {
                     report.reason = "already applied"
                     return report
                 }
-                let ownSite = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
+                let ownSite = try group?.ownSite ?? db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
+                group?.ownSite = ownSite
                 if meta.authorSite == ownSite {
                     try reader.forEachChange { _ in }
                     // Recorded as handled, without its sequence numbers: a file that only claims to be ours says
@@ -108,22 +111,37 @@ extension SyncDatabase {
                     return report
                 }
                 // The merge may attach the diff to copy new rows in bulk; it is detached once the transaction ends.
-                defer { try? db.execute("DETACH DATABASE " + Merger.attachedDiff) }
+                // (A diff in a group is never merged in bulk, so never attached.)
+                defer { if !grouped { try? db.execute("DETACH DATABASE " + Merger.attachedDiff) } }
                 var bulkRows = 0, bulkKnownRows = 0
-                try diffTransaction(grouped: grouped) {
-                    for id in replacingHeld {
-                        try db.execute("DELETE FROM rtsync_held_cells WHERE held_id = ?", [.integer(id)])
-                        try db.execute("DELETE FROM rtsync_held WHERE id = ?", [.integer(id)])
+                var after: ApplyGroupState.Carried?
+                do {
+                    try diffTransaction(grouped: grouped) {
+                        for id in replacingHeld {
+                            try db.execute("DELETE FROM rtsync_held_cells WHERE held_id = ?", [.integer(id)])
+                            try db.execute("DELETE FROM rtsync_held WHERE id = ?", [.integer(id)])
+                        }
+                        try upgradeBookkeeping()
+                        var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
+                        merger.bulkAllowed = copy != nil
+                        merger.knownRowsAllowed = bulkApplyKnownRows
+                        merger.group = group
+                        // Statements kept for the next diff of a group must not be left running when the savepoint
+                        // is released or rolled back.
+                        defer { if grouped { for s in merger.statements.values { s.reset() } } }
+                        try merger.run()
+                        report = merger.report
+                        bulkRows = merger.bulkRows
+                        bulkKnownRows = merger.bulkKnownRows
+                        after = merger.carried
                     }
-                    try upgradeBookkeeping()
-                    var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
-                    merger.bulkAllowed = copy != nil
-                    merger.knownRowsAllowed = bulkApplyKnownRows
-                    try merger.run()
-                    report = merger.report
-                    bulkRows = merger.bulkRows
-                    bulkKnownRows = merger.bulkKnownRows
+                } catch {
+                    // Rolled back to the savepoint (or the whole group gone): the next diff reads it all again rather
+                    // than rely on what the group knew from before this diff.
+                    group?.forget()
+                    throw error
                 }
+                if let after { group?.carry(after) }
                 bulkRowsWritten += bulkRows
                 bulkKnownRowsMerged += bulkKnownRows
                 report.status = .applied
@@ -228,6 +246,8 @@ struct Merger {
     static let unexported = Clock(hlc: HLC(rawValue: Int64.max), site: "")
     /// The largest clock this device has put in a diff it wrote (`rtsync_site.published_hlc`).
     var publishedHLC: Int64 = 0
+    /// The group of diffs this one is applied in (`applyGroup`), with what the diffs before it read.
+    var group: ApplyGroupState?
 
     /// A row's local changes not yet exported, with the clocks they got when they were made.
     struct PendingLocal {
@@ -259,7 +279,8 @@ struct Merger {
     }
 
     mutating func run() throws {
-        publishedHLC = try db.scalar("SELECT published_hlc FROM rtsync_site")?.int64 ?? 0
+        publishedHLC = try group?.publishedHLC ?? db.scalar("SELECT published_hlc FROM rtsync_site")?.int64 ?? 0
+        group?.publishedHLC = publishedHLC
         // No honest author can have seen changes of this device that it never published: a `seen` beyond them
         // would hide overwrites of this device's edits from the conflict log.
         if let claimed = meta.seen[ownSite], claimed > publishedHLC {
@@ -268,13 +289,28 @@ struct Merger {
         // Row order inside a diff must not matter: foreign keys are checked at commit.
         try db.execute("PRAGMA defer_foreign_keys = ON")
         // Changes captured since a schema change are re-keyed to the columns as they are now, before any is read.
-        try SyncDatabase.refreshTracking(db)
-        try adjustSchema()
-        tracked = try SyncDatabaseInternals.loadTracked(db)
+        // In a group, the diff before read the tracked tables after its own schema changes, and only a diff's
+        // schema changes or this refresh change them: its reading is what `loadTracked` would read now.
+        let known = group?.tracked
+        let retracked = try SyncDatabase.refreshTracking(db, tracked: known)
+        let schemaChanged = try adjustSchema(known: retracked ? nil : known) || retracked
+        if let known, !schemaChanged { tracked = known } else { tracked = try SyncDatabaseInternals.loadTracked(db) }
         // Writes made while applying are not captured (no echo): the capture triggers are dropped for the
-        // length of this transaction and re-created before it commits (a rollback restores them too).
-        for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
-        try loadPending()
+        // length of this transaction and re-created before it commits (a rollback restores them too). In a
+        // group they stay dropped from the first diff merged to the group's commit (`applyGroup` re-creates them).
+        if group?.triggersDropped != true || schemaChanged {
+            for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
+        }
+        // In a group, the unexported local changes as the diff before left them: every write the merge makes to
+        // the change log it also makes to its copy (`captureDecision`, `purgePending`).
+        if let before = group?.pending, !schemaChanged { pending = before } else { try loadPending() }
+        if let group {
+            // Compiled statements, and the plans of tables carried again with the same definition.
+            statements = group.statements
+            if !schemaChanged {
+                for remoteDef in reader.tables { if let p = group.plans[remoteDef.name], p.remoteDef == remoteDef { plans[remoteDef.name] = p } }
+            }
+        }
         try loadReadOnlyShares()
         if let bulk = try insertNewRowsInBulk() {
             // Every row and the digest were checked while the new rows were written; merge the rest.
@@ -287,8 +323,10 @@ struct Merger {
             try reader.forEachRow { row in try self.merge(row) }
         }
         try finishBlockedDeletes()
-        for info in try SyncDatabaseInternals.loadTracked(db).values {
-            try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
+        if group == nil {
+            for info in try SyncDatabaseInternals.loadTracked(db).values {
+                try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
+            }
         }
         try db.execute("INSERT INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at, inserted, updated, deleted, conflicts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
@@ -303,29 +341,38 @@ struct Merger {
         }
     }
 
+    /// What the next diff of the group may take from this one: read after its last schema change, and kept in
+    /// step with its writes.
+    var carried: ApplyGroupState.Carried { .init(tracked: tracked, pending: pending, plans: plans, statements: statements) }
+
     // MARK: - Schema adjustment
 
     /// Creates missing tables and adds missing columns from the diff's structured definitions;
-    /// never runs SQL text from the file. A different primary key rejects the diff.
-    mutating func adjustSchema() throws {
+    /// never runs SQL text from the file. A different primary key rejects the diff. `known`: the tracked tables as
+    /// `loadTracked` reads them now, when the caller has them. Returns whether the schema or tracking changed.
+    mutating func adjustSchema(known: [String: TrackedInfo]? = nil) throws -> Bool {
         let file = reader.url.path
+        var changed = false
         for incoming in reader.tables {
+            // What `known` says holds until this loop changes the schema.
+            let current = changed ? nil : known
             // SQLite matches table and column names case-insensitively: use the local spelling throughout.
             var def = incoming
             if let localName = try db.scalar("SELECT name FROM sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE", [.text(incoming.name)])?.string {
                 def.name = localName
             }
-            if let local = try TableDefinition.read(table: def.name, from: db) {
+            let knownInfo = current?[def.name]
+            if let local = try knownInfo?.definition ?? TableDefinition.read(table: def.name, from: db) {
                 // A table that exists here but is not tracked was left out on purpose (local-only data):
                 // a diff may neither write into it nor start exporting it.
-                guard try db.scalar("SELECT 1 FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(def.name)]) != nil else {
+                guard try knownInfo != nil || db.scalar("SELECT 1 FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(def.name)]) != nil else {
                     throw SyncEngineError.diffRejected(file: file, reason: "table '\(def.name)' exists here but is not tracked; rtsync does not write to untracked tables: to sync it, run `rtsync track --db \(db.path) \(def.name)` and apply the diff again; to keep it local, stop tracking it on the device that sent the diff")
                 }
                 let lp = local.primaryKeyColumns.map { $0.lowercased() }, rp = def.primaryKeyColumns.map { $0.lowercased() }
                 guard lp == rp else {
                     throw SyncEngineError.diffRejected(file: file, reason: "incompatible schema for table '\(def.name)': primary key (\(rp.joined(separator: ", "))) in the diff, (\(lp.joined(separator: ", "))) here")
                 }
-                let tracked = try SyncDatabaseInternals.loadTracked(db)
+                let tracked = try current ?? SyncDatabaseInternals.loadTracked(db)
                 let info = tracked[def.name] ?? tracked.values.first { $0.table.name.lowercased() == def.name.lowercased() }
                 // A column renamed between app versions is found under its name here (Merger+Renames).
                 let translated = SyncDatabase.translatedColumns(remote: def.columnNames, local: local.columnNames, renames: info?.renames ?? [])
@@ -350,6 +397,7 @@ struct Merger {
                         try db.execute("INSERT OR IGNORE INTO rtsync_aside_cols(tid, col, type) VALUES (?, ?, ?)", [.integer(info.table.id), .text(column.name), .text(column.type)])
                         report.columnsKeptAside.append(def.name + "." + column.name)
                     }
+                    changed = true
                     continue
                 }
                 for column in missing {
@@ -357,9 +405,11 @@ struct Merger {
                         throw SyncEngineError.diffRejected(file: file, reason: "cannot add column '\(column.name)' to '\(def.name)': \(error)")
                     }
                     report.columnsAdded.append(def.name + "." + column.name)
+                    changed = true
                 }
                 if report.columnsAdded.contains(where: { $0.hasPrefix(def.name + ".") }) {
                     _ = try SyncDatabaseInternals.trackTable(db, def.name)
+                    changed = true
                 }
             } else {
                 let sql: String
@@ -369,8 +419,10 @@ struct Merger {
                 try db.executeSingle(sql)
                 _ = try SyncDatabaseInternals.trackTable(db, def.name)
                 report.tablesCreated.append(def.name)
+                changed = true
             }
         }
+        return changed
     }
 
     /// Rows shared read-only with the diff's author (when it is another user).

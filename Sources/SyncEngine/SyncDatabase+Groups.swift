@@ -10,6 +10,62 @@ import RTSQLite
 /// rolled back to its savepoint alone and the others land. The group commits once at the end: a process killed
 /// before that leaves nothing of any diff of the group applied (their files stay in the inbox), and the
 /// never-twice record (`rtsync_applied`) commits with the rows it stands for.
+/// What the diffs of one group read once instead of once per diff: a one-row diff spent most of its time
+/// reading the tracked tables' definitions (three times), the change log and the site row, and dropping and
+/// re-creating the capture triggers. Each diff still runs exactly the code that applies it alone; it starts
+/// from what the diff before it in the group left, which is what reading it again would give:
+/// - the tracked tables, read after the last schema change (only a diff's schema changes, or the refresh of
+///   tracking at the start of each diff, change them; either makes the diff read them again);
+/// - the unexported local changes: the merge makes every write to the change log to its copy too;
+/// - the capture triggers stay dropped from the first diff merged to the end of the group, and are re-created
+///   once before it commits (`applyGroup`), as each diff alone re-creates them before its commit.
+/// A diff rolled back to its savepoint may leave any of this otherwise: the next diff then reads it all again.
+final class ApplyGroupState {
+    /// What one merged diff hands to the next.
+    struct Carried {
+        var tracked: [String: TrackedInfo]
+        var pending: [RowKey: Merger.PendingLocal]
+        var plans: [String: Merger.TablePlan]
+        var statements: [String: Statement]
+    }
+
+    /// The tracked tables as `loadTracked` would read them now; nil: unknown.
+    var tracked: [String: TrackedInfo]?
+    /// The unexported local changes by row, as `Merger.loadPending` would read them now; nil: unknown.
+    var pending: [RowKey: Merger.PendingLocal]?
+    /// Whether the capture triggers of every tracked table are dropped now.
+    var triggersDropped = false
+    /// Whether a diff of the group was merged: its capture triggers are re-created before the group commits.
+    var merged = false
+    /// This device's site id and published clock (no diff changes them).
+    var ownSite: String?
+    var publishedHLC: Int64?
+    /// The plans the merges made of carried tables, valid with `tracked` (a diff takes those of the tables it
+    /// carries with the same definition).
+    var plans: [String: Merger.TablePlan] = [:]
+    /// Statements the merges compiled, by SQL text (SQLite compiles one again itself when the schema changed).
+    var statements: [String: Statement] = [:]
+
+    /// Takes what a diff merged and released to its savepoint leaves.
+    func carry(_ c: Carried) {
+        tracked = c.tracked
+        pending = c.pending
+        plans = c.plans
+        statements = c.statements
+        triggersDropped = true
+        merged = true
+    }
+
+    /// After a diff rolled back to its savepoint: nothing it may have changed is known any more (the savepoint
+    /// restored what the diff before left, so this only costs the next diff one more reading).
+    func forget() {
+        tracked = nil
+        pending = nil
+        plans = [:]
+        triggersDropped = false
+    }
+}
+
 extension SyncDatabase {
     /// The first pass of `apply(diffs:)`: `ordered` applied in that order, runs of small diffs in groups.
     /// Returns a report for each diff started, and whether `shouldStop` ended the pass early.
@@ -80,14 +136,21 @@ extension SyncDatabase {
             }
             guard (try? db.execute("BEGIN IMMEDIATE")) != nil else { return ([], false) }
             var reports: [ApplyReport] = []
+            let state = ApplyGroupState()
             for (i, url) in group.enumerated() {
                 if i > 0, shouldStop?() == true { break }
                 onDiff(i)
-                reports.append(applyLocked(diff: url, quarantine: quarantine, limits: limits, replacingHeld: [], grouped: true))
+                reports.append(applyLocked(diff: url, quarantine: quarantine, limits: limits, replacingHeld: [], group: state))
                 // SQLite itself rolled the whole transaction back (a full disk, an I/O error): the group failed.
                 if db.isAutocommit { return (reports, false) }
             }
             do {
+                // The capture triggers the merges left dropped, as each diff alone re-creates them before its commit.
+                if state.merged {
+                    for info in try Self.loadTracked(db).values {
+                        try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
+                    }
+                }
                 try db.execute("COMMIT")
                 return (reports, true)
             } catch {

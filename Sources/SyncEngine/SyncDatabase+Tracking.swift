@@ -363,13 +363,21 @@ extension SyncDatabase {
     /// columns changed (added, renamed or dropped since `track`) gets triggers for its columns now, and its
     /// captured changes are re-keyed to the new column list, so no change is dropped or sent under the wrong
     /// column; with `track --all`, tables created since are tracked, and the rows they already hold are captured.
-    static func refreshTracking(_ db: Connection) throws {
-        try refreshTrackedTables(db)
-        try adoptAsideColumns(db)
+    ///
+    /// `tracked`: the tracked tables as `loadTracked` reads them now, when the caller has them (a group of diffs
+    /// applied in one transaction reads them once). Returns whether anything was (re)tracked or adopted.
+    @discardableResult
+    static func refreshTracking(_ db: Connection, tracked: [String: TrackedInfo]? = nil) throws -> Bool {
+        let retracked = try refreshTrackedTables(db, tracked: tracked)
+        let adopted = try adoptAsideColumns(db)
+        return retracked || adopted
     }
 
-    static func refreshTrackedTables(_ db: Connection) throws {
-        for info in try loadTracked(db).values where info.table.columns != info.definition.columnNames {
+    @discardableResult
+    static func refreshTrackedTables(_ db: Connection, tracked: [String: TrackedInfo]? = nil) throws -> Bool {
+        var changed = false
+        for info in try (tracked ?? loadTracked(db)).values where info.table.columns != info.definition.columnNames {
+            changed = true
             let old = info.table.columns, new = info.definition.columnNames
             let newIndex = Dictionary(new.enumerated().map { ($0.element.lowercased(), $0.offset) }, uniquingKeysWith: { a, _ in a })
             let oldNames = Set(old.map { $0.lowercased() }), newNames = Set(new.map { $0.lowercased() })
@@ -400,10 +408,12 @@ extension SyncDatabase {
             for name in try userTableNames(db) where !tracked.contains(name.lowercased()) {
                 // A table that cannot be tracked (no primary key) stays local until it can; `track` says why.
                 guard let table = try? trackTable(db, name, policy: nil), let def = try TableDefinition.read(table: name, from: db) else { continue }
+                changed = true
                 let rowidAlias = try hasRowidAliasKey(db, def)
                 try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(table.id), \(keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: rowidAlias)), 1, NULL, \(captureClockSQL) FROM \(quoteIdentifier(name)) AS o")
             }
         }
+        return changed
     }
 
     static func dropTriggers(_ db: Connection, tid: Int64) throws {

@@ -6,8 +6,9 @@ import RTSyncTestSupport
 import Testing
 @testable import BucketClient
 
-/// Large request bodies (upload parts) go through libcurl directly on Linux; everything about them must behave as
-/// through URLSession: SigV4 checked by moto, error mapping, retries, and the file hash returned by uploads.
+/// Requests go through libcurl directly on Linux (large bodies, upload parts, and GET, HEAD and DELETE of objects);
+/// everything about them must behave as through URLSession: SigV4 checked by moto, error mapping, retries, and the
+/// file hash returned by uploads.
 ///
 /// `CurlTransport.sent` is process-wide and other suites run in parallel, so tests only check that it grew.
 @Suite struct CurlTransportTests {
@@ -29,6 +30,32 @@ import Testing
         #expect(try await store.get(key: "direct.bin") == data)
         let small = try await store.put(key: "small.bin", data: Data("tiny".utf8))  // below the minimum: URLSession
         #expect(!small.etag.isEmpty)
+    }
+
+    /// A catch-up downloads hundreds of small diffs: GET, HEAD and DELETE go through libcurl too, signed, with the
+    /// same checks (size, checksum, not found).
+    @Test func smallGetHeadAndDelete_areSentDirectly_andPassSignatureChecks() async throws {
+        guard let moto = try await MotoServer.authenticatedUnlessSkipped(), CurlTransport.isAvailable else { return }
+        let store = moto.store()
+        let data = randomBytes(5_000)
+        _ = try await store.put(key: "get/small.bin", data: data)
+        let (gets, heads, deletes) = (CurlTransport.sent.count("GET"), CurlTransport.sent.count("HEAD"), CurlTransport.sent.count("DELETE"))
+        #expect(try await store.get(key: "get/small.bin") == data)
+        let info = try await store.head(key: "get/small.bin")
+        #expect(info.size == Int64(data.count))
+        let file = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("rtsync-curl-get-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: file) }
+        // As a sync downloads a listed diff: one whole GET, its checksum checked.
+        _ = try await store.download(key: "get/small.bin", to: file, expecting: info)
+        #expect(try Data(contentsOf: file) == data)
+        try await store.delete(key: "get/small.bin")
+        #expect(CurlTransport.sent.count("GET") >= gets + 2)
+        #expect(CurlTransport.sent.count("HEAD") > heads)
+        #expect(CurlTransport.sent.count("DELETE") > deletes)
+        do {
+            _ = try await store.get(key: "get/small.bin")
+            Issue.record("a deleted object was found")
+        } catch BucketError.notFound {}
     }
 
     @Test func largePut_withAWrongSecret_isAccessDenied_likeURLSession() async throws {

@@ -249,6 +249,59 @@ struct Twins {
     }
 }
 
+// MARK: - Groups of diffs against one diff at a time
+
+/// Two copies of one tracked device (same site id and state): `grouped` applies a batch as `apply(diffs:)` does by
+/// default (small diffs several to a transaction, `SyncDatabase+Groups`), `oneByOne` each diff in a transaction of
+/// its own (`applyGroupLimit = 1`, as before groups).
+struct GroupTwins {
+    let grouped: Replica
+    let oneByOne: Replica
+
+    init(_ box: Sandbox, _ device: Replica, policies: [String: TablePolicy] = [:]) throws {
+        let user = try #require(device.value("SELECT user_id FROM rtsync_site")?.string)
+        grouped = try box.replica(device.name + "-grouped", source: device.dbURL, user: user, policies: policies)
+        oneByOne = try box.replica(device.name + "-single", source: device.dbURL, user: user, policies: policies)
+        oneByOne.db.applyGroupLimit = 1
+        // A change the merge captures (a collision's loser deleted) is timed by the wall clock, or just after the
+        // latest clock the database holds when that is later: with the wall clock a year back, both twins time it alike.
+        for twin in [grouped, oneByOne] { try twin.db.shiftWallClockForTesting(milliseconds: -365 * 86_400_000) }
+    }
+
+    /// Applies copies of `files` (in the given order, duplicates included) to each twin with `apply(diffs:)`; expects
+    /// the same reports (status, reason, counts, schema changes) and the same database: rows, bookkeeping, conflict
+    /// log, change log and triggers (`Twins.comparableDump`). Returns the grouped twin's reports.
+    @discardableResult
+    func apply(_ files: [URL], sourceLocation: SourceLocation = #_sourceLocation) throws -> [ApplyReport] {
+        // The same folder name in each twin, so that reasons naming a file read alike.
+        let batch = "incoming-" + UUID().uuidString
+        func copies(for twin: Replica) throws -> [URL] {
+            let folder = twin.dir.appendingPathComponent(batch)
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            var made: [String: URL] = [:]
+            return try files.map { file in
+                if let copy = made[file.path] { return copy }
+                let copy = folder.appendingPathComponent(file.lastPathComponent)
+                try FileManager.default.copyItem(at: file, to: copy)
+                made[file.path] = copy
+                return copy
+            }
+        }
+        let a = grouped.db.apply(diffs: try copies(for: grouped), quarantine: grouped.quarantine)
+        let b = oneByOne.db.apply(diffs: try copies(for: oneByOne), quarantine: oneByOne.quarantine)
+        func summary(_ r: ApplyReport, _ twin: Replica) -> String {
+            let reason = (r.reason ?? "").replacingOccurrences(of: twin.dir.path, with: "<twin>")
+            return "\(r.diffID ?? "?") \(r.status) [\(reason)] \(r.inserted)/\(r.updated)/\(r.deleted)/\(r.conflicts)/\(r.held)"
+                + " created \(r.tablesCreated) added \(r.columnsAdded) aside \(r.columnsKeptAside) types \(r.typeDifferences)"
+        }
+        let x = a.map { summary($0, grouped) }, y = b.map { summary($0, oneByOne) }
+        #expect(x == y, "the reports differ:\n grouped: \(x)\n one by one: \(y)", sourceLocation: sourceLocation)
+        let g = try Twins.comparableDump(grouped), o = try Twins.comparableDump(oneByOne)
+        #expect(g == o, "the databases differ: \(firstDifference(g, o) ?? "")", sourceLocation: sourceLocation)
+        return a
+    }
+}
+
 // MARK: - Random delivery (property tests)
 
 /// Delivers `files` to `r` as a chaos run does: in random order, some twice. Returns how many were deferred.
