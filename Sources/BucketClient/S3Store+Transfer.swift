@@ -99,6 +99,8 @@ extension S3Store {
         // S3 returns checksums only for answers that carry the whole object, never for a range: an object of known
         // size is fetched with one plain GET so that its checksum comes with it (and one request does it all).
         var whole = etag == nil && (expected.map { $0.size <= chunk || (streaming && !$0.etag.isEmpty) } ?? false)
+        // The total is known before the first byte: a progress display shows it while one GET streams the object.
+        if let expected { TransferProgress.current?.expect(bytes: expected.size, key: key) }
         if whole, let expected, expected.size > chunk {
             // Cut off midway, the file resumes from what reached it: record the version it is of first (the GET is
             // conditional on it, so its bytes are of that version).

@@ -145,10 +145,22 @@ public struct S3Store: ObjectStore {
             if (request.method == "PUT" || request.method == "POST") && !direct { urlRequest.httpBody = body }
             requestCounter.record(request.operation)
             do {
-                var data: Data, streamed: Int64? = nil
+                var data: Data, streamed: Int64? = nil, reported: Int64 = 0
                 let response: URLResponse
                 if direct {
-                    let answer = try await CurlTransport.send(urlRequest, body: body, timeout: configuration.timeout, into: request.into)
+                    // A body written into a file as it arrives is counted as it grows, so a long download's progress
+                    // moves (the rest is counted with the answer below).
+                    let poller = request.into.flatMap { target in
+                        TransferProgress.current.map { StreamedBytesPoller(target: target, progress: $0) }
+                    }
+                    let answer: (Data, URLResponse, Int64)
+                    do {
+                        answer = try await CurlTransport.send(urlRequest, body: body, timeout: configuration.timeout, into: request.into)
+                    } catch {
+                        await poller?.stop()
+                        throw error
+                    }
+                    reported = await poller?.stop() ?? 0
                     (data, response) = (answer.0, answer.1)
                     if request.into != nil, let http = response as? HTTPURLResponse, (200..<300).contains(http.statusCode) { streamed = answer.2 }
                 } else {
@@ -191,7 +203,8 @@ public struct S3Store: ObjectStore {
                 let result = Response(status: http.statusCode, headers: http, body: data, streamed: streamed)
                 if (200..<300).contains(http.statusCode) {
                     TransferProgress.current?.noteResponse(method: request.method, operation: request.operation, key: request.key, sent: body.count,
-                                                           received: Int(received), contentRange: http.value(forHTTPHeaderField: "Content-Range"))
+                                                           received: Int(received), alreadyCounted: reported,
+                                                           contentRange: http.value(forHTTPHeaderField: "Content-Range"))
                 }
                 if (200..<300).contains(http.statusCode) || acceptStatuses.contains(http.statusCode) { return result }
                 throw mapError(result, request: request)

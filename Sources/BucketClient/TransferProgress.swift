@@ -48,11 +48,13 @@ public final class TransferProgress: @unchecked Sendable {
 
     /// What an S3 response moved: a GET's body (the object's size from `Content-Range`, or the body for a whole
     /// object), a PUT's request body (a single upload or one part).
-    func noteResponse(method: String, operation: String, key: String?, sent: Int, received: Int, contentRange: String?) {
+    /// `alreadyCounted` bytes of a GET's body were recorded while it arrived (``StreamedBytesPoller``).
+    func noteResponse(method: String, operation: String, key: String?, sent: Int, received: Int, alreadyCounted: Int64 = 0,
+                      contentRange: String?) {
         switch (method, operation) {
         case ("GET", "GetObject"):
             let total = contentRange.flatMap { $0.split(separator: "/").last.flatMap { Int64($0) } } ?? Int64(received)
-            record(bytes: Int64(received), key: key, objectSize: total)
+            record(bytes: Int64(received) - alreadyCounted, key: key, objectSize: total)
         case ("PUT", "PutObject"):
             record(bytes: Int64(sent), key: key, objectSize: Int64(sent), finishedObject: true)
         case ("PUT", "UploadPart"):
@@ -60,5 +62,39 @@ public final class TransferProgress: @unchecked Sendable {
         default:
             break
         }
+    }
+}
+
+/// Counts the bytes of an answer that libcurl writes into a file while the transfer runs, by the file's size every
+/// tenth of a second (the kernel's view, so no memory is shared with the transfer thread), into a
+/// ``TransferProgress``; ``stop()`` ends it and says how many bytes it counted.
+final class StreamedBytesPoller: @unchecked Sendable {
+    private let lock = NSLock()
+    private var counted: Int64 = 0
+    private var task: Task<Void, Never>?
+
+    init(target: CurlTransport.FileTarget, progress: TransferProgress) {
+        task = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(nanoseconds: 100_000_000)
+                var st = stat()
+                guard fstat(target.fd, &st) == 0, let self else { continue }
+                let now = max(0, Int64(st.st_size) - target.offset)
+                let delta: Int64 = self.lock.withLock {
+                    let d = now - self.counted
+                    if d > 0 { self.counted = now }
+                    return d
+                }
+                if delta > 0 { progress.record(bytes: delta) }
+            }
+        }
+    }
+
+    /// Stops counting (waiting for a count under way) and returns the bytes counted.
+    @discardableResult
+    func stop() async -> Int64 {
+        task?.cancel()
+        await task?.value
+        return lock.withLock { counted }
     }
 }
