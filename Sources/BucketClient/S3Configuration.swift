@@ -55,9 +55,10 @@ public struct S3Configuration: Sendable {
     ///
     /// Each part in flight holds its bytes in memory, so the store's part uploads hold at most
     /// `2 × maxConcurrency × partSize`: 128 MiB with the defaults (8 and 8 MiB; the AWS CLI's 16 requests of 8 MiB
-    /// parts hold as much). 8, not 4 (before 2026-11-27): with 4 × 64 MB pushed at once, 16 parts in flight beat
-    /// 8 against moto in every round measured (Benchmarks/README.md, "Issue 19, aims 4–6"). A download resumed
-    /// with ranges holds at most `min(maxConcurrency, 4)` chunks of ``downloadChunkSize`` per file.
+    /// parts hold as much). 8, not 4 (before 2026-11-27): pushing 4 × 64 MB to moto, 16 parts in flight beat
+    /// rclone, s5cmd and the AWS CLI in 16 of 18 rounds (Benchmarks/README.md, "Issue 19, aims 4–6", compares
+    /// with 8). A download resumed with ranges holds at most `min(maxConcurrency, 4)` chunks of
+    /// ``downloadChunkSize`` per file.
     public var maxConcurrency: Int = 8
     /// Fetch an object larger than one chunk whose size and ETag a listing gave in ranged GETs of
     /// ``downloadChunkSize`` (up to `min(maxConcurrency, 4)` at once, plus a HEAD for its checksum) instead of
