@@ -40,6 +40,8 @@ enum CurlTransport {
     struct FileTarget: Sendable {
         var fd: Int32
         var offset: Int64
+        /// Sees every byte that reaches the file (hashing a download as it arrives); nil for none.
+        var written: Hashing.WrittenBytes? = nil
     }
 
     /// Sends `request` like ``send(_:body:timeout:)``; with `into`, the body of a 2xx answer is written into that
@@ -88,10 +90,18 @@ enum CurlTransport {
         var result = rtsync_curl_result()
         let cHeaders = headers.map { strdup($0) }
         defer { cHeaders.forEach { free($0) } }
+        // The observer stays alive through the call: `target` holds it.
+        let context = target?.written.map { Unmanaged.passUnretained($0).toOpaque() }
+        let written: rtsync_curl_written? = context == nil ? nil : { context, bytes, length, offset in
+            guard let context, let bytes else { return }
+            Unmanaged<Hashing.WrittenBytes>.fromOpaque(context).takeUnretainedValue()
+                .wrote(UnsafeRawBufferPointer(start: bytes, count: length), at: offset)
+        }
         let status: Int32 = cHeaders.map { UnsafePointer($0) }.withUnsafeBufferPointer { list in
             body.withUnsafeBytes { bytes in
-                rtsync_curl_perform_to_fd(method, url.absoluteString, list.baseAddress, list.count, bytes.baseAddress, bytes.count,
-                                          timeoutMs, cancel.pointer, target?.fd ?? -1, target?.offset ?? 0, &result)
+                rtsync_curl_perform_to_fd_observed(method, url.absoluteString, list.baseAddress, list.count, bytes.baseAddress, bytes.count,
+                                                   timeoutMs, cancel.pointer, target?.fd ?? -1, target?.offset ?? 0,
+                                                   written, context, &result)
             }
         }
         defer { rtsync_curl_result_free(&result) }

@@ -84,6 +84,59 @@ enum LocalFiles {
         if fsync(fd) != 0 { throw BucketError.localIO(path: url.path, description: errnoText()) }
     }
 
+    /// Makes the bytes of files written without an fsync durable. On Linux one `syncfs` of each filesystem holding
+    /// one of them: one journal commit and disk flush for any number of files (it also writes out what other
+    /// programs have pending on that filesystem). Elsewhere, or with `RTSYNC_MEDIA_DURABILITY=fsync` in the
+    /// environment, an fsync of each file. A file removed meanwhile is skipped.
+    /// - Throws: ``BucketError/localIO(path:description:)`` when a flush fails.
+    static func makeDurable(_ files: [URL]) throws {
+        #if os(Linux)
+        if let syncfs = syncfsFunction, !durabilityByFsync {
+            var filesystems = Set<UInt64>()
+            for url in files {
+                let folder = url.deletingLastPathComponent().path
+                guard let st = FileStat.of(folder), filesystems.insert(st.device).inserted else { continue }
+                try flush(folder, folder: true) { syncfs($0) }
+            }
+            return
+        }
+        #endif
+        for url in files { try flush(url.path, folder: false) { fsync($0) } }
+    }
+
+    /// Makes the names of files just renamed into place durable: an fsync of each folder holding one.
+    static func makeNamesDurable(_ files: [URL]) throws {
+        for folder in Set(files.map { $0.deletingLastPathComponent().path }).sorted() { try flush(folder, folder: true) { fsync($0) } }
+        for url in files { flushes.record("durable \(url.path)") }
+    }
+
+    /// Files made durable, for tests: `fsync <path>` for a download flushed on its own before it was installed at
+    /// `path`, `durable <path>` for a file installed by media sync after its bytes and then its name were made
+    /// durable in a batch.
+    static let flushes = RequestCounter()
+
+    /// Opens `path` (a folder with `folder`) and runs `call` (fsync, syncfs) on it; a path gone meanwhile is skipped.
+    static func flush(_ path: String, folder: Bool, _ call: (Int32) -> Int32) throws {
+        let fd = open(path, folder ? O_RDONLY | O_DIRECTORY | O_CLOEXEC : O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT { return }
+            throw BucketError.localIO(path: path, description: "cannot open to flush: \(errnoText())")
+        }
+        defer { close(fd) }
+        if call(fd) != 0 { throw BucketError.localIO(path: path, description: "cannot flush: \(errnoText())") }
+    }
+
+    /// `RTSYNC_MEDIA_DURABILITY=fsync`: ``makeDurable(_:)`` fsyncs each file even where `syncfs` exists (to compare).
+    static let durabilityByFsync = ProcessInfo.processInfo.environment["RTSYNC_MEDIA_DURABILITY"] == "fsync"
+
+    #if os(Linux)
+    /// glibc's `syncfs(2)`, which Swift's Glibc module does not declare: looked up once.
+    static let syncfsFunction: (@convention(c) (Int32) -> Int32)? = {
+        guard let symbol = dlsym(nil, "syncfs") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32) -> Int32).self)
+    }()
+    #endif
+
     /// Atomically replaces `destination` with `source` (same filesystem).
     static func moveAtomically(_ source: URL, to destination: URL) throws {
         if rename(source.path, destination.path) != 0 {

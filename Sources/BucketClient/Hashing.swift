@@ -42,6 +42,49 @@ enum Hashing {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// SHA-256 of a download's bytes as they are written into its file, which must happen in order from the file's
+    /// start. A write anywhere else (a resumed download, a retried answer written over the same bytes) makes
+    /// ``digestHex(ofLength:)`` nil, and the caller reads the file back instead. Fed from libcurl's transfer thread
+    /// or from the downloading task, never from two at once; the lock orders those hand-overs.
+    final class WrittenBytes: @unchecked Sendable {
+        private let lock = NSLock()
+        private var hasher = SHA256()
+        private var length: Int64 = 0
+        private var outOfOrder = false
+
+        /// `bytes` were written at `offset`.
+        func wrote(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+            lock.lock()
+            defer { lock.unlock() }
+            guard !outOfOrder else { return }
+            guard offset == length else { outOfOrder = true; return }
+            hasher.update(bufferPointer: bytes)
+            length += Int64(bytes.count)
+        }
+
+        /// The file was cut to `size` bytes (or, for a resume, found holding that many): only a restart from
+        /// nothing keeps the running digest usable.
+        func truncated(to size: Int64) {
+            lock.lock()
+            defer { lock.unlock() }
+            if size == 0 {
+                hasher = SHA256()
+                length = 0
+                outOfOrder = false
+            } else if size != length {
+                outOfOrder = true
+            }
+        }
+
+        /// The hex digest when exactly `total` bytes were written, in order; else nil.
+        func digestHex(ofLength total: Int64) -> String? {
+            lock.lock()
+            defer { lock.unlock() }
+            guard !outOfOrder, length == total else { return nil }
+            return Hashing.hex(hasher.finalize())
+        }
+    }
+
     /// Incremental SHA-256 for files.
     struct SHA256Stream {
         private var hasher = SHA256()

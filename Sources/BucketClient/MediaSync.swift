@@ -278,6 +278,20 @@ public struct MediaSync: Sendable {
     static let saveAfterBytes: Int64 = 16 << 20
 
     /// Collects results from concurrent transfers.
+    ///
+    /// Durability of pulled files: a file the manifest records must be on stable storage before the manifest saying
+    /// so is, and a file installed under its name must never be empty or short after a power cut. A small download
+    /// (up to ``saveAfterBytes``) is fetched without an fsync of its own into a temporary file beside its place
+    /// (`.rtsync-tmp-…`, which a later run removes if this one is killed) and waits in ``unflushed``. Before each
+    /// manifest save one durability point (``makeInstalledDurable()``) makes all waiting files' bytes durable at
+    /// once (`syncfs` of their filesystem on Linux, elsewhere an fsync of each), then renames them into place,
+    /// fsyncs the folders holding them (so the names are durable too), and only then puts them in the manifest that
+    /// is saved (itself written to a temporary file, fsynced and renamed). So a kill -9 or a power cut at any
+    /// moment leaves the manifest recording only files whose bytes and names were on disk before it was written,
+    /// and any file under its own name complete: before the rename there is only a temporary file (fetched again
+    /// by the next run), after it a complete file, which if not yet recorded the next run recognizes from its
+    /// plain-MD5 ETag without a transfer (``plan``). A larger download is fsynced by the store before it is
+    /// installed, as before, and resumes across runs from `<name>.partial`; it is saved in the manifest at once.
     actor Progress {
         var report: MediaSyncReport
         var manifest: MediaManifest
@@ -290,6 +304,11 @@ public struct MediaSync: Sendable {
         let saveURL: URL?
         var lastSave = Date.distantPast
         var bytesSinceSave: Int64 = 0
+        /// Pulled files in their temporary files, not yet durable: where each goes, and its manifest entry.
+        var unflushed: [String: (entry: MediaManifest.Entry, staged: URL, url: URL)] = [:]
+        /// A save is under way (it awaits the durability point off the actor); others wait in ``saveWaiters``.
+        var saving = false
+        var saveWaiters: [CheckedContinuation<Void, Never>] = []
 
         init(report: MediaSyncReport, manifest: MediaManifest, total: Int, show: Bool, saveURL: URL?) {
             self.report = report
@@ -301,49 +320,122 @@ public struct MediaSync: Sendable {
 
         /// Saves the manifest after a finished transfer, so a crash does not make the next run redo it. A save
         /// rewrites the whole manifest (temporary file + rename), so after small files it waits up to
-        /// ``saveInterval``; after ``saveAfterBytes`` or more of transfers it is immediate.
-        func saveIfDue(bytes: Int64) {
+        /// ``saveInterval``; after ``saveAfterBytes`` or more of transfers, or with `now`, it is immediate (`now`
+        /// also waits for a save under way, and returns once what it recorded is saved).
+        func saveIfDue(bytes: Int64, now: Bool = false) async {
             bytesSinceSave += bytes
-            guard let saveURL, bytesSinceSave >= MediaSync.saveAfterBytes || Date().timeIntervalSince(lastSave) >= MediaSync.saveInterval else { return }
+            guard let saveURL else { return }
+            if saving {
+                // The save under way reads the manifest after its durability point, so it records this too,
+                // except pulled files, which wait for the next one.
+                guard now else { return }
+                while saving { await withCheckedContinuation { saveWaiters.append($0) } }
+            }
+            guard now || bytesSinceSave >= MediaSync.saveAfterBytes || Date().timeIntervalSince(lastSave) >= MediaSync.saveInterval else { return }
+            saving = true
+            let counted = bytesSinceSave
+            await makeInstalledDurable()
             // A failed save here is not fatal: the run saves again at its end, and reports that failure.
             try? manifest.save(to: saveURL)
             lastSave = Date()
-            bytesSinceSave = 0
+            bytesSinceSave -= counted
+            saving = false
+            let waiters = saveWaiters
+            saveWaiters = []
+            for waiter in waiters { waiter.resume() }
         }
 
-        func uploaded(_ path: String, entry: MediaManifest.Entry) {
+        /// The durability point: makes the bytes of every file in ``unflushed`` durable, installs each under its
+        /// name, makes the names durable, then records them in the manifest. A file that fails any step is reported
+        /// and not recorded (a temporary file left is removed).
+        func makeInstalledDurable() async {
+            guard !unflushed.isEmpty else { return }
+            let batch = unflushed.sorted { $0.key < $1.key }
+            unflushed = [:]
+            func fail(_ path: String, _ entry: MediaManifest.Entry, _ error: Error) {
+                report.errors.append(.init(path: path, reason: "downloaded but not installed: \(MediaSync.reason(error))"))
+                report.downloaded.removeAll { $0 == path }
+                report.bytesDownloaded -= entry.size
+            }
+            let staged = batch.map(\.value.staged)
+            do {
+                try await LocalFiles.offPool { try LocalFiles.makeDurable(staged) }
+            } catch {
+                for (path, item) in batch { unlink(item.staged.path); fail(path, item.entry, error) }
+                return
+            }
+            var installed: [(path: String, entry: MediaManifest.Entry, url: URL)] = []
+            for (path, item) in batch {
+                if rename(item.staged.path, item.url.path) == 0 {
+                    installed.append((path, item.entry, item.url))
+                } else {
+                    fail(path, item.entry, BucketError.localIO(path: item.url.path, description: "cannot install: \(LocalFiles.errnoText())"))
+                    unlink(item.staged.path)
+                }
+            }
+            let names = installed.map(\.url)
+            do {
+                try await LocalFiles.offPool { try LocalFiles.makeNamesDurable(names) }
+                for file in installed { manifest[file.path] = file.entry }
+            } catch {
+                // Installed and complete, only not recorded: the next run recognizes them (plain-MD5 ETag).
+                for file in installed {
+                    report.errors.append(.init(path: file.path, reason: "installed but not recorded: \(MediaSync.reason(error))"))
+                }
+            }
+        }
+
+        /// Waits for a save under way, then makes the files still waiting durable and records them (the end of
+        /// the transfers; the run saves the manifest itself).
+        func finish() async {
+            while saving { await withCheckedContinuation { saveWaiters.append($0) } }
+            await makeInstalledDurable()
+        }
+
+        func uploaded(_ path: String, entry: MediaManifest.Entry) async {
             report.uploaded.append(path)
             report.bytesUploaded += entry.size
             manifest[path] = entry
-            saveIfDue(bytes: entry.size)
             step()
+            await saveIfDue(bytes: entry.size)
         }
 
-        func downloaded(_ path: String, entry: MediaManifest.Entry) {
+        /// Records a pulled file that is already durable.
+        func downloaded(_ path: String, entry: MediaManifest.Entry) async {
             report.downloaded.append(path)
             report.bytesDownloaded += entry.size
             manifest[path] = entry
-            saveIfDue(bytes: entry.size)
             step()
+            await saveIfDue(bytes: entry.size)
+        }
+
+        /// Records a pulled file fetched without a flush into `staged`: it is installed at `url` and enters the
+        /// manifest at the next durability point (see ``Progress``).
+        func staged(_ path: String, entry: MediaManifest.Entry, staged: URL, url: URL) async {
+            report.downloaded.append(path)
+            report.bytesDownloaded += entry.size
+            unflushed[path] = (entry, staged, url)
+            step()
+            await saveIfDue(bytes: entry.size)
         }
 
         /// Records a file whose two sides turned out to hold the same bytes (or an upload finished before a crash).
-        func adopted(_ path: String, entry: MediaManifest.Entry) {
+        func adopted(_ path: String, entry: MediaManifest.Entry) async {
             report.unchanged += 1
             manifest[path] = entry
-            saveIfDue(bytes: 0)
             step()
+            await saveIfDue(bytes: 0)
         }
 
         /// Records a conflict whose losing version was kept as a copy.
-        func conflict(_ conflict: MediaConflict, copyEntry: MediaManifest.Entry?, pathEntry: MediaManifest.Entry? = nil) {
+        func conflict(_ conflict: MediaConflict, copyEntry: MediaManifest.Entry?, pathEntry: MediaManifest.Entry? = nil) async {
             report.conflicts.append(conflict.path)
             report.conflictCopies.append(conflict)
             manifest.conflicts.append(conflict)
             if let copyEntry { manifest[conflict.copy] = copyEntry }
             if let pathEntry { manifest[conflict.path] = pathEntry }
             // Saved at once (conflicts are rare): a crash now must not make the next run keep a second copy.
-            saveIfDue(bytes: MediaSync.saveAfterBytes)
+            await saveIfDue(bytes: 0, now: true)
         }
 
         /// Records that a transfer finished without counting it as a file done (a conflict copy's upload).
@@ -402,6 +494,7 @@ public struct MediaSync: Sendable {
             }
             return next
         }
+        await progress.finish()
         report = await progress.report
         manifest = await progress.manifest
         if options.shouldStop?() == true {
@@ -456,13 +549,25 @@ public struct MediaSync: Sendable {
         case .download(let path, let remote):
             let url = localURL(path)
             do {
-                let info = try await store.download(key: remoteKey(path), to: url, expecting: remote)
-                guard let after = FileStat.of(url.path) else {
-                    throw BucketError.localIO(path: url.path, description: "downloaded file vanished")
+                // Hashed as it arrives. A large file is fsynced and installed by the store (resumable from
+                // `<name>.partial`); a small one is made durable and installed with the others waiting at the next
+                // manifest save, rather than with one fsync each (see ``Progress``).
+                let large = remote.size > Self.saveAfterBytes
+                let target = large ? url : LocalFiles.temporaryURL(beside: url)
+                do {
+                    let (info, sha) = try await store.downloadReturningSHA256(key: remoteKey(path), to: target, expecting: remote,
+                                                                              flushing: large)
+                    guard let after = FileStat.of(target.path) else {
+                        throw BucketError.localIO(path: target.path, description: "downloaded file vanished")
+                    }
+                    let entry = MediaManifest.Entry(size: after.size, mtimeNanoseconds: after.mtimeNanoseconds, sha256: sha,
+                                                    etag: info.etag.isEmpty ? remote.etag : info.etag)
+                    if large { await progress.downloaded(path, entry: entry) }
+                    else { await progress.staged(path, entry: entry, staged: target, url: url) }
+                } catch {
+                    if !large { for suffix in ["", ".partial", ".partial.etag"] { unlink(target.path + suffix) } }
+                    throw error
                 }
-                let sha = try LocalFiles.sha256Hex(of: url)
-                await progress.downloaded(path, entry: .init(size: after.size, mtimeNanoseconds: after.mtimeNanoseconds,
-                                                             sha256: sha, etag: info.etag.isEmpty ? remote.etag : info.etag))
             } catch {
                 await progress.failed(path, Self.reason(error))
             }

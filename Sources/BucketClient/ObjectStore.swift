@@ -36,6 +36,14 @@ public protocol ObjectStore: Sendable {
     @discardableResult
     func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo
 
+    /// Downloads like ``download(key:to:expecting:)`` and returns the SHA-256 (lowercase hex) of the installed bytes.
+    ///
+    /// With `flushing` false a store may install the file before its bytes reach stable storage (S3 does; the
+    /// default always flushes): the caller must then make it durable (fsync, or one `syncfs` for many files)
+    /// before it records the file anywhere a crash leaves behind.
+    func downloadReturningSHA256(key: String, to fileURL: URL, expecting listed: ObjectInfo?,
+                                 flushing: Bool) async throws -> (info: ObjectInfo, sha256: String)
+
     /// Returns size, ETag and modification date of an object.
     func head(key: String) async throws -> ObjectInfo
 
@@ -89,6 +97,13 @@ extension ObjectStore {
                 expected = try await head(key: key)
             }
         }
+    }
+
+    /// Downloads with ``download(key:to:expecting:)`` (flushed either way), then hashes the installed file.
+    public func downloadReturningSHA256(key: String, to fileURL: URL, expecting listed: ObjectInfo?,
+                                        flushing: Bool) async throws -> (info: ObjectInfo, sha256: String) {
+        let info = try await download(key: key, to: fileURL, expecting: listed)
+        return (info, try LocalFiles.sha256Hex(of: fileURL))
     }
 
     /// Nil: the store cannot copy inside the bucket.

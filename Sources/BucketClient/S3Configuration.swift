@@ -51,8 +51,21 @@ public struct S3Configuration: Sendable {
     public var partChecksum: PartChecksum = .crc32
     /// Size of one ranged GET when downloading to a file.
     public var downloadChunkSize: Int = 16 << 20
-    /// Parts uploaded at the same time.
-    public var maxConcurrency: Int = 4
+    /// Parts of one file uploaded at the same time; twice as many are in flight across all the files of a store.
+    ///
+    /// Each part in flight holds its bytes in memory, so the store's part uploads hold at most
+    /// `2 × maxConcurrency × partSize`: 128 MiB with the defaults (8 and 8 MiB; the AWS CLI's 16 requests of 8 MiB
+    /// parts hold as much). 8, not 4 (before 2026-11-27): pushing 4 × 64 MB to moto, 16 parts in flight beat
+    /// rclone, s5cmd and the AWS CLI in 16 of 18 rounds (Benchmarks/README.md, "Issue 19, aims 4–6", compares
+    /// with 8). A download resumed with ranges holds at most `min(maxConcurrency, 4)` chunks of
+    /// ``downloadChunkSize`` per file.
+    public var maxConcurrency: Int = 8
+    /// Fetch an object larger than one chunk whose size and ETag a listing gave in ranged GETs of
+    /// ``downloadChunkSize`` (up to `min(maxConcurrency, 4)` at once, plus a HEAD for its checksum) instead of
+    /// one GET written into the file as it arrives (the default, which needs libcurl; see
+    /// ``directTransportMinimumBody``). Off by default: against moto one GET per object was faster and makes
+    /// fewer requests (Benchmarks/README.md).
+    public var rangedDownloads = false
     /// PUT and POST requests whose body has at least this many bytes (by default all of them), always a
     /// multipart upload's parts and completion, and every GET, HEAD and DELETE are sent with libcurl directly where
     /// it can be loaded (Linux), not through URLSession: on Linux its dispatch-driven event loop keeps a core busy

@@ -38,16 +38,33 @@ extension S3Store {
     /// ``BucketError/checksumMismatch(key:algorithm:)``, and `fileURL` is left as it was.
     @discardableResult
     public func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?) async throws -> ObjectInfo {
+        try await download(key: key, to: fileURL, expecting: listed, hashing: false, flushing: true).info
+    }
+
+    /// Downloads like ``download(key:to:expecting:)`` and returns the SHA-256 of the installed bytes, computed as
+    /// they arrive (a download resumed from an earlier partial file is read back instead). With `flushing` false
+    /// the bytes are not fsynced before the file is installed: the caller makes them durable before it records
+    /// the file anywhere a crash leaves behind (media sync: before each manifest save).
+    public func downloadReturningSHA256(key: String, to fileURL: URL, expecting listed: ObjectInfo?,
+                                        flushing: Bool) async throws -> (info: ObjectInfo, sha256: String) {
+        let (info, sha256) = try await download(key: key, to: fileURL, expecting: listed, hashing: true, flushing: flushing)
+        return (info, try sha256 ?? LocalFiles.sha256Hex(of: fileURL))
+    }
+
+    /// The download behind both: the SHA-256 when `hashing` and every byte was written in order by this call.
+    func download(key: String, to fileURL: URL, expecting listed: ObjectInfo?, hashing: Bool,
+                  flushing: Bool) async throws -> (info: ObjectInfo, sha256: String?) {
         let partial = URL(fileURLWithPath: fileURL.path + ".partial")
         let etagFile = URL(fileURLWithPath: fileURL.path + ".partial.etag")
         var expected = listed
         var attempt = 0
         while true {
             do {
-                let info = try await downloadToPartial(key: key, fileURL: fileURL, expected: expected)
+                let done = try await downloadToPartial(key: key, fileURL: fileURL, expected: expected, hashing: hashing,
+                                                       flushing: flushing)
                 try LocalFiles.moveAtomically(partial, to: fileURL)
                 unlink(etagFile.path)
-                return info
+                return done
             } catch let failure as IntegrityFailure {
                 // These bytes cannot be trusted: a resumed download must not build on them.
                 unlink(partial.path)
@@ -71,9 +88,11 @@ extension S3Store {
         var etag: String
     }
 
-    /// One attempt of ``download(key:to:expecting:)``: fills (or resumes) `fileURL.partial` and checks it.
+    /// One attempt of ``download(key:to:expecting:)``: fills (or resumes) `fileURL.partial` and checks it; with
+    /// `hashing`, also returns the SHA-256 of the bytes when they all went into the file in order here.
     /// - Throws: ``IntegrityFailure`` when the bytes fail a check; ``BucketError`` for anything else.
-    func downloadToPartial(key: String, fileURL: URL, expected: ObjectInfo?) async throws -> ObjectInfo {
+    func downloadToPartial(key: String, fileURL: URL, expected: ObjectInfo?, hashing: Bool = false,
+                           flushing: Bool = true) async throws -> (info: ObjectInfo, sha256: String?) {
         let partial = URL(fileURLWithPath: fileURL.path + ".partial")
         let etagFile = URL(fileURLWithPath: fileURL.path + ".partial.etag")
         if FileStat.of(fileURL.deletingLastPathComponent().path)?.isDirectory != true { try LocalFiles.createParent(of: fileURL) }
@@ -90,7 +109,13 @@ extension S3Store {
             throw BucketError.localIO(path: partial.path, description: "cannot open for writing: \(LocalFiles.errnoText())")
         }
         defer { close(fd) }
-        func truncate(to length: Int64) { _ = ftruncate(fd, off_t(length)) }
+        // Hashed as the bytes reach the file, so the manifest's SHA-256 needs no second read of it.
+        let hasher = hashing ? Hashing.WrittenBytes() : nil
+        hasher?.truncated(to: offset)
+        func truncate(to length: Int64) {
+            _ = ftruncate(fd, off_t(length))
+            hasher?.truncated(to: length)
+        }
         var total: Int64? = nil
         var lastModified: Date? = nil
         let chunk = Int64(max(1 << 16, configuration.downloadChunkSize))
@@ -98,7 +123,7 @@ extension S3Store {
         let streaming = useDirectTransport(method: "GET", bodySize: 0, preferred: false)
         // S3 returns checksums only for answers that carry the whole object, never for a range: an object of known
         // size is fetched with one plain GET so that its checksum comes with it (and one request does it all).
-        var whole = etag == nil && (expected.map { $0.size <= chunk || (streaming && !$0.etag.isEmpty) } ?? false)
+        var whole = etag == nil && (expected.map { $0.size <= chunk || (streaming && !$0.etag.isEmpty && !configuration.rangedDownloads) } ?? false)
         // The total is known before the first byte: a progress display shows it while one GET streams the object.
         if let expected { TransferProgress.current?.expect(bytes: expected.size, key: key) }
         if whole, let expected, expected.size > chunk {
@@ -120,7 +145,7 @@ extension S3Store {
             if !whole { request.headers["range"] = ByteRange(start: offset, end: offset + chunk - 1).headerValue }
             if let etag { request.headers["if-match"] = "\"\(etag)\"" }
             if first { request.headers["x-amz-checksum-mode"] = "ENABLED" }
-            if streaming { request.into = CurlTransport.FileTarget(fd: fd, offset: offset) }
+            if streaming { request.into = CurlTransport.FileTarget(fd: fd, offset: offset, written: hasher) }
             let response: Response
             do {
                 response = try await send(request, acceptStatuses: [416])
@@ -200,19 +225,23 @@ extension S3Store {
             }
             if response.streamed == nil {
                 if coversWholeObject { truncate(to: 0) }
-                try Self.write(response.body, to: CurlTransport.FileTarget(fd: fd, offset: offset))
+                try Self.write(response.body, to: CurlTransport.FileTarget(fd: fd, offset: offset, written: hasher))
             }
             offset += received
             if let size = total, let knownETag = etag, size - offset > chunk, configuration.maxConcurrency > 1 {
                 // Size and ETag are known: fetch the rest concurrently, appending in order so the
                 // partial file stays a prefix of the object and remains resumable.
                 offset = try await fetchRemainder(key: key, etag: knownETag, from: offset, total: size, chunk: chunk,
-                                                  fd: fd, partial: partial)
+                                                  fd: fd, partial: partial, written: hasher)
             }
         }
-        // Durable before it is installed and recorded (a power cut must not leave a recorded file empty). Off the
-        // cooperative pool: with many small files at a time, fsyncs would otherwise hold up the other transfers.
-        _ = try await LocalFiles.offPool { fsync(fd) }
+        // Durable before it is installed and recorded (a power cut must not leave a recorded file empty), unless
+        // the caller makes it durable later, before recording it (media sync: one flush per manifest save). Off
+        // the cooperative pool: with many small files at a time, fsyncs would otherwise hold up other transfers.
+        if flushing {
+            _ = try await LocalFiles.offPool { fsync(fd) }
+            LocalFiles.flushes.record("fsync \(fileURL.path)")
+        }
         let written = FileStat.of(partial.path)?.size ?? -1
         guard written == total else {
             throw IntegrityFailure(error: .truncated(key: key, expected: total ?? 0, received: written), etag: etag ?? "")
@@ -235,7 +264,8 @@ extension S3Store {
             }
             checksumCounter.record(checksum.algorithm.rawValue)
         }
-        return ObjectInfo(key: key, size: total ?? 0, etag: etag ?? "", lastModified: lastModified)
+        return (ObjectInfo(key: key, size: total ?? 0, etag: etag ?? "", lastModified: lastModified),
+                hasher?.digestHex(ofLength: total ?? 0))
     }
 }
 
@@ -268,14 +298,15 @@ extension S3Store {
 
     /// Downloads `from..<total` in chunks, at most `maxConcurrency` in flight, writing them in order.
     func fetchRemainder(key: String, etag: String, from start: Int64, total: Int64, chunk: Int64,
-                        fd: Int32, partial: URL) async throws -> Int64 {
+                        fd: Int32, partial: URL, written observer: Hashing.WrittenBytes? = nil) async throws -> Int64 {
         var ranges: [(Int64, Int64)] = []
         var position = start
         while position < total {
             ranges.append((position, min(position + chunk, total) - 1))
             position += chunk
         }
-        let window = max(1, configuration.maxConcurrency)
+        // Each chunk in flight is held in memory until written: at most 4 per file (64 MiB with the default chunk).
+        let window = max(1, min(configuration.maxConcurrency, 4))
         var written = start
         try await withThrowingTaskGroup(of: (Int, Data).self) { group in
             var next = 0
@@ -292,7 +323,7 @@ extension S3Store {
                 pending[index] = data
                 while let ready = pending.removeValue(forKey: expected) {
                     do {
-                        try Self.write(ready, to: CurlTransport.FileTarget(fd: fd, offset: written))
+                        try Self.write(ready, to: CurlTransport.FileTarget(fd: fd, offset: written, written: observer))
                     } catch {
                         throw BucketError.localIO(path: partial.path, description: LocalFiles.errnoText())
                     }

@@ -197,7 +197,10 @@ public struct S3Store: ObjectStore {
                    let got = http.value(forHTTPHeaderField: "ETag"), !got.isEmpty, Self.unquote(got) != Self.unquote(wanted) {
                     // Some servers ignore If-Match (rclone serve s3): check it here, so bytes of a changed object
                     // are never mixed into a resumed or concurrent download (nor left in its file).
-                    if let target = request.into { _ = ftruncate(target.fd, off_t(target.offset)) }
+                    if let target = request.into {
+                        _ = ftruncate(target.fd, off_t(target.offset))
+                        target.written?.truncated(to: target.offset)
+                    }
                     throw BucketError.preconditionFailed(key: request.key ?? describe(request))
                 }
                 let result = Response(status: http.statusCode, headers: http, body: data, streamed: streamed)
@@ -234,6 +237,7 @@ public struct S3Store: ObjectStore {
                 guard n > 0 else { throw BucketError.localIO(path: "file descriptor \(target.fd)", description: LocalFiles.errnoText()) }
                 done += n
             }
+            target.written?.wrote(bytes, at: target.offset)
         }
     }
 

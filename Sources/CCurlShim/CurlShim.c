@@ -142,6 +142,8 @@ typedef struct {
     long long streamed;
     int status;         // of the response being received, from its status line
     int write_errno;    // non-zero after a failed pwrite (the transfer is then aborted)
+    rtsync_curl_written written;  // sees what reached the file (may be NULL)
+    void *written_context;
 } body_t;
 
 static size_t write_body(char *bytes, size_t size, size_t count, void *user) {
@@ -155,6 +157,7 @@ static size_t write_body(char *bytes, size_t size, size_t count, void *user) {
             if (w <= 0) { b->write_errno = w < 0 ? errno : EIO; return 0; }  // 0 makes libcurl abort (CURLE_WRITE_ERROR)
             done += (size_t)w;
         }
+        if (b->written) b->written(b->written_context, bytes, n, b->offset + b->streamed);
         b->streamed += (long long)n;
         return n;
     }
@@ -187,9 +190,10 @@ static int progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
     return cancel && *cancel ? 1 : 0;  // non-zero aborts with CURLE_ABORTED_BY_CALLBACK
 }
 
-int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *const *headers, size_t header_count,
-                              const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
-                              int out_fd, long long out_offset, rtsync_curl_result *result) {
+int rtsync_curl_perform_to_fd_observed(const char *method, const char *url, const char *const *headers, size_t header_count,
+                                       const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
+                                       int out_fd, long long out_offset, rtsync_curl_written written, void *written_context,
+                                       rtsync_curl_result *result) {
     memset(result, 0, sizeof *result);
     if (!rtsync_curl_available()) return -1;
     CURL *h = take_handle();
@@ -199,7 +203,7 @@ int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *c
     // No "Expect: 100-continue" wait before the body.
     list = lib.slist_append(list, "Expect:");
     source_t source = { body, body_length, 0 };
-    body_t out = { .fd = out_fd, .offset = out_offset };
+    body_t out = { .fd = out_fd, .offset = out_offset, .written = written, .written_context = written_context };
     head_t head = { .body = &out };
     char error[ERROR_SIZE] = { 0 };
 
@@ -258,6 +262,13 @@ int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *c
     lib.slist_free_all(list);
     if (code == 0) give_back(h); else lib.easy_cleanup(h);  // a failed handle may hold a broken connection
     return 0;
+}
+
+int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *const *headers, size_t header_count,
+                              const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
+                              int out_fd, long long out_offset, rtsync_curl_result *result) {
+    return rtsync_curl_perform_to_fd_observed(method, url, headers, header_count, body, body_length, idle_timeout_ms, cancel,
+                                              out_fd, out_offset, NULL, NULL, result);
 }
 
 int rtsync_curl_perform(const char *method, const char *url, const char *const *headers, size_t header_count,

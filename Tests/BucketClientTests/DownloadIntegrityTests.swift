@@ -125,6 +125,41 @@ import Testing
         #expect(files(in: target.deletingLastPathComponent()) == ["long.bin"])
     }
 
+    /// A download's SHA-256 (what the media manifest records) is computed from the bytes as they reach the partial
+    /// file, for an object within one chunk and for one larger than a chunk, so the file is not read back; a
+    /// download resumed from what an earlier call left cannot be hashed that way and is read back instead. Either
+    /// way the digest is the object's.
+    @Test func downloadReturningSHA256_hashesTheBytesAsTheyArrive_andReadsBackOnlyAResumedDownload() async throws {
+        guard CurlTransport.isAvailable else { return }
+        let (store, bucket) = try await faultStore { $0.downloadChunkSize = 1 << 16; $0.retry = RetryPolicy(maxAttempts: 1) }
+        let small = randomBytes(10_000)
+        let large = randomBytes(400_000)
+        try await store.put(key: "small.bin", data: small)
+        try await store.put(key: "long.bin", data: large)
+        let folder = try makeTemporaryFolder()
+        for (key, data) in [("small.bin", small), ("long.bin", large)] {
+            let listed = try await store.head(key: key)
+            let target = folder.appendingPathComponent(key)
+            let (info, sha256) = try await store.download(key: key, to: target, expecting: listed, hashing: true, flushing: false)
+            #expect(info.size == Int64(data.count))
+            #expect(sha256 == Hashing.sha256Hex(data), "\(key): not hashed as it arrived")
+            #expect(try Data(contentsOf: target) == data)
+        }
+
+        // Cut off midway (plain GETs only), then resumed with ranged GETs: the first bytes came in an earlier call.
+        let listed = try await store.head(key: "long.bin")
+        try await setMode(bucket, "cut")
+        let resumed = folder.appendingPathComponent("resumed.bin")
+        await #expect(throws: BucketError.self) { try await store.download(key: "long.bin", to: resumed, expecting: listed) }
+        let (_, streamed) = try await store.download(key: "long.bin", to: resumed, expecting: listed, hashing: true, flushing: false)
+        #expect(streamed == nil)
+        #expect(try Data(contentsOf: resumed) == large)
+        let again = folder.appendingPathComponent("again.bin")
+        await #expect(throws: BucketError.self) { try await store.download(key: "long.bin", to: again, expecting: listed) }
+        let (_, readBack) = try await store.downloadReturningSHA256(key: "long.bin", to: again, expecting: listed, flushing: false)
+        #expect(readBack == Hashing.sha256Hex(large))
+    }
+
     /// `rtsync bucket get` checks the download against the size HEAD gives: one error line naming the key, a
     /// hint, exit 1, no file; once the server is fixed the same command writes the whole object.
     @Test func bucketGetCLI_objectServedShorterThanHEADSays_exitsOneNamingTheKey_writesNothing_thenGetsItWhole() async throws {

@@ -76,6 +76,28 @@ import Testing
         #expect(try MediaManifest.load(from: f.manifest).files.count == 20)
     }
 
+    /// Pulled files are not fsynced one by one: each is made durable at the next manifest save (one `syncfs` of the
+    /// filesystem on Linux), and no saved manifest ever records a file before that: checked against the manifest on
+    /// disk before every download of the run, and at its end.
+    @Test func pulledFiles_areFlushedAtManifestSaves_notOneByOne_andRecordedOnlyOnceDurable() async throws {
+        guard !MotoServer.skipRequested else { return }
+        let base = try await MotoServer.anonymous.value.store(prefix: "t-\(UUID().uuidString.prefix(8))/")
+        for i in 0..<40 { try await base.put(key: "alice/images/\(i).jpg", data: randomBytes(20_000 + i)) }
+        let plain = try makeFixture(store: base)
+        let store = DurabilityObservingStore(base: base, manifest: plain.manifest, documents: plain.documents)
+        let f = Fixture(root: plain.root, documents: plain.documents, store: store, manifest: plain.manifest)
+        let pulled = try await f.sync { $0.direction = .pull }
+        #expect(pulled.downloaded.count == 40 && pulled.errors.isEmpty)
+        #expect(store.violations.total == 0, "recorded before durable: \(store.violations.snapshot.keys.sorted())")
+        let recorded = try MediaManifest.load(from: f.manifest).files.keys.map(\.string)
+        #expect(recorded.count == 40)
+        for path in recorded {
+            let url = f.documents.appendingPathComponent(path).path
+            #expect(LocalFiles.flushes.count("durable \(url)") == 1, "\(path)")
+            #expect(LocalFiles.flushes.count("fsync \(url)") == 0, "\(path) was fsynced on its own")
+        }
+    }
+
     /// `été` in NFC (as Linux and Windows usually write it) and in NFD (as macOS writes it): Swift's `String ==` calls
     /// them equal, the filesystem and the bucket do not. Both files must be uploaded, pulled and then left alone.
     static let nfc = "images/\u{E9}t\u{E9}.txt"
@@ -640,5 +662,35 @@ struct FailingPutStore: ObjectStore {
         if key == failingKey { throw BucketError.transport(request: "PUT \(key)", description: "test failure") }
         return try await base.put(key: key, fileURL: fileURL)
     }
+    func delete(key: String) async throws { try await base.delete(key: key) }
+}
+
+/// Passes every call to `base`; before each download, notes every file the saved manifest records that was not
+/// made durable first (``LocalFiles/flushes``).
+struct DurabilityObservingStore: ObjectStore {
+    let base: any ObjectStore
+    let manifest: URL
+    let documents: URL
+    let violations = RequestCounter()
+    var displayName: String { base.displayName }
+    var requestCounter: RequestCounter { base.requestCounter }
+    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
+        try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
+    }
+    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
+    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
+    func downloadReturningSHA256(key: String, to fileURL: URL, expecting listed: ObjectInfo?,
+                                 flushing: Bool) async throws -> (info: ObjectInfo, sha256: String) {
+        if let saved = try? MediaManifest.load(from: manifest) {
+            for path in saved.files.keys {
+                let url = documents.appendingPathComponent(path.string).path
+                if LocalFiles.flushes.count("durable \(url)") + LocalFiles.flushes.count("fsync \(url)") == 0 { violations.record(path.string) }
+            }
+        }
+        return try await base.downloadReturningSHA256(key: key, to: fileURL, expecting: listed, flushing: flushing)
+    }
+    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
+    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
+    func put(key: String, fileURL: URL) async throws -> ObjectInfo { try await base.put(key: key, fileURL: fileURL) }
     func delete(key: String) async throws { try await base.delete(key: key) }
 }

@@ -146,8 +146,9 @@ final class MotoServer: @unchecked Sendable {
 
     /// A store on `prefix`, with the library's default tuning unless RTSYNC_BENCH_PART_MIB,
     /// RTSYNC_BENCH_S3_CONCURRENCY, RTSYNC_BENCH_S3_DIRECT=0 (everything through URLSession, not libcurl
-    /// directly) / =all (every PUT and POST through libcurl) or RTSYNC_BENCH_PART_CHECKSUM=none (multipart
-    /// uploads declare no CRC-32 part checksums) ask otherwise (for experiments only).
+    /// directly) / =all (every PUT and POST through libcurl), RTSYNC_BENCH_PART_CHECKSUM=none (multipart
+    /// uploads declare no CRC-32 part checksums) or RTSYNC_BENCH_S3_RANGED=1 (large listed objects fetched in
+    /// ranged GETs) ask otherwise (for experiments only).
     func store(prefix: String) -> S3Store {
         var configuration = S3Configuration(bucket: bucket, prefix: prefix, region: "us-east-1", endpoint: endpoint,
                                             addressingStyle: .path, credentials: AWSCredentials(accessKeyId: "bench", secretAccessKey: "bench"))
@@ -156,6 +157,7 @@ final class MotoServer: @unchecked Sendable {
         if let n = env["RTSYNC_BENCH_S3_CONCURRENCY"].flatMap({ Int($0) }) { configuration.maxConcurrency = n }
         if env["RTSYNC_BENCH_S3_DIRECT"] == "0" { configuration.directTransportMinimumBody = nil }
         if env["RTSYNC_BENCH_S3_DIRECT"] == "all" { configuration.directTransportMinimumBody = 0 }
+        if env["RTSYNC_BENCH_S3_RANGED"] == "1" { configuration.rangedDownloads = true }
         if env["RTSYNC_BENCH_PART_CHECKSUM"] == "none" { configuration.partChecksum = .off }
         return S3Store(configuration: configuration)
     }

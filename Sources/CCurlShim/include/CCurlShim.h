@@ -43,6 +43,16 @@ int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *c
                               const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
                               int out_fd, long long out_offset, rtsync_curl_result *result);
 
+/// Called with each run of body bytes written to `out_fd`, after they were written, and the file offset of the first.
+typedef void (*rtsync_curl_written)(void *context, const void *bytes, size_t length, long long offset);
+
+/// Like rtsync_curl_perform_to_fd; `written` (when not NULL) sees every run of bytes as it reaches the file, so the
+/// caller can hash a download as it arrives instead of reading the file back.
+int rtsync_curl_perform_to_fd_observed(const char *method, const char *url, const char *const *headers, size_t header_count,
+                                       const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
+                                       int out_fd, long long out_offset, rtsync_curl_written written, void *written_context,
+                                       rtsync_curl_result *result);
+
 /// Frees the buffers of a result.
 void rtsync_curl_result_free(rtsync_curl_result *result);
 
