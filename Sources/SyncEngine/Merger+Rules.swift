@@ -346,6 +346,11 @@ extension Merger {
             return try replaceWhole(r, local, reason: "the same key was inserted on two devices: the later insert wins the whole row")
         }
         if r.change.born < local.born {
+            // An insert made here and not yet exported beat the incoming one, which the devices that never saw this
+            // insert keep. Its birth is recorded now: should the row be deleted here before the next export, the delete
+            // goes out born with it and removes the refused row there too, instead of coalescing to nothing (or to a
+            // delete of an older incarnation) while this device alone has refused the incoming row for good.
+            if local.newHere { try setRowMeta(r, local.key, born: local.born, deleted: nil) }
             return try refuse(r, local, columns: r.changedColumns, reason: "the same key was inserted on two devices: the later insert (this one) wins the whole row")
         }
         if policy.policy == .lwwRow {
@@ -661,11 +666,11 @@ extension Merger {
                             localClock: localClock(otherRow, c), winner: "remote", reason: reason)
                 }
                 try deleteRow(otherContext, otherRow, logConcurrent: false)
-                // A row never exported exists nowhere else: deleting it here is enough.
-                if !otherRow.newHere {
-                    try setRowMeta(otherContext, otherRow.key, born: otherRow.born, deleted: r.change.latestClock)
-                    try captureResolutionDelete(r.info, key: otherRow.key, after: r.change.latestClock)
-                }
+                // The delete travels even for a row never exported (made here while the diffs were on their way):
+                // its tombstone, born with that row, refuses inserts of the key born before it, so the devices that
+                // never saw the row must hear of the delete too, as they would have had the row been exported first.
+                try setRowMeta(otherContext, otherRow.key, born: otherRow.born, deleted: r.change.latestClock)
+                try captureResolutionDelete(r.info, key: otherRow.key, after: r.change.latestClock)
             }
         }
         throw SyncEngineError.diffRejected(file: reader.url.path, reason: "could not resolve UNIQUE collisions for a row of '\(r.table)'")
