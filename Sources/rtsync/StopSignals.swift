@@ -7,43 +7,53 @@ import Glibc
 import Darwin
 #endif
 
+/// The first stop signal the process caught (0: none), set by ``stopSignalHandler`` and read by ``StopSignals``.
+/// A plain C `sig_atomic_t` store is all a signal handler may do safely; it is touched once before the handler is
+/// installed, so the handler never runs a global's lazy initialization.
+nonisolated(unsafe) private var caughtStopSignal: sig_atomic_t = 0
+
+/// Catches SIGINT and SIGTERM: the first is recorded and announced on standard error (write(2) only, which is
+/// async-signal-safe), a second ends the process at once.
+private func stopSignalHandler(_ sig: Int32) {
+    if caughtStopSignal != 0 { _exit(128 + sig) }
+    caughtStopSignal = sig_atomic_t(sig)
+    if sig == SIGINT {
+        let text: StaticString = "SIGINT: stopping at the next safe point (send it again to stop at once)\n"
+        _ = write(2, text.utf8Start, text.utf8CodeUnitCount)
+    } else {
+        let text: StaticString = "SIGTERM: stopping at the next safe point (send it again to stop at once)\n"
+        _ = write(2, text.utf8Start, text.utf8CodeUnitCount)
+    }
+}
+
 /// SIGINT and SIGTERM during a long command: the first asks the command to stop at its next safe point (it
 /// finishes or rolls back what it is doing and says what is left); a second one ends the process at once (what
 /// it leaves is removed by the next run).
+///
+/// The handler is installed with `sigaction` before the initializer returns, so a signal sent right after the
+/// command started (while it waits for another run's lock, say) is never lost; a dispatch signal source, armed
+/// asynchronously after the signal was set to be ignored, could drop one sent in between.
 final class StopSignals: @unchecked Sendable {
-    private let lock = NSLock()
-    private var received: Int32?
-    private var sources: [DispatchSourceSignal] = []
-
     /// Starts catching SIGINT and SIGTERM.
     init() {
+        _ = caughtStopSignal
         for sig in [SIGINT, SIGTERM] {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { [weak self] in self?.receive(sig) }
-            source.resume()
-            sources.append(source)
+            var action = sigaction()
+            #if canImport(Glibc)
+            action.__sigaction_handler.sa_handler = stopSignalHandler
+            #else
+            action.__sigaction_u.__sa_handler = stopSignalHandler
+            #endif
+            sigemptyset(&action.sa_mask)
+            action.sa_flags = SA_RESTART
+            sigaction(sig, &action, nil)
         }
-    }
-
-    deinit {
-        for source in sources { source.cancel() }
-    }
-
-    private func receive(_ sig: Int32) {
-        lock.lock()
-        let first = received == nil
-        if first { received = sig }
-        lock.unlock()
-        if !first { _exit(128 + sig) }
-        let name = sig == SIGINT ? "SIGINT" : "SIGTERM"
-        FileHandle.standardError.write(Data("\(name): stopping at the next safe point (send it again to stop at once)\n".utf8))
     }
 
     /// The signal received, if any.
     var receivedSignal: Int32? {
-        lock.lock(); defer { lock.unlock() }
-        return received
+        let sig = caughtStopSignal
+        return sig == 0 ? nil : Int32(sig)
     }
 
     /// Whether a stop was asked for (for `Syncer.shouldStop`).
