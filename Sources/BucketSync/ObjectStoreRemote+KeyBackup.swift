@@ -41,7 +41,4 @@ extension ObjectStoreRemote {
         }
         return try ContentKeyring.decode(data, passphrase: passphrase, path: key)
     }
-
-    /// The bucket as it is, without client-side encryption.
-    var rawStore: any ObjectStore { (store as? EncryptingStore)?.inner ?? store }
 }

@@ -19,7 +19,7 @@ extension ObjectStoreRemote {
         let files = paths.map { (path: $0, url: home.documents.appendingPathComponent($0)) }
             .filter { FileManager.default.fileExists(atPath: $0.url.path) }
         return try await SharedMediaParcel.send(files, from: sender, to: recipient.user, key: recipient.publicKey, share: share,
-                                                store: (store as? EncryptingStore)?.inner ?? store, staging: home.encryptionStaging)
+                                                store: rawStore, staging: home.encryptionStaging)
     }
 
     /// Takes the shared-media parcels of the shares this home has received (`rtsync inbound list`) and not looked at

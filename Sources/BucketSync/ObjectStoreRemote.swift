@@ -64,8 +64,12 @@ public struct ObjectStoreRemote: RemoteStore {
         }
     }
 
+    /// The bucket as it is, without client-side encryption (published keys, parcels, key backups and temp files live
+    /// there as they are).
+    var rawStore: any ObjectStore { (store as? EncryptingStore)?.inner ?? store }
+
     public func removeStaleTemporaryFiles(prefixes: [String], olderThan age: TimeInterval) async -> [String] {
-        (((store as? EncryptingStore)?.inner ?? store) as? LocalFolderStore)?.removeStaleTemporaryFiles(prefixes: prefixes, olderThan: age) ?? []
+        (rawStore as? LocalFolderStore)?.removeStaleTemporaryFiles(prefixes: prefixes, olderThan: age) ?? []
     }
 
     public func delete(key: String) async throws {

@@ -41,12 +41,11 @@ extension RTSyncHome {
     ///   nothing is recorded then.
     public func shareRecipient(_ user: String, through remote: ObjectStoreRemote, trusted: [String: String],
                                withMedia: Bool = false) async throws -> ShareRecipient? {
-        let encrypting = remote.store as? EncryptingStore
-        guard encrypting != nil || withMedia else { return nil }
+        guard remote.store is EncryptingStore || withMedia else { return nil }
         let object = PublishedShareKey.objectKey(user: user)
         let recorded = shareRecipients()[user]
         let data: Data?
-        do { data = try await (encrypting?.inner ?? remote.store).get(key: object) } catch BucketError.notFound { data = nil }
+        do { data = try await remote.rawStore.get(key: object) } catch BucketError.notFound { data = nil }
         guard let data else {
             return recorded.map { ShareRecipient(user: user, publicKey: $0, fingerprint: PublishedShareKey.fingerprint($0), encryptsNames: false, source: .recorded) }
         }
