@@ -68,7 +68,17 @@ public struct Compactor: Sendable {
     /// - Throws: `LifecycleError.tierRefused` on the free tier with a cloud bucket, or the store's errors.
     public func run() async throws -> CompactionReport {
         // Its snapshot and cursor must not interleave with a sync, restore or another compaction of this home.
-        try await HomeLock.withLock(home, wait: lockWait) { try await runLocked() }
+        var entered = false
+        do {
+            return try await HomeLock.withLock(home, wait: lockWait, shouldStop: { shouldStop?() ?? false }) {
+                entered = true
+                return try await runLocked()
+            }
+        } catch is CancellationError where !entered && shouldStop?() == true {
+            // Stopped while another run held the lock: nothing was started, nothing listed.
+            return CompactionReport(snapshotKey: "", devices: [], pruned: [], kept: 0,
+                                    stoppedBefore: "the whole compaction (it was waiting for another run on this home)")
+        }
     }
 
     private func runLocked() async throws -> CompactionReport {

@@ -43,8 +43,11 @@ public final class HomeLock: @unchecked Sendable {
 
     /// Takes the lock of `home`, waiting up to `wait` for another run to finish. Inside a `withLock` scope of the
     /// same home, returns at once (the scope's lock covers it).
-    /// - Throws: `LifecycleError.homeBusy` naming the other run's process id when it is still held.
-    public static func acquire(_ home: RTSyncHome, wait: TimeInterval = 30) throws -> HomeLock {
+    /// - Parameter shouldStop: asked while waiting; when it says yes the wait ends (a command told to stop by
+    ///   Ctrl-C does not wait out another run first).
+    /// - Throws: `LifecycleError.homeBusy` naming the other run's process id when it is still held;
+    ///   `CancellationError` when `shouldStop` ended the wait.
+    public static func acquire(_ home: RTSyncHome, wait: TimeInterval = 30, shouldStop: () -> Bool = { false }) throws -> HomeLock {
         let path = lockFile(home)
         if heldByTask.contains(path) { return HomeLock(descriptor: -1, path: path) }
         try FileManager.default.createDirectory(at: home.support, withIntermediateDirectories: true)
@@ -52,6 +55,10 @@ public final class HomeLock: @unchecked Sendable {
         guard fd >= 0 else { throw LifecycleError.homeBusy(path: path, pid: nil) }
         let deadline = Date().addingTimeInterval(wait)
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            if shouldStop() {
+                close(fd)
+                throw CancellationError()
+            }
             guard errno == EWOULDBLOCK || errno == EINTR, Date() < deadline else {
                 var buffer = [UInt8](repeating: 0, count: 32)
                 let n = pread(fd, &buffer, buffer.count, 0)
@@ -68,9 +75,11 @@ public final class HomeLock: @unchecked Sendable {
     }
 
     /// Runs `body` holding the lock of `home` (taken, waiting up to `wait`, unless this task holds it already).
-    /// - Throws: `LifecycleError.homeBusy`, or what `body` throws.
-    public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, _ body: () throws -> T) throws -> T {
-        let lock = try acquire(home, wait: wait)
+    /// - Throws: `LifecycleError.homeBusy`, `CancellationError` when `shouldStop` ended the wait (`body` did not
+    ///   run), or what `body` throws.
+    public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, shouldStop: () -> Bool = { false },
+                                   _ body: () throws -> T) throws -> T {
+        let lock = try acquire(home, wait: wait, shouldStop: shouldStop)
         defer { withExtendedLifetime(lock) {} }
         return try $heldByTask.withValue(heldByTask.union([lock.path])) { try body() }
     }
@@ -78,20 +87,24 @@ public final class HomeLock: @unchecked Sendable {
     /// Runs `body` holding the lock of `home` (taken, waiting up to `wait`, unless this task holds it already).
     /// - Throws: `LifecycleError.homeBusy`, or what `body` throws.
     ///
-    /// The wait suspends instead of blocking a thread, and ends when the task is cancelled (`CancellationError`).
-    public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, isolation: isolated (any Actor)? = #isolation,
+    /// The wait suspends instead of blocking a thread, and ends when the task is cancelled or `shouldStop` says
+    /// yes (`CancellationError`; `body` did not run).
+    public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, shouldStop: () -> Bool = { false },
+                                   isolation: isolated (any Actor)? = #isolation,
                                    _ body: () async throws -> T) async throws -> T {
-        let lock = try await acquireSuspending(home, wait: wait)
+        let lock = try await acquireSuspending(home, wait: wait, shouldStop: shouldStop)
         defer { withExtendedLifetime(lock) {} }
         return try await $heldByTask.withValue(heldByTask.union([lock.path])) { try await body() }
     }
 
     /// Takes the lock like ``acquire(_:wait:)``, polling without blocking a thread of the cooperative pool (a
     /// blocked thread there starves every other task of the process), and giving up when the task is cancelled.
-    static func acquireSuspending(_ home: RTSyncHome, wait: TimeInterval) async throws -> HomeLock {
+    static func acquireSuspending(_ home: RTSyncHome, wait: TimeInterval, shouldStop: () -> Bool = { false },
+                                  isolation: isolated (any Actor)? = #isolation) async throws -> HomeLock {
         let deadline = Date().addingTimeInterval(wait)
         while true {
             do { return try acquire(home, wait: 0) } catch LifecycleError.homeBusy(let path, let pid) {
+                if shouldStop() { throw CancellationError() }
                 guard Date() < deadline else { throw LifecycleError.homeBusy(path: path, pid: pid) }
                 try await Task.sleep(nanoseconds: 50_000_000)
             }

@@ -16,7 +16,7 @@ extension RTSync.Diff {
 
         func run() throws {
             let signals = StopSignals()
-            try database.lockingHome { try export(signals) }
+            try database.lockingHome(stoppingOn: signals, command: "diff create") { try export(signals) }
         }
 
         private func export(_ signals: StopSignals) throws {
@@ -61,7 +61,7 @@ extension RTSync.Diff {
 
         func run() throws {
             let signals = StopSignals()
-            try database.lockingHome { try applyAll(signals) }
+            try database.lockingHome(stoppingOn: signals, command: "diff apply") { try applyAll(signals) }
         }
 
         private func applyAll(_ signals: StopSignals) throws {

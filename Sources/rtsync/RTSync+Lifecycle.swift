@@ -33,17 +33,27 @@ struct HomeOptions: ParsableArguments {
     }
 
     /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
-    /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
-    func locked<T>(_ body: () async throws -> T) async throws -> T {
+    /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1. With `signals`, Ctrl-C or
+    /// SIGTERM during the wait ends it at once (exit 130 or 143; `command` names what did not start).
+    func locked<T>(stoppingOn signals: StopSignals? = nil, command: String = "", _ body: () async throws -> T) async throws -> T {
         announceWaitIfBusy(resolvedHome)
-        do { return try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
+        do {
+            return try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, shouldStop: { signals?.stopRequested ?? false }, body)
+        } catch let e as LifecycleError { throw report(e) } catch is CancellationError where signals?.receivedSignal != nil {
+            throw StopSignals.stoppedWaiting(command, by: signals!.receivedSignal!, home: resolvedHome)
+        }
     }
 
     /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
-    /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1.
-    func locked<T>(_ body: () throws -> T) throws -> T {
+    /// a busy home is reported (`error:` and `hint:`) and ends the command with exit 1. With `signals`, Ctrl-C or
+    /// SIGTERM during the wait ends it at once (exit 130 or 143; `command` names what did not start).
+    func locked<T>(stoppingOn signals: StopSignals? = nil, command: String = "", _ body: () throws -> T) throws -> T {
         announceWaitIfBusy(resolvedHome)
-        do { return try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
+        do {
+            return try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, shouldStop: { signals?.stopRequested ?? false }, body)
+        } catch let e as LifecycleError { throw report(e) } catch is CancellationError where signals?.receivedSignal != nil {
+            throw StopSignals.stoppedWaiting(command, by: signals!.receivedSignal!, home: resolvedHome)
+        }
     }
 
     /// The home's settings; a home path that names a file (not a folder) is reported as such.
@@ -248,7 +258,7 @@ extension RTSync {
             func run() async throws {
                 // Caught from the start, so a signal while waiting for the home's lock stops before anything is made.
                 let signals = StopSignals()
-                do { try await options.locked { try await createBackup(signals) } } catch { throw report(error) }
+                do { try await options.locked(stoppingOn: signals, command: "backup create") { try await createBackup(signals) } } catch { throw report(error) }
             }
 
             private func createBackup(_ signals: StopSignals) async throws {
@@ -388,7 +398,7 @@ extension RTSync {
                 // A restore is one step (prepared in a private copy, then swapped in): a signal waits for it to end.
                 let signals = StopSignals()
                 do {
-                    try options.locked {
+                    try options.locked(stoppingOn: signals, command: "backup restore") {
                         let home = options.resolvedHome
                         if let sig = signals.receivedSignal {
                             throw StopSignals.stopped("backup restore", by: sig, done: "nothing restored", left: "the restore", path: home.database.path)

@@ -16,7 +16,8 @@ extension RTSync {
             backup when one is due. A phase that fails leaves its work queued for the next \
             run and the exit status is 1. With no database yet, runs the init chain first. Refused in demo mode, \
             and on the free tier for a cloud (s3://) bucket; a local-folder bucket works on every tier. \
-            One run at a time per home: another waits up to RTSYNC_LOCK_WAIT seconds (default 30), then exits 1. \
+            One run at a time per home: another waits up to RTSYNC_LOCK_WAIT seconds (default 30), then exits 1 \
+            (Ctrl-C or SIGTERM ends the wait at once). \
             Leftovers of interrupted runs are removed first. Ctrl-C or SIGTERM stops at the next safe point, \
             prints what is left and exits 130 or 143.
             """
@@ -43,7 +44,8 @@ extension RTSync {
             let remote = try options.openRemote(settings)
             var initialized: InitResult?
             let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
-            do { try await options.locked {
+            let signals = StopSignals()
+            do { try await options.locked(stoppingOn: signals, command: "sync") {
                 if FileManager.default.fileExists(atPath: home.database.path), let damaged = DeviceStatus.damage(home.database.path) {
                     // Syncing a damaged file would spread what can still be read and back up the damage.
                     throw fail("the database is damaged: \(damaged) (\(home.database.path))",
@@ -63,7 +65,6 @@ extension RTSync {
                 }
                 let keys = DeviceKeys(home: home)
                 var syncer = Syncer(home: home, remote: remote, signingKey: try keys.signingKey(), trustedKeys: try keys.trustedKeys())
-                let signals = StopSignals()
                 syncer.shouldStop = { signals.stopRequested }
                 syncer.keyUsers = try keys.trustedIdentities(ownUser: settings.userID)
                 let mediaReport = MediaReportBox()
@@ -128,6 +129,7 @@ extension RTSync {
                 compactor.lockWait = HomeLock.environmentWait
                 compactor.shouldStop = { signals.stopRequested }
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
+                announceWaitIfBusy(options.resolvedHome)
                 display.set("compact: snapshot, upload, prune")
                 let r = try await display.run { try await compactor.run() }
                 if json { printJSON(r) }

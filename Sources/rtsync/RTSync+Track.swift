@@ -28,11 +28,16 @@ struct DatabaseOptions: ParsableArguments {
     }
 
     /// Runs `body` holding the lock of the home whose primary database `--db` is (waiting up to
-    /// `RTSYNC_LOCK_WAIT` seconds), or without a lock for a database outside a home.
-    func lockingHome<T>(_ body: () throws -> T) throws -> T {
+    /// `RTSYNC_LOCK_WAIT` seconds), or without a lock for a database outside a home. With `signals`, Ctrl-C or
+    /// SIGTERM during the wait ends it at once (exit 130 or 143; `command` names what did not start).
+    func lockingHome<T>(stoppingOn signals: StopSignals? = nil, command: String = "", _ body: () throws -> T) throws -> T {
         guard let home = RTSyncHome.containing(database: URL(fileURLWithPath: db)) else { return try body() }
         announceWaitIfBusy(home)
-        do { return try HomeLock.withLock(home, wait: HomeLock.environmentWait, body) } catch let e as LifecycleError { throw report(e) }
+        do {
+            return try HomeLock.withLock(home, wait: HomeLock.environmentWait, shouldStop: { signals?.stopRequested ?? false }, body)
+        } catch let e as LifecycleError { throw report(e) } catch is CancellationError where signals?.receivedSignal != nil {
+            throw StopSignals.stoppedWaiting(command, by: signals!.receivedSignal!, home: home)
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Dispatch
 import Foundation
+import SyncEngine
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -26,6 +27,25 @@ private func stopSignalHandler(_ sig: Int32) {
     }
 }
 
+/// A thread that only exists to take SIGINT and SIGTERM, so that some thread of the process always can.
+///
+/// A child inherits its signal mask from the thread that started it: one started by a Swift concurrency or
+/// Dispatch worker thread (a test runner, an app's `Task`, many supervisors) begins with SIGINT and SIGTERM blocked
+/// on its main thread, and Dispatch's own worker threads block them too. The main thread unblocks them only once it
+/// parks in `dispatch_main`; until then (or if it never gets there) a stop signal would stay pending.
+private let stopSignalThread: Void = {
+    let thread = Thread {
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGINT)
+        sigaddset(&set, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+        while true { pause() }
+    }
+    thread.name = "rtsync stop signals"
+    thread.start()
+}()
+
 /// SIGINT and SIGTERM during a long command: the first asks the command to stop at its next safe point (it
 /// finishes or rolls back what it is doing and says what is left); a second one ends the process at once (what
 /// it leaves is removed by the next run).
@@ -48,6 +68,8 @@ final class StopSignals: @unchecked Sendable {
             action.sa_flags = SA_RESTART
             sigaction(sig, &action, nil)
         }
+        // A signal sent before the thread unblocks it stays pending and is taken then.
+        _ = stopSignalThread
     }
 
     /// The signal received, if any.
@@ -67,6 +89,12 @@ final class StopSignals: @unchecked Sendable {
 }
 
 extension StopSignals {
+    /// Ends a command stopped by `sig` while it waited for another run's lock on `home` (nothing of it started).
+    static func stoppedWaiting(_ command: String, by sig: Int32, home: RTSyncHome) -> ExitCode {
+        stopped(command, by: sig, done: "nothing done (it was waiting for another rtsync run on this home)", left: "all of it", path: home.root.path,
+                hint: "nothing was lost; run the same command again when the other run has finished")
+    }
+
     /// Ends a command that stopped at a safe point after `sig`: one `error:` line saying what was finished and
     /// what is left, a `hint:` line, and exit status 130 (SIGINT) or 143 (SIGTERM).
     static func stopped(_ command: String, by sig: Int32, done: String, left: String, path: String,

@@ -59,6 +59,16 @@ final class LTChild {
 
     func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
 
+    /// Each thread's state and signal masks (from /proc, Linux only), for a failure message.
+    var signalState: String {
+        let task = "/proc/\(process.processIdentifier)/task"
+        return ((try? FileManager.default.contentsOfDirectory(atPath: task)) ?? []).sorted().map { tid in
+            let status = (try? String(contentsOfFile: "\(task)/\(tid)/status", encoding: .utf8)) ?? ""
+            let wanted = status.split(separator: "\n").filter { ["Name", "State", "SigPnd", "ShdPnd", "SigBlk", "SigCgt"].contains(String($0.prefix { $0 != ":" })) }
+            return tid + " " + wanted.joined(separator: " ").replacingOccurrences(of: "\t", with: "")
+        }.joined(separator: "\n")
+    }
+
     /// Waits for the end; returns the exit status, or nil when a signal ended the process (it did not stop itself).
     func finish() async -> Int32? {
         await waitForExit(process)
@@ -259,13 +269,15 @@ struct StopSignalTests {
         let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(b.root.path) (pid \(getpid())) to finish") }
         try #require(waiting, "\(child.stderr)")
         child.signal(SIGINT)
-        _ = try await child.wait { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        // The wait ends at once: the child stops while the other run still holds the lock.
+        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        #expect(stopping, "no thread of the child took SIGINT:\n\(child.signalState)\n\(child.stderr)")
+        let status = await child.finish()
         withExtendedLifetime(lock) {}
         lock = nil
-        let status = await child.finish()
         #expect(status == 130, "stderr: \(child.stderr)")
         let errors = ltErrorLines(child.stderr)
-        #expect(errors == ["error: diff apply interrupted by SIGINT at a safe point: 0 of 3 diff(s) handled (0 applied); left: 3 diff(s) not started, files untouched (\(b.database.path))"],
+        #expect(errors == ["error: diff apply interrupted by SIGINT at a safe point: nothing done (it was waiting for another rtsync run on this home); left: all of it (\(b.root.path))"],
                 "\(child.stderr)")
         #expect(child.stderr.contains("\nhint: nothing was lost; run the same command again"), "\(child.stderr)")
         #expect(try ltScalar(b.database, "SELECT count(*) FROM things WHERE id LIKE 'hand-%'")?.int64 == 0)
@@ -309,8 +321,8 @@ struct StopSignalTests {
         #expect(Set(second.keys).isDisjoint(with: first.keys) && second.count + first.count == 20, "first \(first), then \(second)")
     }
 
-    /// `diff create` stopped while it waits for another run's lock exports nothing (no file, every change still
-    /// pending) and exits 143; the re-run exports the changes.
+    /// `diff create` stopped while it waits for another run's lock stops waiting at once, exports nothing (no
+    /// file, every change still pending) and exits 143; the re-run exports the changes.
     @Test func diffCreate_SIGTERMWhileWaitingForTheHome_exportsNothing_exits143() async throws {
         let dir = try TemporaryDirectory()
         let a = ltHome(dir, "A")
@@ -329,12 +341,14 @@ struct StopSignalTests {
         let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(a.root.path)") }
         try #require(waiting, "\(child.stderr)")
         child.signal(SIGTERM)
-        _ = try await child.wait { child.stderr.contains("SIGTERM: stopping at the next safe point") }
+        // The wait ends at once: the child stops while the other run still holds the lock.
+        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("SIGTERM: stopping at the next safe point") }
+        #expect(stopping, "no thread of the child took SIGTERM:\n\(child.signalState)\n\(child.stderr)")
+        let status = await child.finish()
         withExtendedLifetime(lock) {}
         lock = nil
-        let status = await child.finish()
         #expect(status == 143, "stderr: \(child.stderr)")
-        #expect(ltErrorLines(child.stderr) == ["error: diff create interrupted by SIGTERM at a safe point: nothing exported (rolled back, no file written); left: every change, still pending (\(a.database.path))"],
+        #expect(ltErrorLines(child.stderr) == ["error: diff create interrupted by SIGTERM at a safe point: nothing done (it was waiting for another rtsync run on this home); left: all of it (\(a.root.path))"],
                 "\(child.stderr)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: out.path)) ?? []).isEmpty)
         #expect(try SyncDatabase(path: a.database.path).pendingChangeCount() == pending)
@@ -344,8 +358,8 @@ struct StopSignalTests {
         #expect(try SyncDatabase(path: a.database.path).pendingChangeCount() == 0)
     }
 
-    /// `backup restore` stopped while it waits for another run's lock restores nothing (the database and the
-    /// backup list as they were) and exits 130; the re-run restores.
+    /// `backup restore` stopped while it waits for another run's lock stops waiting at once, restores nothing
+    /// (the database and the backup list as they were) and exits 130; the re-run restores.
     @Test func backupRestore_SIGINTWhileWaitingForTheHome_restoresNothing_exits130() async throws {
         let dir = try TemporaryDirectory()
         let a = ltHome(dir, "A")
@@ -361,12 +375,14 @@ struct StopSignalTests {
         let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(a.root.path)") }
         try #require(waiting, "\(child.stderr)")
         child.signal(SIGINT)
-        _ = try await child.wait { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        // The wait ends at once: the child stops while the other run still holds the lock.
+        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("SIGINT: stopping at the next safe point") }
+        #expect(stopping, "no thread of the child took SIGINT:\n\(child.signalState)\n\(child.stderr)")
+        let status = await child.finish()
         withExtendedLifetime(lock) {}
         lock = nil
-        let status = await child.finish()
         #expect(status == 130, "stderr: \(child.stderr)")
-        #expect(ltErrorLines(child.stderr) == ["error: backup restore interrupted by SIGINT at a safe point: nothing restored; left: the restore (\(a.database.path))"],
+        #expect(ltErrorLines(child.stderr) == ["error: backup restore interrupted by SIGINT at a safe point: nothing done (it was waiting for another rtsync run on this home); left: all of it (\(a.root.path))"],
                 "\(child.stderr)")
         #expect(try ltScalar(a.database, "SELECT count(*) FROM things WHERE id = 'after-backup'")?.int64 == 1)
         #expect(ltHiddenLeftovers(a.root).isEmpty, "\(ltHiddenLeftovers(a.root))")
@@ -375,4 +391,45 @@ struct StopSignalTests {
         #expect(again.status == 0, "\(again.stderr)")
         #expect(try ltScalar(a.database, "SELECT count(*) FROM things WHERE id = 'after-backup'")?.int64 == 0)
     }
+
+    /// `sync`, `backup create` and `compact` stopped while they wait for another run's lock stop waiting at
+    /// once (the lock is still held when they end), do nothing, and exit 143; nothing was exported or made.
+    @Test(arguments: [["sync"], ["backup", "create"], ["compact"]])
+    func command_SIGTERMWhileWaitingForTheHome_stopsAtOnce_doingNothing(_ command: [String]) async throws {
+        let dir = try TemporaryDirectory()
+        let a = ltHome(dir, "A")
+        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
+        try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
+        let remote = try ObjectStoreRemote.open(bucket)
+        _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+        try #require(try await Syncer(home: a, remote: remote, retry: ltShortRetry).sync().ok)
+        try SyncDatabase(path: a.database.path).execute("INSERT INTO things(id, account_id, title) VALUES ('stop-wait', (SELECT account_id FROM owners LIMIT 1), 'x')")
+        let pending = try SyncDatabase(path: a.database.path).pendingChangeCount()
+        let backups = BackupManager(home: a).list().count
+        let bucketFiles = try ltFileCount(dir.url.appendingPathComponent("bucket"))
+
+        var lock: HomeLock? = try HomeLock.acquire(a, wait: 0)
+        let child = try LTChild(command + ["--home", a.root.path], environment: ["RTSYNC_LOCK_WAIT": "120"], in: dir)
+        let waiting = try await child.wait { child.stderr.contains("waiting up to 120 s for another rtsync run on \(a.root.path)") }
+        try #require(waiting, "\(child.stderr)")
+        child.signal(SIGTERM)
+        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("SIGTERM: stopping at the next safe point") }
+        #expect(stopping, "no thread of the child took SIGTERM:\n\(child.signalState)\n\(child.stderr)")
+        let status = await child.finish()
+        withExtendedLifetime(lock) {}
+        lock = nil
+        #expect(status == 143, "stderr: \(child.stderr)")
+        let errors = ltErrorLines(child.stderr)
+        #expect(errors.count == 1 && errors[0].hasPrefix("error: \(command.joined(separator: " ")) interrupted by SIGTERM at a safe point: "), "\(child.stderr)")
+        #expect(errors.first?.contains("waiting for another") == true, "\(errors)")
+        #expect(try SyncDatabase(path: a.database.path).pendingChangeCount() == pending)
+        #expect(BackupManager(home: a).list().count == backups)
+        #expect(try ltFileCount(dir.url.appendingPathComponent("bucket")) == bucketFiles)
+    }
+}
+
+/// Regular files under `folder`, at any depth.
+private func ltFileCount(_ folder: URL) throws -> Int {
+    let e = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: [.isRegularFileKey])
+    return (e?.allObjects as? [URL] ?? []).filter { (try? $0.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true }.count
 }
