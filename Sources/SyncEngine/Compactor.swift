@@ -36,7 +36,8 @@ public struct Compactor: Sendable {
     /// Retries of network steps.
     public var retry: RemoteRetryPolicy
 
-    /// How long a compaction waits for another run on the same home to finish.
+    /// How long a compaction waits for another run on the same home to finish (`shouldStop` ends the wait early,
+    /// with `stoppedBefore` set).
     public var lockWait: TimeInterval = 30
 
     /// Asked between steps (before the snapshot is made, before it is uploaded, before cursors are read, before each

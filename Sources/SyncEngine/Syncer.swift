@@ -95,7 +95,8 @@ public struct Syncer: Sendable {
         }
     }
 
-    /// How long a sync waits for another run on the same home to finish before giving up.
+    /// How long a sync waits for another run on the same home to finish before giving up (`shouldStop` ends the
+    /// wait early: the report says the run was interrupted; a cancelled task ends it with `CancellationError`).
     public var lockWait: TimeInterval = 30
     /// Most diffs downloaded at the same time.
     public var downloadConcurrency = 8
@@ -139,8 +140,9 @@ public struct Syncer: Sendable {
             } onCancel: {
                 cancelled.set()
             }
-        } catch is CancellationError where !entered {
-            // Stopped while another run held the lock: nothing was started.
+        } catch is CancellationError where !entered && !cancelled.isSet {
+            // `shouldStop` ended the wait for another run's lock: nothing was started. (A cancelled task gets its
+            // `CancellationError`, as from any wait.)
             var report = SyncReport()
             report.phases.append(SyncPhase(name: "stopped", ok: false,
                                            summary: "interrupted while waiting for another run on this home; left for the next run: the whole sync"))
