@@ -42,9 +42,8 @@ public final class HomeLock: @unchecked Sendable {
     public static func isHeld(_ home: RTSyncHome) -> Bool { heldByTask.contains(lockFile(home)) }
 
     /// Takes the lock of `home`, waiting up to `wait` for another run to finish. Inside a `withLock` scope of the
-    /// same home, returns at once (the scope's lock covers it).
-    /// - Parameter shouldStop: asked while waiting; when it says yes the wait ends (a command told to stop by
-    ///   Ctrl-C does not wait out another run first).
+    /// same home, returns at once (the scope's lock covers it). `shouldStop` is asked while waiting; when it says
+    /// yes the wait ends (a command told to stop by Ctrl-C does not wait out another run first).
     /// - Throws: `LifecycleError.homeBusy` naming the other run's process id when it is still held;
     ///   `CancellationError` when `shouldStop` ended the wait.
     public static func acquire(_ home: RTSyncHome, wait: TimeInterval = 30, shouldStop: () -> Bool = { false }) throws -> HomeLock {

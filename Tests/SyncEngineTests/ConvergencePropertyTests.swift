@@ -165,6 +165,16 @@ struct ConvergencePropertyTests {
         try run(seed: seed, uniqueA: seed % 2 == 0, skewed: seed % 3 == 0, groupTwins: true, unexportedEdits: true)
     }
 
+    /// The same with the other policies that promise convergence: whole rows by the last writer (`lww-row`), and
+    /// updates against deletes decided by the later clock (`last-writer-wins`), in turn, with and without a UNIQUE
+    /// column and skewed clocks.
+    @Test(arguments: seeds(from: 10_500, ci: 12))
+    func randomEditsLeftUnexportedWhenDiffsArrive_rowAndDeletePolicies_endIdentical(seed: Int) throws {
+        let policy = [TablePolicy(.lwwRow), TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins),
+                      TablePolicy(.lwwRow, onDeleteConflict: .lastWriterWins)][seed % 3]
+        try run(seed: seed, uniqueA: seed % 2 == 0, policy: policy, skewed: seed % 4 == 0, groupTwins: true, unexportedEdits: true)
+    }
+
     /// Returns, with `twins`, how many rows the twin with the set paths merged as known rows.
     @discardableResult
     func run(seed: Int, uniqueA: Bool, index: String? = nil, policy: TablePolicy? = nil, skewed: Bool = false, reencode: Bool = false,

@@ -91,6 +91,18 @@ struct ForeignKeyPropertyTests {
 
     @Test(arguments: ConvergencePropertyTests.seeds(from: 5000, ci: 50))
     func parentsDeletedWhileChildrenEditedElsewhere_randomDelivery_endIdentical(seed: Int) throws {
+        try run(seed: seed, unexportedEdits: false)
+    }
+
+    /// The same while the app writes between a sync's export and its apply: up to two random edits (FK actions,
+    /// REPLACE, parents deleted) are made on the replica itself before each delivery and are still unexported when
+    /// the diffs arrive.
+    @Test(arguments: ConvergencePropertyTests.seeds(from: 5500, ci: 12))
+    func parentsDeletedWhileChildrenEditedElsewhere_editsLeftUnexportedWhenDiffsArrive_endIdentical(seed: Int) throws {
+        try run(seed: seed, unexportedEdits: true)
+    }
+
+    func run(seed: Int, unexportedEdits: Bool) throws {
         var rng = SeededGenerator(seed: UInt64(seed))
         let box = try Sandbox("fkprop\(seed)")
         let base = try Self.makeBase(in: box)
@@ -119,7 +131,11 @@ struct ForeignKeyPropertyTests {
                     onExport?(r, file)
                 }
             }
-            for r in replicas { deliverRandomly(diffs.filter { _ in Bool.random(using: &rng) }, to: r, rng: &rng, label: label, onApply: onApply) }
+            for r in replicas {
+                let some = diffs.filter { _ in Bool.random(using: &rng) }
+                if unexportedEdits { for _ in 0..<Int.random(in: 0...2, using: &rng) { try Self.randomEdit(r, &rng, tag: "\(r.name)-here\(round)") } }
+                deliverRandomly(some, to: r, rng: &rng, label: label, onApply: onApply)
+            }
         }
         try exchangeUntilQuiet(replicas, diffs: &diffs, rng: &rng, label: label, onExport: onExport, onApply: onApply)
         for r in replicas {
