@@ -59,9 +59,10 @@ extension SyncDatabase {
 
     private func exportLocked(to directory: URL, signingKey: Curve25519.Signing.PrivateKey?, shouldStop: (@Sendable () -> Bool)?) throws -> ExportResult? {
         try upgradeBookkeeping()
-        try Self.refreshTracking(db)
+        // The definitions are read once; again only when refreshing the tracking changed them.
+        var tracked = try Self.loadTracked(db)
+        if try Self.refreshTracking(db, tracked: tracked) { tracked = try Self.loadTracked(db) }
         guard let maxSeq = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 else { return nil }
-        let tracked = try Self.loadTracked(db)
         let byID = Dictionary(uniqueKeysWithValues: tracked.values.map { ($0.table.id, $0) })
 
         // 1. Coalesce the change log per row, keeping first-change order and the newest clock of each column.
@@ -254,3 +255,4 @@ extension SyncDatabase {
         return ExportResult(file: url.path, diffID: writer.metadata.id.string, sequence: sequence, tables: counts, rows: metaUpdates.count)
     }
 }
+
