@@ -446,11 +446,25 @@ extension Merger {
             break
         }
         if change.born < local.born {
+            // As in `mergeUpsert`: an insert made here and not yet exported outlives the older version this delete
+            // ends. Its birth is recorded now, so that if it is deleted here before the next export, that delete
+            // still goes out (born with it) and this device keeps knowing the older version is gone, instead of
+            // taking that version back when one of its late changes arrives.
+            if local.newHere { try setRowMeta(r, local.key, born: local.born, deleted: nil) }
             return try refuseDelete(r, local, reason: "delete of an older version of this row (the key was re-inserted)")
         }
-        if change.born == local.born && policy.onDeleteConflict == .lastWriterWins,
-           r.def.columnNames.contains(where: { localClock(local, $0) > change.clock }) {
-            return try eraseOlderColumns(r, local, deletedAt: change.clock)
+        if change.born == local.born && policy.onDeleteConflict == .lastWriterWins {
+            if policy.policy == .lwwRow {
+                // Whole rows: a row changed after the delete survives as it is (erasing the columns older than the
+                // delete would mix row versions, and a device that took the row whole from another holds other
+                // column clocks for it than the device that wrote it).
+                let localMax = r.def.columnNames.map { localClock(local, $0) }.max() ?? local.born
+                if localMax > change.clock {
+                    return try refuseDelete(r, local, reason: "row-level last writer wins: the row changed after the delete")
+                }
+            } else if r.def.columnNames.contains(where: { localClock(local, $0) > change.clock }) {
+                return try eraseOlderColumns(r, local, deletedAt: change.clock)
+            }
         }
         try deleteRow(r, local, logConcurrent: true)
     }
@@ -463,10 +477,12 @@ extension Merger {
     // rest. Erased columns become NULL (NOT NULL columns keep a value) with the delete's clock, so
     // changes older than the delete arriving later are refused. Every replica ends the same.
 
-    /// Brings back a row deleted here because an update arrived that is later than the delete.
+    /// Brings back a row deleted here because an update arrived that is later than the delete: with its changed
+    /// columns (the others erased), or, in an `lww-row` table, whole.
     mutating func resurrect(_ r: RowContext, _ local: LocalRow, deletedAt: Clock) throws {
         guard try placeOrHold(r, local) else { return }
-        let changed = Set(r.changedColumns.map { $0.lowercased() })
+        let whole = r.info.table.policy.policy == .lwwRow
+        let changed = Set((whole ? r.allColumns : r.changedColumns).map { $0.lowercased() })
         let keys = Set(r.def.primaryKeyColumns.map { $0.lowercased() })
         // Keys, the changed columns, and NOT NULL columns (which cannot be erased to NULL) take incoming values.
         let cols = r.def.columns.filter { c in
@@ -478,7 +494,7 @@ extension Merger {
         let newRow = Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a })
         guard try writeResolvingUnique(r, local, newRow: newRow, { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
         try setRowMeta(r, local.key, born: local.born, deleted: nil)
-        try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
+        try setColumnClocks(r, local.key, columns: whole ? r.allColumns : r.changedColumns, clearFirst: true)
         // The row comes back referencing what it referenced: a parent deleted here meanwhile gets its ON DELETE action.
         try applyDeleteActionsForDeletedParents(r, local, written: cols)
         let erased = r.def.columnNames.filter { !changed.contains($0.lowercased()) && !keys.contains($0.lowercased()) }

@@ -167,8 +167,10 @@ struct ConvergencePropertyTests {
 
     /// The same with the other policies that promise convergence: whole rows by the last writer (`lww-row`), and
     /// updates against deletes decided by the later clock (`last-writer-wins`), in turn, with and without a UNIQUE
-    /// column and skewed clocks.
-    @Test(arguments: seeds(from: 10_500, ci: 12))
+    /// column and skewed clocks. Seeds 10565, 10616, 10618, 10619 and 10664 diverged before an unexported insert
+    /// that outlived a delete of an older version recorded its birth and `lww-row` tables kept rows whole against
+    /// last-writer-wins deletes (`RowIncarnationScenarioTests`).
+    @Test(arguments: seeds(from: 10_560, ci: 12))
     func randomEditsLeftUnexportedWhenDiffsArrive_rowAndDeletePolicies_endIdentical(seed: Int) throws {
         let policy = [TablePolicy(.lwwRow), TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins),
                       TablePolicy(.lwwRow, onDeleteConflict: .lastWriterWins)][seed % 3]

@@ -78,8 +78,21 @@ final class Replica: @unchecked Sendable {
         }
     }
 
+    /// With `RTSYNC_PROPERTY_TRACE` set, edits, exports and applies are printed (`TRACE <replica> …`).
+    static let tracing = ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_TRACE"] != nil
+
+    func trace(_ text: @autoclosure () -> String) {
+        guard Self.tracing else { return }
+        let rows = ((try? db.query("SELECT * FROM items ORDER BY 1")) ?? []).map { $0.map(\.sqlLiteral).joined(separator: ",") }
+        let box = dbURL.deletingLastPathComponent().deletingLastPathComponent().lastPathComponent
+        print("TRACE \(box.dropFirst(17).dropLast(37))/\(name) \(text()) -> items \(rows.joined(separator: " ; "))")
+    }
+
     /// Runs SQL through the sync database's own connection.
-    func exec(_ sql: String, _ args: [SQLValue] = []) throws { try db.execute(sql, args) }
+    func exec(_ sql: String, _ args: [SQLValue] = []) throws {
+        defer { trace("exec \(sql) \(args.map(\.sqlLiteral))") }
+        try db.execute(sql, args)
+    }
 
     /// Runs a query through the sync database's connection.
     func rows(_ sql: String, _ args: [SQLValue] = []) throws -> [[SQLValue]] { try db.query(sql, args) }
@@ -89,7 +102,13 @@ final class Replica: @unchecked Sendable {
 
     /// Exports pending changes; nil when there was nothing.
     @discardableResult
-    func export() throws -> ExportResult? { try db.exportChanges(to: outbox) }
+    func export() throws -> ExportResult? {
+        let result = try db.exportChanges(to: outbox)
+        if Self.tracing, let result {
+            trace("export \(URL(fileURLWithPath: result.file).deletingPathExtension().lastPathComponent.suffix(6)): \((try? ForeignKeyPropertyTests.describe(URL(fileURLWithPath: result.file))) ?? "")")
+        }
+        return result
+    }
 
     /// Exports and requires a file.
     func exportFile(sourceLocation: SourceLocation = #_sourceLocation) throws -> URL {
@@ -102,7 +121,11 @@ final class Replica: @unchecked Sendable {
     func apply(_ files: [URL]) -> [ApplyReport] { files.map { db.apply(diff: $0, quarantine: quarantine) } }
 
     @discardableResult
-    func apply(_ file: URL) -> ApplyReport { db.apply(diff: file, quarantine: quarantine) }
+    func apply(_ file: URL) -> ApplyReport {
+        let report = db.apply(diff: file, quarantine: quarantine)
+        trace("apply \(file.deletingPathExtension().lastPathComponent.suffix(6)) \(report.status) ins \(report.inserted) upd \(report.updated) del \(report.deleted) conf \(report.conflicts)")
+        return report
+    }
 
     /// Every app table (not sqlite_ or rtsync_), its columns and rows sorted by all columns.
     func dump() throws -> [String: TableDump] { try Self.dump(db, includeBookkeeping: false) }
