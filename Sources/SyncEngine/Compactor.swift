@@ -1,3 +1,4 @@
+import Crypto
 import DiffFormat
 import Foundation
 
@@ -40,6 +41,9 @@ public struct Compactor: Sendable {
     /// with `stoppedBefore` set).
     public var lockWait: TimeInterval = 30
 
+    /// Signs the diff a compaction exports first when the database holds changes not yet exported (see ``run()``).
+    public var signingKey: Curve25519.Signing.PrivateKey?
+
     /// Asked between steps (before the snapshot is made, before it is uploaded, before cursors are read, before each
     /// pruned diff); when it says true the run stops there and its report names what is left (`stoppedBefore`).
     /// Every step it finished stands on its own: a later compaction redoes nothing it needs.
@@ -66,7 +70,8 @@ public struct Compactor: Sendable {
     }
 
     /// Runs a compaction.
-    /// - Throws: `LifecycleError.tierRefused` on the free tier with a cloud bucket, or the store's errors.
+    /// - Throws: `LifecycleError.tierRefused` on the free tier with a cloud bucket, `SyncEngineError.catchUpPending`
+    ///   for a restored database that has not synced since, or the store's errors.
     public func run() async throws -> CompactionReport {
         // Its snapshot and cursor must not interleave with a sync, restore or another compaction of this home.
         var entered = false
@@ -87,6 +92,9 @@ public struct Compactor: Sendable {
         if settings.demo { throw LifecycleError.demoMode(action: "compact") }
         try settings.tier.require(.uploadBackup(cloud: !remote.isLocal))
         let db = try SyncDatabase(path: home.database.path)
+        // A restored database lacks what was pruned since its backup until its catch-up: its snapshot, recorded as
+        // the one devices catch up from, would lose those changes for them.
+        if try db.needsCatchUp() { throw SyncEngineError.catchUpPending(path: home.database.path) }
         let user = settings.userID.isEmpty ? try db.userID() : settings.userID
         let inbound = Syncer.inboundPrefix(user: user)
         let listed = try await retry.run { try await remote.list(prefix: inbound) }
@@ -96,6 +104,12 @@ public struct Compactor: Sendable {
         if stop() { return CompactionReport(snapshotKey: "", devices: [], pruned: [], kept: listed.count, stoppedBefore: "the snapshot, then pruning") }
 
         // 1. The snapshot: a verified backup of this database, which has applied everything it lists as applied.
+        // Changes not yet exported go to the outbox first (the next sync uploads them): a snapshot is merged by
+        // devices that join or restore, so a row in it must be one whose later delete this device will send.
+        // Otherwise a row made here and deleted before any export would live on in the snapshot alone.
+        if try db.pendingChangeCount() > 0 {
+            _ = try db.exportChanges(to: home.outbox, signingKey: signingKey, shouldStop: shouldStop)
+        }
         try FileManager.default.createDirectory(at: home.backups, withIntermediateDirectories: true)
         let backup = try BackupManager(home: home, keep: settings.keepBackups).create()
         let snapshotKey = "\(user)/backups/\(backup.file)"

@@ -193,6 +193,11 @@ public struct InitChain: Sendable {
         if settings.userID.isEmpty { settings.userID = KSUID.generate().string; newUser = true }
         try sync.setUserID(settings.userID)
         try home.saveSettings(settings)
+        // A new device publishes its cursor on its first sync, even one that changes nothing: until then no other
+        // device's compaction waits for it, and diffs pruned meanwhile would never reach it.
+        if source != .existing {
+            try Data("cursor of the new site \(try sync.siteID()) to publish\n".utf8).write(to: Syncer.pendingCursorMarker(home))
+        }
         return InitResult(source: source, database: home.database.path, userId: settings.userID, siteId: try sync.siteID(),
                           newUser: newUser, attempts: attempts)
     }

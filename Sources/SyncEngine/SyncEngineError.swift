@@ -35,6 +35,9 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
     /// The home's settings turn client-side encryption on for these kinds, but the bucket given to sync does not
     /// encrypt them (opened without the home's settings): nothing is uploaded as plaintext.
     case remoteNotEncrypting(kinds: [String], settings: String)
+    /// The database was restored from a backup and has not caught up from the bucket yet: a compaction now would
+    /// publish a snapshot without what compaction pruned since the backup was made.
+    case catchUpPending(path: String)
 
     public var description: String {
         switch self {
@@ -52,6 +55,7 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
         case .invalidIdentity(let p, let r): return "cannot initialize the database for sync: \(r) (\(p))"
         case .databaseCopied(let p, let r): return "database is a copy of the one its site id belongs to, at \(r) (\(p))"
         case .remoteNotEncrypting(let k, let p): return "the settings encrypt \(k.joined(separator: ", ")) but the bucket was opened without encryption (\(p))"
+        case .catchUpPending(let p): return "the database was restored from a backup and has not caught up from the bucket yet (\(p))"
         }
     }
 
@@ -68,6 +72,7 @@ public enum SyncEngineError: Error, Sendable, Equatable, CustomStringConvertible
         case .noUserID: return "initialize it for sync with the user's id (SyncDatabase.initializeForSync(userID:)) before syncing"
         case .invalidIdentity: return "use a user id of letters, digits, '-', '_' or '.', and keep the site id the database already has"
         case .remoteNotEncrypting: return "open the bucket with the home's settings: ObjectStoreRemote.open(url, home: home, settings: home.loadSettings())"
+        case .catchUpPending: return "sync first (its catch-up merges the last compaction's snapshot), then compact"
         case .databaseCopied: return "give this copy its own identity (SyncDatabase.becomeNewSite()), or, if the file was only moved, record its new place (SyncDatabase.confirmLocation())"
         default: return nil
         }

@@ -457,6 +457,7 @@ public struct Syncer: Sendable {
                     step(SyncProgress(phase: .compact))
                     var compactor = Compactor(home: home, remote: remote, retry: retry)
                     compactor.shouldStop = shouldStop
+                    compactor.signingKey = signingKey
                     let c = try await compactor.run()
                     report.phases.append(SyncPhase(name: "compact", ok: true, summary: c.stoppedBefore.map { "stopped before \($0)" }
                         ?? "snapshot \(c.snapshotKey), pruned \(c.pruned.count) diff(s), kept \(c.kept)"))

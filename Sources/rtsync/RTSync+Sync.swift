@@ -128,6 +128,7 @@ extension RTSync {
                 var compactor = Compactor(home: options.resolvedHome, remote: try options.openRemote(settings))
                 compactor.lockWait = HomeLock.environmentWait
                 compactor.shouldStop = { signals.stopRequested }
+                compactor.signingKey = try? DeviceKeys(home: options.resolvedHome).signingKey()
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
                 announceWaitIfBusy(options.resolvedHome)
                 display.set("compact: snapshot, upload, prune")

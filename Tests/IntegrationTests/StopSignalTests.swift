@@ -135,12 +135,12 @@ struct LTProxiedUser {
 }
 
 /// Hidden files rtsync leaves only while it works (temp diffs and backups, multipart resume files, atomic-write
-/// temps) anywhere under `root`, besides the home's lock and the media manifest.
+/// temps) anywhere under `root`, besides the home's lock, the media manifest and the marker of a cursor to publish.
 func ltHiddenLeftovers(_ root: URL) -> [String] {
     var found: [String] = []
     guard let walk = FileManager.default.enumerator(at: root, includingPropertiesForKeys: nil) else { return [] }
     for case let url as URL in walk where url.lastPathComponent.hasPrefix(".")
-        && ![".rtsync.lock", ".rtsync-media-manifest.json"].contains(url.lastPathComponent) {
+        && ![".rtsync.lock", ".rtsync-media-manifest.json", ".cursor-pending"].contains(url.lastPathComponent) {
         found.append(url.path)
     }
     return found
