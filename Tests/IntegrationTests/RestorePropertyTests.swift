@@ -9,7 +9,8 @@ import Testing
 /// earlier backups (a new site that catches up from the bucket), or compacts the bucket, in random order. After a
 /// few rounds of plain syncs every device must hold the same rows, with no change left to export.
 ///
-/// Seeds: `RTSYNC_RESTORE_PROPERTY_SEEDS=N` runs N seeds from 700 (CI runs five), `RTSYNC_RESTORE_PROPERTY_SEED=S` one.
+/// Seeds: `RTSYNC_RESTORE_PROPERTY_SEEDS=N` runs N seeds from 700 (or `RTSYNC_RESTORE_PROPERTY_FIRST_SEED`; CI runs five),
+/// `RTSYNC_RESTORE_PROPERTY_SEED=S` one.
 @Suite("restores among random edits and syncs (property-based)")
 struct RestorePropertyTests {
     static var seeds: [UInt64] {
@@ -18,7 +19,8 @@ struct RestorePropertyTests {
         // Seed 742 diverged before a restored database stopped compacting before its catch-up, and 893 before a
         // compaction exported pending changes before its snapshot.
         guard let n = env["RTSYNC_RESTORE_PROPERTY_SEEDS"].flatMap({ Int($0) }) else { return [740, 741, 742, 743, 893] }
-        return (0..<UInt64(n)).map { 700 + $0 }
+        let first = env["RTSYNC_RESTORE_PROPERTY_FIRST_SEED"].flatMap { UInt64($0) } ?? 700
+        return (0..<UInt64(n)).map { first + $0 }
     }
 
     /// One random edit of `things` on `device`; an edit the app's own constraints refuse is skipped, as the app would.

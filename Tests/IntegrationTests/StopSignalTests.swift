@@ -64,6 +64,25 @@ final class LTChild {
 
     func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
 
+    /// Starts `arguments` on `home` while this process holds its lock, waits for the child to say it waits for that
+    /// lock, sends `sig`, and returns the child's exit status once it ended, the lock still held (so a child that
+    /// stops only when the lock is free fails the caller's expectations instead of passing late).
+    static func stoppedWhileWaiting(_ arguments: [String], home: RTSyncHome, signal sig: Int32, environment: [String: String] = [:],
+                                    in dir: TemporaryDirectory, sourceLocation: SourceLocation = #_sourceLocation) async throws -> (child: LTChild, status: Int32?) {
+        var lock: HomeLock? = try HomeLock.acquire(home, wait: 0)
+        defer { withExtendedLifetime(lock) {}; lock = nil }
+        let child = try LTChild(arguments, environment: environment.merging(["RTSYNC_LOCK_WAIT": "\(ltLongLockWait)"]) { $1 }, in: dir)
+        let waiting = try await child.wait { child.stderr.contains("waiting up to \(ltLongLockWait) s for another rtsync run on \(home.root.path) (pid \(getpid())) to finish") }
+        try #require(waiting, "\(child.stderr)", sourceLocation: sourceLocation)
+        child.signal(sig)
+        let name = sig == SIGINT ? "SIGINT" : "SIGTERM"
+        // The wait ends at once: the child stops while the other run still holds the lock.
+        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("\(name): stopping at the next safe point") }
+        #expect(stopping, "the child never said it was stopping on \(name):\n\(child.signalState)\n\(child.stderr)", sourceLocation: sourceLocation)
+        if !stopping { child.signal(SIGKILL) }
+        return (child, await child.finish())
+    }
+
     /// Each thread's state and signal masks (from /proc, Linux only), for a failure message.
     var signalState: String {
         let task = "/proc/\(process.processIdentifier)/task"
@@ -269,18 +288,8 @@ struct StopSignalTests {
         // Another run holds B's home: the apply waits for it, says so, and is stopped meanwhile.
         let tmp = dir.url.appendingPathComponent("tmp", isDirectory: true)
         try FileManager.default.createDirectory(at: tmp, withIntermediateDirectories: true)
-        var lock: HomeLock? = try HomeLock.acquire(b, wait: 0)
-        let child = try LTChild(["diff", "apply", "--db", b.database.path, hand.path], environment: ["RTSYNC_LOCK_WAIT": "\(ltLongLockWait)", "TMPDIR": tmp.path], in: dir)
-        let waiting = try await child.wait { child.stderr.contains("waiting up to \(ltLongLockWait) s for another rtsync run on \(b.root.path) (pid \(getpid())) to finish") }
-        try #require(waiting, "\(child.stderr)")
-        child.signal(SIGINT)
-        // The wait ends at once: the child stops while the other run still holds the lock.
-        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("SIGINT: stopping at the next safe point") }
-        #expect(stopping, "the child never said it was stopping on SIGINT:\n\(child.signalState)\n\(child.stderr)")
-        if !stopping { child.signal(SIGKILL) }
-        let status = await child.finish()
-        withExtendedLifetime(lock) {}
-        lock = nil
+        let (child, status) = try await LTChild.stoppedWhileWaiting(["diff", "apply", "--db", b.database.path, hand.path], home: b, signal: SIGINT,
+                                                                    environment: ["TMPDIR": tmp.path], in: dir)
         #expect(status == 130, "stderr: \(child.stderr)")
         let errors = ltErrorLines(child.stderr)
         #expect(errors == ["error: diff apply interrupted by SIGINT at a safe point: nothing done (it was waiting for another rtsync run on this home); left: all of it (\(b.root.path))"],
@@ -331,29 +340,14 @@ struct StopSignalTests {
     /// file, every change still pending) and exits 143; the re-run exports the changes.
     @Test func diffCreate_SIGTERMWhileWaitingForTheHome_exportsNothing_exits143() async throws {
         let dir = try TemporaryDirectory()
-        let a = ltHome(dir, "A")
-        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
-        try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
-        let remote = try ObjectStoreRemote.open(bucket)
-        _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+        let (a, remote) = try await ltLocalBucketHome(dir)
         try #require(try await Syncer(home: a, remote: remote, retry: ltShortRetry).sync().ok)
         try SyncDatabase(path: a.database.path).execute("INSERT INTO things(id, account_id, title) VALUES ('stop-create', (SELECT account_id FROM owners LIMIT 1), 'x')")
         let pending = try SyncDatabase(path: a.database.path).pendingChangeCount()
         try #require(pending > 0)
         let out = dir.url.appendingPathComponent("out", isDirectory: true)
 
-        var lock: HomeLock? = try HomeLock.acquire(a, wait: 0)
-        let child = try LTChild(["diff", "create", "--db", a.database.path, "--out", out.path], environment: ["RTSYNC_LOCK_WAIT": "\(ltLongLockWait)"], in: dir)
-        let waiting = try await child.wait { child.stderr.contains("waiting up to \(ltLongLockWait) s for another rtsync run on \(a.root.path)") }
-        try #require(waiting, "\(child.stderr)")
-        child.signal(SIGTERM)
-        // The wait ends at once: the child stops while the other run still holds the lock.
-        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("SIGTERM: stopping at the next safe point") }
-        #expect(stopping, "the child never said it was stopping on SIGTERM:\n\(child.signalState)\n\(child.stderr)")
-        if !stopping { child.signal(SIGKILL) }
-        let status = await child.finish()
-        withExtendedLifetime(lock) {}
-        lock = nil
+        let (child, status) = try await LTChild.stoppedWhileWaiting(["diff", "create", "--db", a.database.path, "--out", out.path], home: a, signal: SIGTERM, in: dir)
         #expect(status == 143, "stderr: \(child.stderr)")
         #expect(ltErrorLines(child.stderr) == ["error: diff create interrupted by SIGTERM at a safe point: nothing done (it was waiting for another rtsync run on this home); left: all of it (\(a.root.path))"],
                 "\(child.stderr)")
@@ -369,26 +363,11 @@ struct StopSignalTests {
     /// (the database and the backup list as they were) and exits 130; the re-run restores.
     @Test func backupRestore_SIGINTWhileWaitingForTheHome_restoresNothing_exits130() async throws {
         let dir = try TemporaryDirectory()
-        let a = ltHome(dir, "A")
-        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
-        try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
-        let remote = try ObjectStoreRemote.open(bucket)
-        _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+        let (a, _) = try await ltLocalBucketHome(dir)
         let backup = try BackupManager(home: a).create()
         try SyncDatabase(path: a.database.path).execute("INSERT INTO things(id, account_id, title) VALUES ('after-backup', (SELECT account_id FROM owners LIMIT 1), 'x')")
 
-        var lock: HomeLock? = try HomeLock.acquire(a, wait: 0)
-        let child = try LTChild(["backup", "restore", "--home", a.root.path, backup.id], environment: ["RTSYNC_LOCK_WAIT": "\(ltLongLockWait)"], in: dir)
-        let waiting = try await child.wait { child.stderr.contains("waiting up to \(ltLongLockWait) s for another rtsync run on \(a.root.path)") }
-        try #require(waiting, "\(child.stderr)")
-        child.signal(SIGINT)
-        // The wait ends at once: the child stops while the other run still holds the lock.
-        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("SIGINT: stopping at the next safe point") }
-        #expect(stopping, "the child never said it was stopping on SIGINT:\n\(child.signalState)\n\(child.stderr)")
-        if !stopping { child.signal(SIGKILL) }
-        let status = await child.finish()
-        withExtendedLifetime(lock) {}
-        lock = nil
+        let (child, status) = try await LTChild.stoppedWhileWaiting(["backup", "restore", "--home", a.root.path, backup.id], home: a, signal: SIGINT, in: dir)
         #expect(status == 130, "stderr: \(child.stderr)")
         #expect(ltErrorLines(child.stderr) == ["error: backup restore interrupted by SIGINT at a safe point: nothing done (it was waiting for another rtsync run on this home); left: all of it (\(a.root.path))"],
                 "\(child.stderr)")
@@ -405,28 +384,14 @@ struct StopSignalTests {
     @Test(arguments: [["sync"], ["backup", "create"], ["compact"]])
     func command_SIGTERMWhileWaitingForTheHome_stopsAtOnce_doingNothing(_ command: [String]) async throws {
         let dir = try TemporaryDirectory()
-        let a = ltHome(dir, "A")
-        let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
-        try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
-        let remote = try ObjectStoreRemote.open(bucket)
-        _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+        let (a, remote) = try await ltLocalBucketHome(dir)
         try #require(try await Syncer(home: a, remote: remote, retry: ltShortRetry).sync().ok)
         try SyncDatabase(path: a.database.path).execute("INSERT INTO things(id, account_id, title) VALUES ('stop-wait', (SELECT account_id FROM owners LIMIT 1), 'x')")
         let pending = try SyncDatabase(path: a.database.path).pendingChangeCount()
         let backups = BackupManager(home: a).list().count
         let bucketFiles = try ltFileCount(dir.url.appendingPathComponent("bucket"))
 
-        var lock: HomeLock? = try HomeLock.acquire(a, wait: 0)
-        let child = try LTChild(command + ["--home", a.root.path], environment: ["RTSYNC_LOCK_WAIT": "\(ltLongLockWait)"], in: dir)
-        let waiting = try await child.wait { child.stderr.contains("waiting up to \(ltLongLockWait) s for another rtsync run on \(a.root.path)") }
-        try #require(waiting, "\(child.stderr)")
-        child.signal(SIGTERM)
-        let stopping = try await child.wait(upTo: 60) { child.stderr.contains("SIGTERM: stopping at the next safe point") }
-        #expect(stopping, "the child never said it was stopping on SIGTERM:\n\(child.signalState)\n\(child.stderr)")
-        if !stopping { child.signal(SIGKILL) }
-        let status = await child.finish()
-        withExtendedLifetime(lock) {}
-        lock = nil
+        let (child, status) = try await LTChild.stoppedWhileWaiting(command + ["--home", a.root.path], home: a, signal: SIGTERM, in: dir)
         #expect(status == 143, "stderr: \(child.stderr)")
         let errors = ltErrorLines(child.stderr)
         #expect(errors.count == 1 && errors[0].hasPrefix("error: \(command.joined(separator: " ")) interrupted by SIGTERM at a safe point: "), "\(child.stderr)")
@@ -441,4 +406,14 @@ struct StopSignalTests {
 private func ltFileCount(_ folder: URL) throws -> Int {
     let e = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: [.isRegularFileKey])
     return (e?.allObjects as? [URL] ?? []).filter { (try? $0.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true }.count
+}
+
+/// Home A of a new user, set up from the bundled demo database on the free tier with a local-folder bucket in `dir`.
+func ltLocalBucketHome(_ dir: TemporaryDirectory) async throws -> (RTSyncHome, ObjectStoreRemote) {
+    let a = ltHome(dir, "A")
+    let bucket = "file://" + dir.url.appendingPathComponent("bucket").path
+    try ltEditSettings(a) { $0.tier = .free; $0.bucket = bucket }
+    let remote = try ObjectStoreRemote.open(bucket)
+    _ = try await InitChain(home: a, remote: remote, bundledAsset: try LTFixture.demoCopy(in: dir), retry: ltShortRetry).run()
+    return (a, remote)
 }
