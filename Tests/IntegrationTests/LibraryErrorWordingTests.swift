@@ -10,7 +10,7 @@ import Testing
         SyncEngineError.diffRejected(file: "f", reason: "r"), SyncEngineError.unknownPolicy("x"), SyncEngineError.invalidConfig(file: "f", reason: "r"),
         SyncEngineError.conflictNotFound(id: 1), SyncEngineError.cannotRestore(id: 1, reason: "r"), SyncEngineError.interrupted(operation: "o", path: "/p"),
         SyncEngineError.noUserID(path: "/p"), SyncEngineError.invalidIdentity(path: "/p", reason: "r"),
-        SyncEngineError.databaseCopied(path: "/p", recordedPath: "/q"),
+        SyncEngineError.databaseCopied(path: "/p", recordedPath: "/q"), SyncEngineError.catchUpPending(path: "/p"),
         LifecycleError.invalidSettings(file: "f", reason: "r"), LifecycleError.noSourceAvailable(attempts: ["a"]),
         LifecycleError.backupFailed(path: "/p", reason: "r"), LifecycleError.backupNotFound(id: "i"),
         LifecycleError.backupCorrupt(id: "i", reason: "r", nextGood: "j"), LifecycleError.noGoodBackup,

@@ -49,6 +49,33 @@ struct RestoreCatchUpTests {
         try LTSyncScenarios.expectIdentical(devices)
     }
 
+    /// A restored database compacts only after a sync caught it up: its snapshot would be the one devices catch up
+    /// from, and it lacks what was pruned since the backup. Changes not yet exported go out before a snapshot.
+    @Test func restoredDatabase_compactsOnlyOnceCaughtUp_andPendingChangesAreExportedFirst() async throws {
+        let dir = try TemporaryDirectory()
+        let devices = try await LTSyncScenarios.makeDevices(dir, LTBucket.local(dir))
+        let (a, b) = (devices[0], devices[1])
+        let old = try backup(b)
+        try a.insertThing("rst-pruned", title: "made after B's backup")
+        _ = try await LTSyncScenarios.rounds(devices, 2)
+        _ = try await Compactor(home: a.home, remote: a.remote, retry: ltShortRetry).run()
+        try restore(b, backup: old)
+        await #expect(throws: SyncEngineError.catchUpPending(path: b.home.database.path)) {
+            _ = try await Compactor(home: b.home, remote: b.remote, retry: ltShortRetry).run()
+        }
+        #expect(try b.thingTitle("rst-pruned") == nil)
+        #expect(try await b.sync().ok)
+        #expect(try b.thingTitle("rst-pruned") == "made after B's backup")
+        try b.insertThing("rst-unexported", title: "not exported when B compacts")
+        let c = try await Compactor(home: b.home, remote: b.remote, retry: ltShortRetry).run()
+        #expect(!c.snapshotKey.isEmpty)
+        #expect(try SyncDatabase(path: b.db.path).pendingChangeCount() == 0, "the compaction exported the pending insert first")
+        #expect(b.outbox().count == 1, "\(b.outbox())")
+        _ = try await LTSyncScenarios.rounds(devices, 2)
+        #expect(try a.thingTitle("rst-unexported") == "not exported when B compacts")
+        try LTSyncScenarios.expectIdentical(devices)
+    }
+
     @Test func restoredUnexportedEdits_keepTheirClocks_andLoseToLaterEditsElsewhere() async throws {
         let dir = try TemporaryDirectory()
         let devices = try await LTSyncScenarios.makeDevices(dir, LTBucket.local(dir))
