@@ -45,11 +45,27 @@ struct RestorePropertyTests {
         } catch let e as SQLiteError where e.isConstraintViolation { return "\(device.name) edit refused" }
     }
 
+    /// Seeds through the loopback S3 server: two in CI, `RTSYNC_RESTORE_PROPERTY_S3_SEEDS=N` for N from 700.
+    static var s3Seeds: [UInt64] {
+        guard let n = ProcessInfo.processInfo.environment["RTSYNC_RESTORE_PROPERTY_S3_SEEDS"].flatMap({ Int($0) }) else { return [743, 893] }
+        return (0..<UInt64(n)).map { 700 + $0 }
+    }
+
     @Test(arguments: seeds)
     func randomEditsSyncsBackupsRestoresAndCompactions_devicesEndIdentical(seed: UInt64) async throws {
-        var rng = KNRandom(seed: seed)
         let dir = try TemporaryDirectory()
-        let devices = try await LTSyncScenarios.makeDevices(dir, LTBucket.local(dir))
+        try await run(seed: seed, dir: dir, bucket: LTBucket.local(dir))
+    }
+
+    /// The same through moto: listings, the recorded snapshot and cursors as an S3 server keeps them.
+    @Test(arguments: s3Seeds)
+    func randomEditsSyncsBackupsRestoresAndCompactions_throughS3_devicesEndIdentical(seed: UInt64) async throws {
+        try await run(seed: seed, dir: try TemporaryDirectory(), bucket: try await LTBucket.s3())
+    }
+
+    func run(seed: UInt64, dir: TemporaryDirectory, bucket: LTBucket) async throws {
+        var rng = KNRandom(seed: seed)
+        let devices = try await LTSyncScenarios.makeDevices(dir, bucket)
         var backups: [String: [String]] = [:]
         var log: [String] = []
         for round in 0..<6 {
