@@ -1,3 +1,4 @@
+import BucketClient
 import BucketSync
 import Foundation
 import RTSQLite
@@ -61,6 +62,19 @@ struct RestorePropertyTests {
     @Test(arguments: s3Seeds)
     func randomEditsSyncsBackupsRestoresAndCompactions_throughS3_devicesEndIdentical(seed: UInt64) async throws {
         try await run(seed: seed, dir: try TemporaryDirectory(), bucket: try await LTBucket.s3())
+    }
+
+    /// And through `rclone serve s3`, another S3 implementation (one seed in CI; skipped without rclone, as the
+    /// other rclone tests are).
+    @Test(arguments: s3Seeds.prefix(ProcessInfo.processInfo.environment["RTSYNC_RESTORE_PROPERTY_S3_SEEDS"] == nil ? 1 : .max))
+    func randomEditsSyncsBackupsRestoresAndCompactions_throughRclone_devicesEndIdentical(seed: UInt64) async throws {
+        guard let server = try await LTRclone.sharedOrSkip() else { return }
+        let url = "s3://\(LTRclone.bucket)/restore-\(UUID().uuidString.prefix(8))"
+        let env = server.environment
+        let bucket = LTBucket(name: "rclone", url: url, cloud: true) {
+            ObjectStoreRemote(store: try makeObjectStore(url: URL(string: url)!, environment: env), isLocal: false)
+        }
+        try await run(seed: seed, dir: try TemporaryDirectory(), bucket: bucket)
     }
 
     func run(seed: UInt64, dir: TemporaryDirectory, bucket: LTBucket) async throws {
