@@ -74,13 +74,9 @@ public struct Compactor: Sendable {
     ///   for a restored database that has not synced since, or the store's errors.
     public func run() async throws -> CompactionReport {
         // Its snapshot and cursor must not interleave with a sync, restore or another compaction of this home.
-        var entered = false
         do {
-            return try await HomeLock.withLock(home, wait: lockWait, shouldStop: { shouldStop?() ?? false }) {
-                entered = true
-                return try await runLocked()
-            }
-        } catch is CancellationError where !entered && shouldStop?() == true {
+            return try await HomeLock.withLock(home, wait: lockWait, shouldStop: { shouldStop?() ?? false }) { try await runLocked() }
+        } catch LifecycleError.lockWaitStopped {
             // Stopped while another run held the lock: nothing was started, nothing listed.
             return CompactionReport(snapshotKey: "", devices: [], pruned: [], kept: 0,
                                     stoppedBefore: "the whole compaction (it was waiting for another run on this home)")

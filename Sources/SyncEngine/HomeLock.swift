@@ -45,7 +45,7 @@ public final class HomeLock: @unchecked Sendable {
     /// same home, returns at once (the scope's lock covers it). `shouldStop` is asked while waiting; when it says
     /// yes the wait ends (a command told to stop by Ctrl-C does not wait out another run first).
     /// - Throws: `LifecycleError.homeBusy` naming the other run's process id when it is still held;
-    ///   `CancellationError` when `shouldStop` ended the wait.
+    ///   `LifecycleError.lockWaitStopped` when `shouldStop` ended the wait.
     public static func acquire(_ home: RTSyncHome, wait: TimeInterval = 30, shouldStop: () -> Bool = { false }) throws -> HomeLock {
         let path = lockFile(home)
         if heldByTask.contains(path) { return HomeLock(descriptor: -1, path: path) }
@@ -56,7 +56,7 @@ public final class HomeLock: @unchecked Sendable {
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
             if shouldStop() {
                 close(fd)
-                throw CancellationError()
+                throw LifecycleError.lockWaitStopped(path: path)
             }
             guard errno == EWOULDBLOCK || errno == EINTR, Date() < deadline else {
                 var buffer = [UInt8](repeating: 0, count: 32)
@@ -74,8 +74,8 @@ public final class HomeLock: @unchecked Sendable {
     }
 
     /// Runs `body` holding the lock of `home` (taken, waiting up to `wait`, unless this task holds it already).
-    /// - Throws: `LifecycleError.homeBusy`, `CancellationError` when `shouldStop` ended the wait (`body` did not
-    ///   run), or what `body` throws.
+    /// - Throws: `LifecycleError.homeBusy`, `LifecycleError.lockWaitStopped` when `shouldStop` ended the wait
+    ///   (`body` did not run), or what `body` throws.
     public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, shouldStop: () -> Bool = { false },
                                    _ body: () throws -> T) throws -> T {
         let lock = try acquire(home, wait: wait, shouldStop: shouldStop)
@@ -86,8 +86,8 @@ public final class HomeLock: @unchecked Sendable {
     /// Runs `body` holding the lock of `home` (taken, waiting up to `wait`, unless this task holds it already).
     /// - Throws: `LifecycleError.homeBusy`, or what `body` throws.
     ///
-    /// The wait suspends instead of blocking a thread, and ends when the task is cancelled or `shouldStop` says
-    /// yes (`CancellationError`; `body` did not run).
+    /// The wait suspends instead of blocking a thread; it ends when the task is cancelled (`CancellationError`) or
+    /// `shouldStop` says yes (`LifecycleError.lockWaitStopped`); `body` did not run then.
     public static func withLock<T>(_ home: RTSyncHome, wait: TimeInterval = 30, shouldStop: () -> Bool = { false },
                                    isolation: isolated (any Actor)? = #isolation,
                                    _ body: () async throws -> T) async throws -> T {
@@ -103,7 +103,7 @@ public final class HomeLock: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(wait)
         while true {
             do { return try acquire(home, wait: 0) } catch LifecycleError.homeBusy(let path, let pid) {
-                if shouldStop() { throw CancellationError() }
+                if shouldStop() { throw LifecycleError.lockWaitStopped(path: path) }
                 guard Date() < deadline else { throw LifecycleError.homeBusy(path: path, pid: pid) }
                 try await Task.sleep(nanoseconds: 50_000_000)
             }

@@ -195,10 +195,11 @@ public struct InitChain: Sendable {
         try home.saveSettings(settings)
         // A new device publishes its cursor on its first sync, even one that changes nothing: until then no other
         // device's compaction waits for it, and diffs pruned meanwhile would never reach it.
+        let site = try sync.siteID()
         if source != .existing {
-            try Data("cursor of the new site \(try sync.siteID()) to publish\n".utf8).write(to: Syncer.pendingCursorMarker(home))
+            try Data("cursor of the new site \(site) to publish\n".utf8).write(to: Syncer.pendingCursorMarker(home))
         }
-        return InitResult(source: source, database: home.database.path, userId: settings.userID, siteId: try sync.siteID(),
+        return InitResult(source: source, database: home.database.path, userId: settings.userID, siteId: site,
                           newUser: newUser, attempts: attempts)
     }
 }

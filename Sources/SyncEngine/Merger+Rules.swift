@@ -346,11 +346,7 @@ extension Merger {
             return try replaceWhole(r, local, reason: "the same key was inserted on two devices: the later insert wins the whole row")
         }
         if r.change.born < local.born {
-            // An insert made here and not yet exported beat the incoming one, which the devices that never saw this
-            // insert keep. Its birth is recorded now: should the row be deleted here before the next export, the delete
-            // goes out born with it and removes the refused row there too, instead of coalescing to nothing (or to a
-            // delete of an older incarnation) while this device alone has refused the incoming row for good.
-            if local.newHere { try setRowMeta(r, local.key, born: local.born, deleted: nil) }
+            try keepBirthOfUnexportedInsert(r, local)
             return try refuse(r, local, columns: r.changedColumns, reason: "the same key was inserted on two devices: the later insert (this one) wins the whole row")
         }
         if policy.policy == .lwwRow {
@@ -397,6 +393,15 @@ extension Merger {
             try captureDecision(tid: r.info.table.id, key: local.key, op: 2, mask: Self.changeMask(r.info, columns: decided),
                                 after: max(r.change.latestClock, decided.map { localClock(local, $0) }.filter { $0 != Merger.unexported }.max() ?? .zero))
         }
+    }
+
+    /// An insert made here and not yet exported outlived an incoming change (an insert or a delete) of an older
+    /// version of its key, which the devices that never saw this insert take. Its birth is recorded now: should the
+    /// row be deleted here before the next export, the delete still goes out born with it (instead of coalescing to
+    /// nothing), so those devices end the older version too, and this device keeps refusing that version's late
+    /// changes instead of taking it back.
+    mutating func keepBirthOfUnexportedInsert(_ r: RowContext, _ local: LocalRow) throws {
+        if local.newHere { try setRowMeta(r, local.key, born: local.born, deleted: nil) }
     }
 
     /// Whether a remote column clock was already superseded by the local value's clock `base` (the clock the value
@@ -446,11 +451,7 @@ extension Merger {
             break
         }
         if change.born < local.born {
-            // As in `mergeUpsert`: an insert made here and not yet exported outlives the older version this delete
-            // ends. Its birth is recorded now, so that if it is deleted here before the next export, that delete
-            // still goes out (born with it) and this device keeps knowing the older version is gone, instead of
-            // taking that version back when one of its late changes arrives.
-            if local.newHere { try setRowMeta(r, local.key, born: local.born, deleted: nil) }
+            try keepBirthOfUnexportedInsert(r, local)
             return try refuseDelete(r, local, reason: "delete of an older version of this row (the key was re-inserted)")
         }
         if change.born == local.born && policy.onDeleteConflict == .lastWriterWins {

@@ -219,6 +219,8 @@ public enum LifecycleError: Error, Sendable, Equatable, CustomStringConvertible,
     case demoMode(action: String)
     /// Another run (this process or another) holds the location's lock.
     case homeBusy(path: String, pid: Int32?)
+    /// The wait for another run's lock was ended by the caller's `shouldStop`; nothing was started.
+    case lockWaitStopped(path: String)
 
     public var description: String {
         switch self {
@@ -231,6 +233,7 @@ public enum LifecycleError: Error, Sendable, Equatable, CustomStringConvertible,
         case .tierRefused(let t, let a): return "\(a) is not available on the \(t.rawValue) tier"
         case .demoMode(let a): return "\(a) is disabled in demo mode"
         case .homeBusy(let p, let pid): return "another rtsync is running on this home\(pid.map { " (pid \($0))" } ?? "") (\(p))"
+        case .lockWaitStopped(let p): return "stopped while waiting for another run on this home; nothing was started (\(p))"
         }
     }
 

@@ -130,19 +130,18 @@ public struct Syncer: Sendable {
         // One run at a time per home: a second run's outbox clean-up would delete the diff this one has just
         // written and not yet recorded, and its export and apply would interleave with this one's. The
         // compaction and backup it runs reuse the lock.
-        var entered = false
         do {
             return try await withTaskCancellationHandler {
                 try await HomeLock.withLock(home, wait: lockWait, shouldStop: stop) {
-                    entered = true
-                    return try await syncLocked(settings: settings, dryRun: dryRun, stop: stop, progress: progress)
+                    try await syncLocked(settings: settings, dryRun: dryRun, stop: stop, progress: progress)
                 }
             } onCancel: {
                 cancelled.set()
             }
-        } catch is CancellationError where !entered && !cancelled.isSet {
-            // `shouldStop` ended the wait for another run's lock: nothing was started. (A cancelled task gets its
-            // `CancellationError`, as from any wait.)
+        } catch LifecycleError.lockWaitStopped {
+            // A cancelled task gets its `CancellationError`, as from any wait.
+            if cancelled.isSet { throw CancellationError() }
+            // `shouldStop` ended the wait for another run's lock: nothing was started.
             var report = SyncReport()
             report.phases.append(SyncPhase(name: "stopped", ok: false,
                                            summary: "interrupted while waiting for another run on this home; left for the next run: the whole sync"))

@@ -39,9 +39,7 @@ struct HomeOptions: ParsableArguments {
         announceWaitIfBusy(resolvedHome)
         do {
             return try await HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, shouldStop: { signals?.stopRequested ?? false }, body)
-        } catch let e as LifecycleError { throw report(e) } catch is CancellationError where signals?.receivedSignal != nil {
-            throw StopSignals.stoppedWaiting(command, by: signals!.receivedSignal!, home: resolvedHome)
-        }
+        } catch let e as LifecycleError { throw StopSignals.lockFailure(e, command: command, signals: signals, home: resolvedHome) }
     }
 
     /// Runs `body` holding the home's lock, waiting up to `RTSYNC_LOCK_WAIT` seconds (default 30) for another run;
@@ -51,9 +49,7 @@ struct HomeOptions: ParsableArguments {
         announceWaitIfBusy(resolvedHome)
         do {
             return try HomeLock.withLock(resolvedHome, wait: HomeLock.environmentWait, shouldStop: { signals?.stopRequested ?? false }, body)
-        } catch let e as LifecycleError { throw report(e) } catch is CancellationError where signals?.receivedSignal != nil {
-            throw StopSignals.stoppedWaiting(command, by: signals!.receivedSignal!, home: resolvedHome)
-        }
+        } catch let e as LifecycleError { throw StopSignals.lockFailure(e, command: command, signals: signals, home: resolvedHome) }
     }
 
     /// The home's settings; a home path that names a file (not a folder) is reported as such.

@@ -35,9 +35,7 @@ struct DatabaseOptions: ParsableArguments {
         announceWaitIfBusy(home)
         do {
             return try HomeLock.withLock(home, wait: HomeLock.environmentWait, shouldStop: { signals?.stopRequested ?? false }, body)
-        } catch let e as LifecycleError { throw report(e) } catch is CancellationError where signals?.receivedSignal != nil {
-            throw StopSignals.stoppedWaiting(command, by: signals!.receivedSignal!, home: home)
-        }
+        } catch let e as LifecycleError { throw StopSignals.lockFailure(e, command: command, signals: signals, home: home) }
     }
 }
 

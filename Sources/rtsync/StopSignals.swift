@@ -89,10 +89,12 @@ final class StopSignals: @unchecked Sendable {
 }
 
 extension StopSignals {
-    /// Ends a command stopped by `sig` while it waited for another run's lock on `home` (nothing of it started).
-    static func stoppedWaiting(_ command: String, by sig: Int32, home: RTSyncHome) -> ExitCode {
-        stopped(command, by: sig, done: "nothing done (it was waiting for another rtsync run on this home)", left: "all of it", path: home.root.path,
-                hint: "nothing was lost; run the same command again when the other run has finished")
+    /// How `command` ends when taking `home`'s lock failed: stopped by a signal during the wait (nothing of it
+    /// started; exit 130 or 143), or the library's error (a busy home: exit 1).
+    static func lockFailure(_ error: LifecycleError, command: String, signals: StopSignals?, home: RTSyncHome) -> ExitCode {
+        guard case .lockWaitStopped = error, let sig = signals?.receivedSignal else { return report(error) }
+        return stopped(command, by: sig, done: "nothing done (it was waiting for another rtsync run on this home)", left: "all of it", path: home.root.path,
+                       hint: "nothing was lost; run the same command again when the other run has finished")
     }
 
     /// Ends a command that stopped at a safe point after `sig`: one `error:` line saying what was finished and

@@ -3,20 +3,12 @@ import Testing
 @testable import BucketClient
 
 /// Passes every call to `base`, but lists at most `pageSize` keys per LIST, so a few objects span several pages.
-struct SmallPageStore: ObjectStore {
+struct SmallPageStore: ForwardingStore {
     let base: any ObjectStore
     let pageSize: Int
-    var displayName: String { base.displayName }
-    var requestCounter: RequestCounter { base.requestCounter }
     func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
         try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: pageSize, continuationToken: continuationToken)
     }
-    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
-    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
-    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
-    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
-    func put(key: String, fileURL: URL) async throws -> ObjectInfo { try await base.put(key: key, fileURL: fileURL) }
-    func delete(key: String) async throws { try await base.delete(key: key) }
 }
 
 /// Listing several media folders at once: as few LIST pages as possible, and only keys of the wanted folders.

@@ -622,63 +622,36 @@ struct HostileListingStore: ObjectStore {
 }
 
 /// Passes every call to `base`; when `watchedKey` is uploaded, records which entries the manifest file holds then.
-struct ManifestObservingStore: ObjectStore {
+struct ManifestObservingStore: ForwardingStore {
     let base: any ObjectStore
     let manifest: URL
     let watchedKey: String
     let seen = RequestCounter()
-    var displayName: String { base.displayName }
-    var requestCounter: RequestCounter { base.requestCounter }
-    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
-        try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
-    }
-    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
-    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
-    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
-    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
     func put(key: String, fileURL: URL) async throws -> ObjectInfo {
         if key == watchedKey, let saved = try? MediaManifest.load(from: manifest) {
             for path in saved.files.keys { seen.record(path.string) }
         }
         return try await base.put(key: key, fileURL: fileURL)
     }
-    func delete(key: String) async throws { try await base.delete(key: key) }
 }
 
 /// Passes every call to `base`, but a file upload to `failingKey` fails.
-struct FailingPutStore: ObjectStore {
+struct FailingPutStore: ForwardingStore {
     let base: any ObjectStore
     let failingKey: String
-    var displayName: String { base.displayName }
-    var requestCounter: RequestCounter { base.requestCounter }
-    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
-        try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
-    }
-    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
-    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
-    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
-    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
     func put(key: String, fileURL: URL) async throws -> ObjectInfo {
         if key == failingKey { throw BucketError.transport(request: "PUT \(key)", description: "test failure") }
         return try await base.put(key: key, fileURL: fileURL)
     }
-    func delete(key: String) async throws { try await base.delete(key: key) }
 }
 
 /// Passes every call to `base`; before each download, notes every file the saved manifest records that was not
 /// made durable first (``LocalFiles/flushes``).
-struct DurabilityObservingStore: ObjectStore {
+struct DurabilityObservingStore: ForwardingStore {
     let base: any ObjectStore
     let manifest: URL
     let documents: URL
     let violations = RequestCounter()
-    var displayName: String { base.displayName }
-    var requestCounter: RequestCounter { base.requestCounter }
-    func list(prefix: String, startAfter: String?, maxKeys: Int?, continuationToken: String?) async throws -> ObjectPage {
-        try await base.list(prefix: prefix, startAfter: startAfter, maxKeys: maxKeys, continuationToken: continuationToken)
-    }
-    func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data { try await base.get(key: key, range: range, ifMatch: ifMatch) }
-    func download(key: String, to fileURL: URL) async throws -> ObjectInfo { try await base.download(key: key, to: fileURL) }
     func downloadReturningSHA256(key: String, to fileURL: URL, expecting listed: ObjectInfo?,
                                  flushing: Bool) async throws -> (info: ObjectInfo, sha256: String) {
         if let saved = try? MediaManifest.load(from: manifest) {
@@ -689,8 +662,4 @@ struct DurabilityObservingStore: ObjectStore {
         }
         return try await base.downloadReturningSHA256(key: key, to: fileURL, expecting: listed, flushing: flushing)
     }
-    func head(key: String) async throws -> ObjectInfo { try await base.head(key: key) }
-    func put(key: String, data: Data, ifNoneMatch: Bool) async throws -> ObjectInfo { try await base.put(key: key, data: data, ifNoneMatch: ifNoneMatch) }
-    func put(key: String, fileURL: URL) async throws -> ObjectInfo { try await base.put(key: key, fileURL: fileURL) }
-    func delete(key: String) async throws { try await base.delete(key: key) }
 }

@@ -15,6 +15,7 @@ import Testing
         LifecycleError.backupFailed(path: "/p", reason: "r"), LifecycleError.backupNotFound(id: "i"),
         LifecycleError.backupCorrupt(id: "i", reason: "r", nextGood: "j"), LifecycleError.noGoodBackup,
         LifecycleError.tierRefused(tier: .free, action: "a"), LifecycleError.demoMode(action: "sync"), LifecycleError.homeBusy(path: "/p", pid: 1),
+        LifecycleError.lockWaitStopped(path: "/p"),
         BucketError.notFound(key: "k"), BucketError.bucketNotFound(bucket: "b"), BucketError.unsafeKey(key: "k", reason: "r"),
         BucketError.unsupportedURL(url: "u", reason: "r"),
     ]
