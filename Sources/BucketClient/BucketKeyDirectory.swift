@@ -42,8 +42,7 @@ public final class BucketKeyDirectory: @unchecked Sendable {
     private func publishedEntries() -> Set<String> {
         lock.withLock {
             if let published { return published }
-            let text = (try? String(contentsOf: publishedFile, encoding: .utf8)) ?? ""
-            let set = Set(text.split(separator: "\n").map(String.init))
+            let set = LineSetFile.load(publishedFile)
             published = set
             return set
         }
@@ -54,8 +53,7 @@ public final class BucketKeyDirectory: @unchecked Sendable {
             var set = published ?? []
             set.formUnion(entries)
             published = set
-            try? FileManager.default.createDirectory(at: publishedFile.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try? Data((set.sorted().joined(separator: "\n") + "\n").utf8).write(to: publishedFile, options: .atomic)
+            try? LineSetFile.save(set, to: publishedFile)
         }
     }
 
@@ -117,7 +115,7 @@ public final class BucketKeyDirectory: @unchecked Sendable {
     /// - Throws: ``EncryptionError/unknownKey(object:keyID:)`` when no sealed copy is published,
     ///   ``EncryptionError/sealedKeyRejected(object:keyID:reason:)`` when one cannot be used; nothing is kept then.
     public func learn(keyID: String, object: String, from store: any ObjectStore) async throws {
-        var ring = keyring
+        let ring = keyring
         if ring.key(id: keyID) != nil { return }
         var chain: [(doc: SealedContentKey, source: String)] = []
         var id = keyID
@@ -137,7 +135,6 @@ public final class BucketKeyDirectory: @unchecked Sendable {
                     opener = try sealed.open(with: opener, object: object, source: source)
                     learned.append(opener)
                 }
-                for k in learned { ring.adopt(k) }
                 try save(learned)
                 lock.withLock { for k in learned { self.ring.adopt(k) } }
                 markPublished(learned.map { Self.sealedEntry($0.id) })

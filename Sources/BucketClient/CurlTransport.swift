@@ -28,13 +28,6 @@ enum CurlTransport {
         #endif
     }
 
-    /// Sends `request` (method, URL, headers) with `body`, on a thread of its own so no Swift concurrency thread
-    /// blocks; cancelling the calling task aborts the transfer.
-    static func send(_ request: URLRequest, body: Data, timeout: TimeInterval) async throws -> (Data, HTTPURLResponse) {
-        let (data, response, _) = try await send(request, body: body, timeout: timeout, into: nil)
-        return (data, response)
-    }
-
     /// Where a 2xx answer's body is written as it arrives: a file descriptor open for writing, and the file offset
     /// of the body's first byte.
     struct FileTarget: Sendable {
@@ -44,9 +37,10 @@ enum CurlTransport {
         var written: Hashing.WrittenBytes? = nil
     }
 
-    /// Sends `request` like ``send(_:body:timeout:)``; with `into`, the body of a 2xx answer is written into that
-    /// file (and not returned): the third value is how many bytes were written there. Other answers' bodies (error
-    /// documents) are returned as usual.
+    /// Sends `request` (method, URL, headers) with `body`, on a thread of its own so no Swift concurrency thread
+    /// blocks; cancelling the calling task aborts the transfer. With `into`, the body of a 2xx answer is written into
+    /// that file (and not returned): the third value is how many bytes were written there. Other answers' bodies
+    /// (error documents) are returned as usual.
     static func send(_ request: URLRequest, body: Data, timeout: TimeInterval, into target: FileTarget?) async throws -> (Data, HTTPURLResponse, Int64) {
         #if canImport(CCurlShim)
         guard let url = request.url else { throw URLError(.badURL) }
@@ -99,14 +93,13 @@ enum CurlTransport {
         }
         let status: Int32 = cHeaders.map { UnsafePointer($0) }.withUnsafeBufferPointer { list in
             body.withUnsafeBytes { bytes in
-                rtsync_curl_perform_to_fd_observed(method, url.absoluteString, list.baseAddress, list.count, bytes.baseAddress, bytes.count,
-                                                   timeoutMs, cancel.pointer, target?.fd ?? -1, target?.offset ?? 0,
-                                                   written, context, &result)
+                rtsync_curl_perform(method, url.absoluteString, list.baseAddress, list.count, bytes.baseAddress, bytes.count,
+                                    timeoutMs, cancel.pointer, target?.fd ?? -1, target?.offset ?? 0, written, context, &result)
             }
         }
         defer { rtsync_curl_result_free(&result) }
         guard status == 0 else { throw URLError(.unsupportedURL) }
-        if result.write_failed != 0 {
+        if result.write_errno != 0 {
             // The local file could not take the bytes (disk full, ...): not a network failure, never retried as one.
             throw BucketError.localIO(path: "file descriptor \(target?.fd ?? -1)", description: String(cString: strerror(result.write_errno)))
         }

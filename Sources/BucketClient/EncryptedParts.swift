@@ -13,21 +13,14 @@ import Foundation
 /// after it before it is sealed, so nothing but the hashed plaintext is ever encrypted under that salt (a changed
 /// part would be a SHA-256 collision): a file changed in between fails the upload instead.
 struct EncryptedParts: MultipartSource {
-    let fileURL: URL
-    let fileMtimeNanoseconds: Int64
-    /// Plaintext bytes of the file.
-    let plainSize: Int64
-    /// Chunks per part.
-    let chunksPerPart: Int
-    /// The SHA-256 of the whole plaintext (lowercase hex).
-    let sha256: String
+    /// The plaintext file in parts of whole chunks (part N of the plaintext becomes part N of the ciphertext).
+    private let plain: FileParts
     private let header: EncryptionFormat.Header
     private let cipher: EncryptionFormat.ChunkCipher
     /// The plaintext's hash state before each part, and its digest up to the end of each part, from the read that
     /// made the header.
     private let partStarts: [SHA256]
     private let partEnds: [SHA256Digest]
-    private let reader: PartReader
 
     /// Hashes the file at `fileURL` (the whole, and each part of about `partSize` plaintext bytes), then sets up its
     /// encryption as `object` with the keyring's current key, bound to media path `name` when given, or to
@@ -39,13 +32,11 @@ struct EncryptedParts: MultipartSource {
             throw BucketError.localIO(path: fileURL.path, description: "not a readable file")
         }
         let chunk = EncryptionFormat.chunkSize
-        chunksPerPart = max(1, (partSize + chunk - 1) / chunk)
-        reader = try PartReader(fileURL: fileURL, fileSize: st.size, partSize: chunksPerPart * chunk)
+        let plain = try FileParts(fileURL: fileURL, stat: st, partSize: max(1, (partSize + chunk - 1) / chunk) * chunk)
         var whole = SHA256()
         var starts: [SHA256] = [], ends: [SHA256Digest] = []
-        let plainParts = max(1, Int((st.size + Int64(chunksPerPart * chunk) - 1) / Int64(chunksPerPart * chunk)))
-        for number in 1...plainParts {
-            let data = try reader.read(part: number)
+        for number in 1...plain.partCount {
+            let data = try plain.read(part: number)
             starts.append(whole)
             whole.update(data: data)
             ends.append(whole.finalize())
@@ -59,19 +50,25 @@ struct EncryptedParts: MultipartSource {
         } else {
             (header, cipher) = EncryptionFormat.contentDerived(object: object, digest: digest, keyring: keyring, name: name)
         }
-        self.fileURL = fileURL
-        fileMtimeNanoseconds = st.mtimeNanoseconds
-        plainSize = st.size
-        sha256 = Hashing.hex(digest)
+        self.plain = plain
         partStarts = starts
         partEnds = ends
     }
+
+    var fileURL: URL { plain.fileURL }
+    var fileMtimeNanoseconds: Int64 { plain.fileMtimeNanoseconds }
+    /// Plaintext bytes of the file.
+    var plainSize: Int64 { plain.size }
+    /// Chunks per part.
+    var chunksPerPart: Int { plain.partSize / EncryptionFormat.chunkSize }
+    /// The SHA-256 of the whole plaintext (lowercase hex).
+    var sha256: String { Hashing.hex(Data(partEnds[partEnds.count - 1])) }
 
     /// All chunks of the object.
     private var chunkCount: Int64 { EncryptionFormat.chunkCount(plaintextSize: plainSize) }
 
     var size: Int64 { EncryptionFormat.ciphertextSize(plaintextSize: plainSize) }
-    var partSize: Int { chunksPerPart * EncryptionFormat.chunkSize }
+    var partSize: Int { plain.partSize }
     var partCount: Int { partEnds.count }
     /// The header: key id, algorithm and the salt that follows from the plaintext.
     var contentID: String? { Hashing.hex(header.bytes) }
@@ -90,9 +87,9 @@ struct EncryptedParts: MultipartSource {
     }
 
     func read(part number: Int) throws -> Data {
-        let plain = try reader.read(part: number)
+        let bytes = try plain.read(part: number)
         var hash = partStarts[number - 1]
-        hash.update(data: plain)
+        hash.update(data: bytes)
         guard hash.finalize() == partEnds[number - 1] else {
             throw BucketError.localIO(path: fileURL.path, description: "the file changed while it was being uploaded (part \(number))")
         }
@@ -101,10 +98,10 @@ struct EncryptedParts: MultipartSource {
         out.reserveCapacity(Int(length(ofPart: number)))
         if number == 1 { out.append(header.bytes) }
         for k in 0..<span.chunks {
-            let start = plain.startIndex + Int(k) * EncryptionFormat.chunkSize
-            let end = min(start + EncryptionFormat.chunkSize, plain.endIndex)
+            let start = bytes.startIndex + Int(k) * EncryptionFormat.chunkSize
+            let end = min(start + EncryptionFormat.chunkSize, bytes.endIndex)
             let index = span.firstChunk + k
-            cipher.seal(plain[start..<end], index: index, final: index == chunkCount - 1, into: &out)
+            cipher.seal(bytes[start..<end], index: index, final: index == chunkCount - 1, into: &out)
         }
         return out
     }

@@ -46,9 +46,16 @@ struct FileStat: Sendable, Hashable {
 enum LocalFiles {
     static func errnoText() -> String { String(cString: strerror(errno)) }
 
+    /// Removes a downloaded file and what a resumable download of it leaves beside it (`.partial`, `.partial.etag`).
+    static func removeDownload(at url: URL) {
+        for suffix in ["", ".partial", ".partial.etag"] { unlink(url.path + suffix) }
+    }
+
     /// Creates the parent folder of `url` when missing.
     static func createParent(of url: URL) throws {
         let parent = url.deletingLastPathComponent()
+        // One stat instead of FileManager's walk when the folder is there already (the common case, per download).
+        if FileStat.of(parent.path)?.isDirectory == true { return }
         do {
             try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
         } catch {

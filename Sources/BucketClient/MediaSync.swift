@@ -565,7 +565,7 @@ public struct MediaSync: Sendable {
                     if large { await progress.downloaded(path, entry: entry) }
                     else { await progress.staged(path, entry: entry, staged: target, url: url) }
                 } catch {
-                    if !large { for suffix in ["", ".partial", ".partial.etag"] { unlink(target.path + suffix) } }
+                    if !large { LocalFiles.removeDownload(at: target) }
                     throw error
                 }
             } catch {
@@ -609,12 +609,10 @@ public struct MediaSync: Sendable {
             return
         }
         let fetched = LocalFiles.temporaryURL(beside: url)
-        defer {
-            for suffix in ["", ".partial", ".partial.etag"] { unlink(fetched.path + suffix) }
-        }
-        let info = try await store.download(key: remoteKey(path), to: fetched, expecting: remote)
+        defer { LocalFiles.removeDownload(at: fetched) }
+        // Hashed as it arrives where the store can (the file is not read back); flushed as a plain download is.
+        let (info, remoteSHA) = try await store.downloadReturningSHA256(key: remoteKey(path), to: fetched, expecting: remote, flushing: true)
         let remoteETag = info.etag.isEmpty ? remote.etag : info.etag
-        let remoteSHA = try LocalFiles.sha256Hex(of: fetched)
         let localSHA = try LocalFiles.sha256Hex(of: url)
         func entry(_ stat: FileStat, _ sha: String, _ etag: String) -> MediaManifest.Entry {
             .init(size: stat.size, mtimeNanoseconds: stat.mtimeNanoseconds, sha256: sha, etag: etag)

@@ -104,7 +104,7 @@ public struct MediaTrash: Sendable {
         if try await store.serverSideCopy(from: source, to: target) != nil { return }
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         let tmp = LocalFiles.temporaryURL(beside: scratch.appendingPathComponent("trash"))
-        defer { for suffix in ["", ".partial", ".partial.etag"] { unlink(tmp.path + suffix) } }
+        defer { LocalFiles.removeDownload(at: tmp) }
         try await store.download(key: source, to: tmp)
         try await store.put(key: target, fileURL: tmp)
     }

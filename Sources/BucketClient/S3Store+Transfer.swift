@@ -95,7 +95,7 @@ extension S3Store {
                            flushing: Bool = true) async throws -> (info: ObjectInfo, sha256: String?) {
         let partial = URL(fileURLWithPath: fileURL.path + ".partial")
         let etagFile = URL(fileURLWithPath: fileURL.path + ".partial.etag")
-        if FileStat.of(fileURL.deletingLastPathComponent().path)?.isDirectory != true { try LocalFiles.createParent(of: fileURL) }
+        try LocalFiles.createParent(of: fileURL)
         var etag: String? = try? String(contentsOf: etagFile, encoding: .utf8)
         var offset: Int64 = 0
         if etag != nil, let st = FileStat.of(partial.path), st.isRegularFile {

@@ -32,7 +32,7 @@ extension ObjectStoreRemote {
         guard let encrypting = store as? EncryptingStore, let user = encrypting.keyDirectory?.user,
               FileManager.default.fileExists(atPath: home.database.path) else { return [] }
         let checkedFile = home.sharedMediaCheckedFile
-        var checked = Set(((try? String(contentsOf: checkedFile, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
+        var checked = LineSetFile.load(checkedFile)
         let shares = try SyncDatabase(path: home.database.path).inbound()
             .filter { $0.kind == "share" && !checked.contains($0.diffID) && !$0.diffID.isEmpty && $0.diffID.allSatisfy { $0.isLetter || $0.isNumber } }
             .map(\.diffID).sorted()
@@ -43,8 +43,7 @@ extension ObjectStoreRemote {
                 installed += paths
             }
             checked.insert(share)
-            try FileManager.default.createDirectory(at: checkedFile.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try Data((checked.sorted().joined(separator: "\n") + "\n").utf8).write(to: checkedFile, options: .atomic)
+            try LineSetFile.save(checked, to: checkedFile)
         }
         return installed
     }

@@ -8,7 +8,7 @@ extension ObjectStoreRemote {
     /// their resume files; returns the keys given up. A failure leaves the resume file for the next run. Encrypted
     /// uploads too: their resume files also sit beside the plaintext file (and backup names are not encrypted).
     public func abandonInterruptedUploads(in folder: URL, keyPrefix: String) async -> [String] {
-        guard let s3 = (store as? S3Store) ?? ((store as? EncryptingStore)?.inner as? S3Store) else { return [] }
+        guard let s3 = rawStore as? S3Store else { return [] }
         // Resume files being written when their process was killed.
         var given = LocalFolderStore.removeOrphanedTemporaryFiles(in: folder)
         let suffix = ".rtsync-upload.json"

@@ -190,10 +190,10 @@ static int progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
     return cancel && *cancel ? 1 : 0;  // non-zero aborts with CURLE_ABORTED_BY_CALLBACK
 }
 
-int rtsync_curl_perform_to_fd_observed(const char *method, const char *url, const char *const *headers, size_t header_count,
-                                       const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
-                                       int out_fd, long long out_offset, rtsync_curl_written written, void *written_context,
-                                       rtsync_curl_result *result) {
+int rtsync_curl_perform(const char *method, const char *url, const char *const *headers, size_t header_count,
+                        const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
+                        int out_fd, long long out_offset, rtsync_curl_written written, void *written_context,
+                        rtsync_curl_result *result) {
     memset(result, 0, sizeof *result);
     if (!rtsync_curl_available()) return -1;
     CURL *h = take_handle();
@@ -257,25 +257,10 @@ int rtsync_curl_perform_to_fd_observed(const char *method, const char *url, cons
     result->body = out.memory.data;
     result->body_length = out.memory.length;
     result->streamed_length = out.streamed;
-    result->write_failed = out.write_errno != 0;
     result->write_errno = out.write_errno;
     lib.slist_free_all(list);
     if (code == 0) give_back(h); else lib.easy_cleanup(h);  // a failed handle may hold a broken connection
     return 0;
-}
-
-int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *const *headers, size_t header_count,
-                              const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
-                              int out_fd, long long out_offset, rtsync_curl_result *result) {
-    return rtsync_curl_perform_to_fd_observed(method, url, headers, header_count, body, body_length, idle_timeout_ms, cancel,
-                                              out_fd, out_offset, NULL, NULL, result);
-}
-
-int rtsync_curl_perform(const char *method, const char *url, const char *const *headers, size_t header_count,
-                        const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
-                        rtsync_curl_result *result) {
-    return rtsync_curl_perform_to_fd(method, url, headers, header_count, body, body_length, idle_timeout_ms, cancel,
-                                     -1, 0, result);
 }
 
 void rtsync_curl_result_free(rtsync_curl_result *result) {

@@ -17,41 +17,31 @@ typedef struct rtsync_curl_result {
     /// The response body, malloc'd.
     char *body;
     size_t body_length;
-    /// Bytes of a 2xx body written to `out_fd` (rtsync_curl_perform_to_fd); those are not in `body`.
+    /// Bytes of a 2xx body written to `out_fd`; those are not in `body`.
     long long streamed_length;
-    /// Non-zero when writing to `out_fd` failed (errno in `write_errno`); the transfer was aborted.
-    int write_failed;
+    /// Non-zero (the errno) when writing to `out_fd` failed; the transfer was aborted.
     int write_errno;
 } rtsync_curl_result;
 
 /// Loads libcurl (libcurl.so.4) at run time; returns 1 when it is usable. Thread-safe; the first call decides.
 int rtsync_curl_available(void);
 
-/// Sends `method url` with `headers` ("Name: value" strings) and `body` (sent as it is, with a Content-Length),
-/// blocking the calling thread until the answer or an error. Easy handles (and their keep-alive connections) are
-/// pooled across calls. The transfer fails after `idle_timeout_ms` without progress (connecting, or fewer than one
-/// byte per second moving either way). Setting `*cancel` to non-zero from another thread aborts the transfer.
-/// Returns 0 when the request was attempted (see result->curl_code), -1 when libcurl is unavailable.
-int rtsync_curl_perform(const char *method, const char *url, const char *const *headers, size_t header_count,
-                        const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
-                        rtsync_curl_result *result);
-
-/// Like rtsync_curl_perform, for any method (GET and HEAD send no body; HEAD reads none), writing the body of a 2xx
-/// answer with pwrite into `out_fd` from `out_offset` on, as it arrives, instead of into `result->body` (other
-/// answers, error documents, still go to `result->body`). `out_fd` < 0 keeps every body in memory.
-int rtsync_curl_perform_to_fd(const char *method, const char *url, const char *const *headers, size_t header_count,
-                              const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
-                              int out_fd, long long out_offset, rtsync_curl_result *result);
-
 /// Called with each run of body bytes written to `out_fd`, after they were written, and the file offset of the first.
 typedef void (*rtsync_curl_written)(void *context, const void *bytes, size_t length, long long offset);
 
-/// Like rtsync_curl_perform_to_fd; `written` (when not NULL) sees every run of bytes as it reaches the file, so the
-/// caller can hash a download as it arrives instead of reading the file back.
-int rtsync_curl_perform_to_fd_observed(const char *method, const char *url, const char *const *headers, size_t header_count,
-                                       const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
-                                       int out_fd, long long out_offset, rtsync_curl_written written, void *written_context,
-                                       rtsync_curl_result *result);
+/// Sends `method url` with `headers` ("Name: value" strings) and `body` (sent as it is, with a Content-Length; GET
+/// and HEAD send none, HEAD reads none), blocking the calling thread until the answer or an error. Easy handles (and
+/// their keep-alive connections) are pooled across calls. The transfer fails after `idle_timeout_ms` without
+/// progress (connecting, or fewer than one byte per second moving either way). Setting `*cancel` to non-zero from
+/// another thread aborts the transfer. With `out_fd` >= 0 the body of a 2xx answer is written with pwrite into
+/// `out_fd` from `out_offset` on, as it arrives, instead of into `result->body` (other answers, error documents,
+/// still go to `result->body`); `written` (when not NULL) sees every run of those bytes as it reaches the file, so
+/// the caller can hash a download as it arrives instead of reading the file back.
+/// Returns 0 when the request was attempted (see result->curl_code), -1 when libcurl is unavailable.
+int rtsync_curl_perform(const char *method, const char *url, const char *const *headers, size_t header_count,
+                        const void *body, size_t body_length, long idle_timeout_ms, volatile int *cancel,
+                        int out_fd, long long out_offset, rtsync_curl_written written, void *written_context,
+                        rtsync_curl_result *result);
 
 /// Frees the buffers of a result.
 void rtsync_curl_result_free(rtsync_curl_result *result);
