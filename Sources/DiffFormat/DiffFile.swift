@@ -275,7 +275,7 @@ extension DiffMetadata {
     var digestedValues: [SQLValue] {
         [.text(id.string), .text(kind.rawValue), .text(authorUser), .text(authorSite),
          sequenceFirst.map { .integer($0) } ?? .null, sequenceLast.map { .integer($0) } ?? .null,
-         .text(ISO8601.format(createdAt, fractional: true)), .text(JSON.encode(seen))]
+         .text(ISO8601.format(createdAt, fractional: true)), .text(CanonicalSeen.text(seen))]
     }
 }
 
@@ -284,6 +284,69 @@ struct TableConstraints: Codable {
     var unique: [[String]]
     var foreignKeys: [ForeignKeyDefinition]
     var withoutRowID: Bool
+}
+
+/// Values decoded from short JSON texts that repeat from diff to diff, remembered by text (at most `capacity`;
+/// all are dropped when it is reached). A catch-up opens hundreds of one-row diffs of one author: they carry the
+/// same `seen` map until the author applies something new, and rows changed the same way the same `changed`
+/// list; decoding each again with Foundation's coders was a tenth of applying such a diff.
+final class DecodedTexts<Value: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var byText: [String: Value] = [:]
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    /// What `decode` gives for `text`, remembered when it is not nil.
+    func value(for text: String, _ decode: (String) -> Value?) -> Value? {
+        lock.lock()
+        let known = byText[text]
+        lock.unlock()
+        if let known { return known }
+        guard let value = decode(text) else { return nil }
+        lock.lock(); defer { lock.unlock() }
+        if byText.count >= capacity { byText.removeAll() }
+        byText[text] = value
+        return value
+    }
+}
+
+/// A diff's `seen` map (site id to clock) and its canonical JSON text (`JSON.encode`), remembered both ways.
+enum CanonicalSeen {
+    private static let byText = DecodedTexts<[String: Int64]>(capacity: 64)
+    private static let byValue = RememberedTexts(capacity: 64)
+
+    /// The canonical text of `seen`.
+    static func text(_ seen: [String: Int64]) -> String { byValue.text(for: seen) { JSON.encode($0) } }
+
+    /// The map `text` holds, or nil unless it is one written in the canonical form.
+    static func decode(_ text: String) -> [String: Int64]? {
+        byText.value(for: text) { t in
+            guard let seen = JSON.decode([String: Int64].self, t), JSON.encode(seen) == t else { return nil }
+            return seen
+        }
+    }
+}
+
+/// Canonical texts of `seen` maps, remembered by map (at most `capacity`; all dropped when it is reached).
+private final class RememberedTexts: @unchecked Sendable {
+    private let lock = NSLock()
+    private var byValue: [[String: Int64]: String] = [:]
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    func text(for value: [String: Int64], _ encode: ([String: Int64]) -> String) -> String {
+        lock.lock()
+        let known = byValue[value]
+        lock.unlock()
+        if let known { return known }
+        let text = encode(value)
+        lock.lock(); defer { lock.unlock() }
+        if byValue.count >= capacity { byValue.removeAll() }
+        byValue[value] = text
+        return text
+    }
 }
 
 enum JSON {

@@ -72,17 +72,22 @@ public final class DiffReader: @unchecked Sendable {
             return .corrupt(file: file, detail: "\(error)")
         }
 
-        // 1. The file itself: exists, within the size limit, has a SQLite header.
-        guard let attrs = try? FileManager.default.attributesOfItem(atPath: content.resolvingSymlinksInPath().path) else { throw DiffFormatError.fileNotFound(file: file) }
+        // 1. The file itself: exists, within the size limit, has a SQLite header. One stat (following a symbolic
+        //    link, as opening it does) and one read of the header, on the path the connection opens.
+        var info = stat()
+        guard stat(content.path, &info) == 0 else { throw DiffFormatError.fileNotFound(file: file) }
         // Opening a FIFO or a device would wait for a writer, or read without end: only plain files are diffs.
-        guard attrs[.type] as? FileAttributeType == .typeRegular else {
-            throw DiffFormatError.corrupt(file: file, detail: "not a regular file (\((attrs[.type] as? FileAttributeType)?.rawValue ?? "unknown type")); a diff is a plain file")
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw DiffFormatError.corrupt(file: file, detail: "not a regular file (\(Self.fileTypeName(info.st_mode))); a diff is a plain file")
         }
-        let size = (attrs[.size] as? NSNumber)?.int64Value ?? 0
+        let size = Int64(info.st_size)
         if size > limits.maxFileBytes { throw DiffFormatError.limitExceeded(file: file, what: "file size \(size) bytes", limit: limits.maxFileBytes) }
-        guard let handle = FileHandle(forReadingAtPath: content.path) else { throw DiffFormatError.fileNotFound(file: file) }
-        let header = (try? handle.read(upToCount: 100)) ?? Data()
-        try? handle.close()
+        let fd = open(content.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw DiffFormatError.fileNotFound(file: file) }
+        var headerBytes = [UInt8](repeating: 0, count: 100)
+        let got = headerBytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 100, 0) }
+        close(fd)
+        let header = Data(headerBytes.prefix(max(0, got)))
         // A diff still compressed for transport: say why it was not expanded (damaged, a bomb), or that it has to be.
         if DiffTransport.isCompressed(header) {
             do {
@@ -140,7 +145,9 @@ public final class DiffReader: @unchecked Sendable {
             guard let idText = m[1].string, let id = try? KSUID(string: idText) else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "diff_id", reason: "not a KSUID")
             }
-            if let nameID = DiffFile.diffID(fromFileName: url.lastPathComponent), nameID != id {
+            // A file named for its id (the usual case) needs no second parse of the name.
+            let name = url.lastPathComponent
+            if name != idText + "." + DiffFile.fileExtension, let nameID = DiffFile.diffID(fromFileName: name), nameID != id {
                 throw DiffFormatError.fileNameMismatch(file: file, diffID: id.string)
             }
             guard let kindText = m[2].string, let kind = DiffKind(rawValue: kindText) else {
@@ -161,7 +168,7 @@ public final class DiffReader: @unchecked Sendable {
             guard let createdText = m[7].string, let created = ISO8601.parse(createdText) else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "created_at", reason: "not an ISO-8601 time")
             }
-            guard let seenText = m[8].string, let seen = JSON.decode([String: Int64].self, seenText), JSON.encode(seen) == seenText else {
+            guard let seenText = m[8].string, let seen = CanonicalSeen.decode(seenText) else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "seen", reason: "must be a canonical JSON object of site id to integer clock")
             }
             guard let digest = m[9].string, digest.count == 64, [UInt8](hexString: digest) != nil else {
@@ -293,11 +300,26 @@ public final class DiffReader: @unchecked Sendable {
         } catch { throw corrupt(error) }
     }
 
+    /// What kind of file `mode` says it is, for the error about a diff that is not a plain file.
+    static func fileTypeName(_ mode: mode_t) -> String {
+        switch mode & S_IFMT {
+        case S_IFDIR: return "a folder"
+        case S_IFIFO: return "a FIFO"
+        case S_IFCHR: return "a character device"
+        case S_IFBLK: return "a block device"
+        case S_IFSOCK: return "a socket"
+        default: return "unknown type"
+        }
+    }
+
     /// A read-only, immutable URI for `path` (no locks, no journal or WAL files are opened or created).
     package static func immutableURI(for path: String) -> String { fileURI(for: path, query: "mode=ro&immutable=1") }
 
     /// A `file:` URI for `path` with `query`, escaping the characters a URI path cannot hold as they are.
     package static func fileURI(for path: String, query: String) -> String {
+        if !path.utf8.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) {
+            return "file:" + path + "?" + query
+        }
         var escaped = ""
         for ch in path.unicodeScalars {
             switch ch {
@@ -503,7 +525,9 @@ private struct CarriedTables {
     final class Table {
         let definition: TableDefinition
         let keyIndexes: [Int]
-        let lookup: Statement
+        private let db: Connection
+        /// Prepared at the first reference out of rowid order (few diffs have one).
+        private var lookupStatement: Statement?
         /// The carried columns, then the rowid (column `definition.columns.count`).
         let scan: Statement
         /// The last `changed` text read for this table, and its column names.
@@ -515,10 +539,19 @@ private struct CarriedTables {
         init(db: Connection, definition def: TableDefinition) throws {
             definition = def
             keyIndexes = def.primaryKeyIndexes
+            self.db = db
             let alias = DiffFile.rowidAlias(for: def.columnNames)!
             let columns = def.columnNames.map(quoteIdentifier).joined(separator: ", ")
-            lookup = try db.prepare("SELECT " + columns + " FROM " + quoteIdentifier(def.name) + " NOT INDEXED WHERE " + alias + " = ?")
             scan = try db.prepare("SELECT " + columns + ", " + alias + " FROM " + quoteIdentifier(def.name) + " NOT INDEXED ORDER BY " + alias)
+        }
+
+        private func lookup() throws -> Statement {
+            if let lookupStatement { return lookupStatement }
+            let alias = DiffFile.rowidAlias(for: definition.columnNames)!
+            let columns = definition.columnNames.map(quoteIdentifier).joined(separator: ", ")
+            let s = try db.prepare("SELECT " + columns + " FROM " + quoteIdentifier(definition.name) + " NOT INDEXED WHERE " + alias + " = ?")
+            lookupStatement = s
+            return s
         }
 
         /// A statement positioned on carried row `rid` (valid until the next call), or nil when there is none.
@@ -528,12 +561,15 @@ private struct CarriedTables {
                 if try scan.step() { scanRowid = scan.int64(definition.columns.count) } else { scanDone = true; scanRowid = nil }
             }
             if scanRowid == rid { return scan }
+            let lookup = try lookup()
             try lookup.bind([.integer(rid)])
             return try lookup.step() ? lookup : nil
         }
     }
 
     let tables: [Int64: Table]
+    /// The column lists of `rtsync_rows.changed` decoded so far, by text.
+    static let changedColumns = DecodedTexts<[String]>(capacity: 256)
 
     init(db: Connection, tables: [Int64: TableDefinition]) throws {
         self.tables = try tables.mapValues { try Table(db: db, definition: $0) }
@@ -566,7 +602,8 @@ private struct CarriedTables {
             if let last = table.lastChanged, rows.columnIsText(8, equalTo: last.text) {
                 changed = last.names
             } else {
-                guard let t = rows.column(8).string, let names = JSON.decode([String].self, t), names.allSatisfy({ def.columnIndex($0) != nil }) else {
+                guard let t = rows.column(8).string, let names = Self.changedColumns.value(for: t, { JSON.decode([String].self, $0) }),
+                      names.allSatisfy({ def.columnIndex($0) != nil }) else {
                     throw bad("changed must be a JSON array of the table's column names")
                 }
                 table.lastChanged = (t, names)

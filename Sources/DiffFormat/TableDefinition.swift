@@ -251,6 +251,23 @@ extension TableDefinition {
     /// Reads the definition of `table` from a database through SQLite's schema pragmas (from schema `main`,
     /// also when other databases are attached).
     /// - Returns: nil when the table does not exist.
+    /// Whether `sql`, uppercased and without its spaces, ends with `WITHOUTROWID`. Compared byte by byte when it
+    /// is ASCII (Foundation's uppercasing and replacing were most of reading a table's definition).
+    static func endsWithWithoutRowID(_ sql: String) -> Bool {
+        guard sql.utf8.allSatisfy({ $0 < 0x80 }) else {
+            return sql.uppercased().replacingOccurrences(of: " ", with: "").hasSuffix("WITHOUTROWID")
+        }
+        var expected = Array("WITHOUTROWID".utf8).reversed().makeIterator()
+        var want = expected.next()
+        for byte in sql.utf8.reversed() where byte != 0x20 {
+            guard let w = want else { return true }
+            let upper = byte >= 0x61 && byte <= 0x7A ? byte - 0x20 : byte
+            guard upper == w else { return false }
+            want = expected.next()
+        }
+        return want == nil
+    }
+
     package static func read(table: String, from db: Connection) throws -> TableDefinition? {
         let info = try db.rows("SELECT name, type, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?, 'main')", [.text(table)])
         if info.isEmpty { return nil }
@@ -284,7 +301,7 @@ extension TableDefinition {
             return fk
         }
         let sql = try db.scalar("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", [.text(table)])?.string ?? ""
-        let withoutRowID = sql.uppercased().replacingOccurrences(of: " ", with: "").hasSuffix("WITHOUTROWID")
+        let withoutRowID = endsWithWithoutRowID(sql)
 
         return TableDefinition(name: table, columns: columns, uniqueConstraints: uniques, foreignKeys: foreignKeys, withoutRowID: withoutRowID)
     }

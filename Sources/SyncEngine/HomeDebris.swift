@@ -57,8 +57,10 @@ public enum HomeDebris {
             }
         }
         let temp = fm.temporaryDirectory
-        for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] {
-            let url = temp.appendingPathComponent(name)
+        // The shared temporary folder may hold thousands of other programs' files: only names of ours get a URL
+        // (and `appendingPathComponent` without `isDirectory` would stat each one).
+        for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] where name.hasPrefix(applyFolderPrefix) || name.hasPrefix(snapshotTempPrefix) {
+            let url = temp.appendingPathComponent(name, isDirectory: false)
             if name.hasPrefix(applyFolderPrefix) {
                 if !applyFolderMayBeLive(name: name, modified: modificationDate(url), age: age) { remove(url) }
             } else if name.hasPrefix(snapshotTempPrefix) {

@@ -75,7 +75,7 @@ extension Merger {
     }
 
     mutating func checkClock(_ clock: Clock, _ table: String) throws {
-        if let error = Merger.clockError(clock, table: table, limit: clockLimit, file: reader.url.path) { throw error }
+        if clock.hlc.rawValue > clockLimit, let error = Merger.clockError(clock, table: table, limit: clockLimit, file: reader.url.path) { throw error }
         if clock.site == meta.authorSite { maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue) }
     }
 

@@ -287,7 +287,10 @@ struct Merger {
             throw SyncEngineError.diffRejected(file: reader.url.path, reason: "the diff claims to have seen changes of this device up to clock \(HLC(rawValue: claimed)), later than any it has published (\(HLC(rawValue: publishedHLC)))")
         }
         // Row order inside a diff must not matter: foreign keys are checked at commit.
-        try db.execute("PRAGMA defer_foreign_keys = ON")
+        // Setting a flag pragma expires every compiled statement of the connection (SQLite's OP_Expire): in a group
+        // it is on from the diff before (only COMMIT and ROLLBACK turn it off), and the statements the group keeps
+        // would otherwise be compiled again for each diff.
+        if try db.scalar("PRAGMA defer_foreign_keys")?.int64 != 1 { try db.execute("PRAGMA defer_foreign_keys = ON") }
         // Changes captured since a schema change are re-keyed to the columns as they are now, before any is read.
         // In a group, the diff before read the tracked tables after its own schema changes, and only a diff's
         // schema changes or this refresh change them: its reading is what `loadTracked` would read now.

@@ -372,9 +372,23 @@ struct HostileServer: Sendable {
     """#
 }
 
+/// This test process's folder for temporary folders: the tests make hundreds and remove none of them, so they
+/// go into one folder per process, and the folders of test processes that are gone are removed when the first
+/// is made (the temporary folder stays small across runs; a sync walks it for its own debris).
+private let testFoldersRoot: URL = {
+    let fm = FileManager.default
+    let temp = fm.temporaryDirectory
+    let prefix = "rtsync-tests-"
+    for name in (try? fm.contentsOfDirectory(atPath: temp.path)) ?? [] where name.hasPrefix(prefix) {
+        guard let pid = Int32(name.dropFirst(prefix.count)), pid > 0, pid != getpid() else { continue }
+        if kill(pid, 0) != 0 && errno == ESRCH { try? fm.removeItem(at: temp.appendingPathComponent(name, isDirectory: true)) }
+    }
+    return temp.appendingPathComponent(prefix + "\(getpid())", isDirectory: true)
+}()
+
 /// A fresh temporary folder.
 func makeTemporaryFolder() throws -> URL {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-test-\(UUID().uuidString)", isDirectory: true)
+    let url = testFoldersRoot.appendingPathComponent("rtsync-test-\(UUID().uuidString)", isDirectory: true)
     try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     return url
 }

@@ -213,4 +213,23 @@ struct TableDefinitionTests {
         #expect(rekeyed.schemaHash != base.schemaHash)
         #expect(base.schemaHash.count == 64)
     }
+
+    @Test func read_findsWithoutRowID_asSQLiteDoes() throws {
+        let dir = try TemporaryDirectory()
+        let db = try scratchDatabase(dir)
+        // Spellings SQLite accepts (any case, spaces, a comment-free tail), and tables that only mention the words.
+        let tables = [
+            ("a", "CREATE TABLE a(id INTEGER PRIMARY KEY) WITHOUT ROWID", true),
+            ("b", "CREATE TABLE b(id TEXT PRIMARY KEY) without rowid", true),
+            ("c", "CREATE TABLE c(id TEXT PRIMARY KEY)   WiThOuT    RoWiD  ", true),
+            ("d", "CREATE TABLE d(id TEXT PRIMARY KEY, \"without rowid\" TEXT)", false),
+            ("e", "CREATE TABLE e(id TEXT PRIMARY KEY, note TEXT DEFAULT 'WITHOUT ROWID')", false),
+            ("日本 WITHOUT ROWID", "CREATE TABLE \"日本 WITHOUT ROWID\"(id TEXT PRIMARY KEY, v TEXT DEFAULT 'é') WITHOUT ROWID", true),
+        ]
+        for (name, sql, expected) in tables {
+            try db.execute(sql)
+            let def = try #require(try TableDefinition.read(table: name, from: db))
+            #expect(def.withoutRowID == expected, "\(sql)")
+        }
+    }
 }

@@ -87,7 +87,10 @@ struct KeyAffinityTests {
         // What SQLite itself stores, for each affinity and value, against KeyAffinity.normalize (which may refuse a
         // value SQLite would change, never give another one).
         let c = try Connection(path: ":memory:")
-        let types = ["INTEGER", "TEXT", "BLOB", "REAL", "NUMERIC", "VARCHAR(10)", "DOUBLE", ""]
+        // Upper, lower and mixed case, and the rules' order ("floating point" holds INT, "CHARINT" both).
+        let types = ["INTEGER", "TEXT", "BLOB", "REAL", "NUMERIC", "VARCHAR(10)", "DOUBLE", "", "int", "BigInt", "floating point",
+                     "varchar(10)", "Clob", "doubLE precision", "Float", "real", "blob", "CHARINT", "decimal(10,5)", "xyz", "boolean",
+                     "nchar(5)", "unsigned big int", "datetime"]
         try c.execute("CREATE TABLE t(" + types.enumerated().map { "c\($0.offset) \($0.element)" }.joined(separator: ", ") + ")")
         let values: [SQLValue] = [.integer(7), .real(7.0), .real(7.5), .text("7"), .text("abc"), .text("-12"), .integer(-3)]
         for v in values {

@@ -106,6 +106,12 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         let manyFiles = try export(many, oneEach: true, into: dir.appendingPathComponent("many"))
         try check(try await syncA.sync(), "A")
         manyApply.append(try timeApply(manyFiles, "many"))
+        // RTSYNC_BENCH_CATCHUP_APPLY_LOOP=N (profiling only): the grouped apply of the same files N more times.
+        if let loops = ProcessInfo.processInfo.environment["RTSYNC_BENCH_CATCHUP_APPLY_LOOP"].flatMap({ Int($0) }) {
+            var times: [Double] = []
+            for _ in 0..<loops { times.append(try timeApply(manyFiles, "many")) }
+            ctx.log("catchup: apply loop of \(loops): median \(formatTime(Stat(samples: times).median))")
+        }
         var before = moto?.settledRequestCount() ?? 0
         let (tm, rm) = try await timeSyncB(many)
         manySync.append(tm)
