@@ -297,22 +297,9 @@ public struct S3Store: ObjectStore {
         return e.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
     }
 
-    static func parseISODate(_ text: String) -> Date? {
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let d = f.date(from: text) { return d }
-        f.formatOptions = [.withInternetDateTime]
-        return f.date(from: text)
-    }
+    static func parseISODate(_ text: String) -> Date? { HTTPDates.parseISO(text) }
 
-    static func parseHTTPDate(_ text: String?) -> Date? {
-        guard let text else { return nil }
-        let f = DateFormatter()
-        f.locale = Locale(identifier: "en_US_POSIX")
-        f.timeZone = TimeZone(identifier: "GMT")
-        f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return f.date(from: text)
-    }
+    static func parseHTTPDate(_ text: String?) -> Date? { text.flatMap(HTTPDates.parseHTTP) }
 
     // MARK: - ObjectStore
 

@@ -73,11 +73,12 @@ public struct SigV4Signer: Sendable {
 
     /// `yyyyMMdd'T'HHmmss'Z'` in UTC.
     public static func amzDate(_ date: Date) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        func two(_ v: Int?) -> String { let v = v ?? 0; return v < 10 ? "0\(v)" : "\(v)" }
-        return "\(c.year ?? 1970)\(two(c.month))\(two(c.day))T\(two(c.hour))\(two(c.minute))\(two(c.second))Z"
+        // gmtime_r, not Calendar: every request is signed, and a Calendar's components cost more than the HMACs.
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var t = tm()
+        guard gmtime_r(&seconds, &t) != nil else { return "19700101T000000Z" }
+        func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        return "\(t.tm_year + 1900)\(two(t.tm_mon + 1))\(two(t.tm_mday))T\(two(t.tm_hour))\(two(t.tm_min))\(two(t.tm_sec))Z"
     }
 
     // MARK: - Signing
@@ -150,17 +151,59 @@ public struct SigV4Signer: Sendable {
     private func signature(canonicalRequest: String, amzDate: String) -> String {
         let stringToSign = ["AWS4-HMAC-SHA256", amzDate, scope(amzDate),
                             Hashing.sha256Hex(Data(canonicalRequest.utf8))].joined(separator: "\n")
-        var key = Hashing.hmac(key: Array(("AWS4" + credentials.secretAccessKey).utf8), String(amzDate.prefix(8)))
+        return Hashing.hex(Hashing.hmac(key: signingKey(day: String(amzDate.prefix(8))), stringToSign))
+    }
+
+    /// The key of one day's scope (four HMACs), kept for the day: every request of the day signs with it.
+    private func signingKey(day: String) -> [UInt8] {
+        let id = SigningKeys.ID(secret: credentials.secretAccessKey, day: day, region: region, service: service)
+        if let known = SigningKeys.shared.key(for: id) { return known }
+        var key = Hashing.hmac(key: Array(("AWS4" + credentials.secretAccessKey).utf8), day)
         key = Hashing.hmac(key: key, region)
         key = Hashing.hmac(key: key, service)
         key = Hashing.hmac(key: key, "aws4_request")
-        return Hashing.hex(Hashing.hmac(key: key, stringToSign))
+        SigningKeys.shared.remember(key, for: id)
+        return key
     }
 
     /// SigV4's `Trimall`: leading and trailing whitespace removed, each run of spaces, tabs or line breaks made one
     /// space, as the AWS SDKs do (botocore: `' '.join(value.split())`).
     static func trimHeaderValue(_ value: String) -> String {
-        value.unicodeScalars.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\u{0B}" || $0 == "\u{0C}" })
+        // Most values have nothing to trim: no whitespace but single spaces between words.
+        var previous: UInt8 = 0x20
+        var clean = true
+        for byte in value.utf8 {
+            if byte == 0x09 || byte == 0x0A || byte == 0x0B || byte == 0x0C || byte == 0x0D || (byte == 0x20 && previous == 0x20) { clean = false; break }
+            previous = byte
+        }
+        if clean && previous != 0x20 || value.isEmpty { return value }
+        return value.unicodeScalars.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\u{0B}" || $0 == "\u{0C}" })
             .map { String(String.UnicodeScalarView($0)) }.joined(separator: " ")
+    }
+}
+
+/// Signing keys by secret, day and scope (`SigV4Signer.signingKey(day:)`); dropped when `capacity` is reached.
+private final class SigningKeys: @unchecked Sendable {
+    struct ID: Hashable {
+        var secret: String
+        var day: String
+        var region: String
+        var service: String
+    }
+
+    static let shared = SigningKeys()
+    private let lock = NSLock()
+    private var keys: [ID: [UInt8]] = [:]
+    private let capacity = 16
+
+    func key(for id: ID) -> [UInt8]? {
+        lock.lock(); defer { lock.unlock() }
+        return keys[id]
+    }
+
+    func remember(_ key: [UInt8], for id: ID) {
+        lock.lock(); defer { lock.unlock() }
+        if keys.count >= capacity { keys.removeAll() }
+        keys[id] = key
     }
 }

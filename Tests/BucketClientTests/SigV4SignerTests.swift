@@ -12,6 +12,16 @@ import Testing
 
     @Test func amzDate_formatsUTC() {
         #expect(SigV4Signer.amzDate(date) == "20130524T000000Z")
+        #expect(SigV4Signer.amzDate(Date(timeIntervalSince1970: 1_795_782_807.999)) == "20261127T123327Z")
+        #expect(SigV4Signer.amzDate(Date(timeIntervalSince1970: 951_782_400)) == "20000229T000000Z")
+    }
+
+    @Test func headerValues_trimmedAsTheSDKsTrimThem() {
+        // botocore: ' '.join(value.split()) for these separators.
+        let cases = ["": "", "a": "a", "a b": "a b", " a": "a", "a ": "a", "a  b": "a b", "  ": "", "a\tb": "a b",
+                     "a\n b\r\n": "a b", "a\u{0B}\u{0C}b": "a b", "bytes=0-1023": "bytes=0-1023", "\"etag\"": "\"etag\"",
+                     "x \u{00A0}y": "x \u{00A0}y"]
+        for (value, trimmed) in cases { #expect(SigV4Signer.trimHeaderValue(value) == trimmed, "\(value.debugDescription)") }
     }
 
     @Test func getObjectWithRange_matchesAWSExample() {
