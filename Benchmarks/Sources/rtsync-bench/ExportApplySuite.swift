@@ -32,6 +32,18 @@ func runExportApplySuite(_ ctx: BenchContext) throws -> [Row] {
             var result: ExportResult?
             export.append(try timeOnce { result = try sdb.exportChanges(to: outbox) })
             guard let result, result.rows == n else { throw BenchSQLiteError(code: 0, message: "export carried \(result?.rows ?? 0) rows, expected \(n)") }
+            // RTSYNC_BENCH_EXPORT_LOOP=N (profiling only): N more exports of this size, each of rows inserted anew.
+            if run == 0, let loops = ProcessInfo.processInfo.environment["RTSYNC_BENCH_EXPORT_LOOP"].flatMap({ Int($0) }), n <= 100 {
+                var times: [Double] = []
+                for _ in 0..<loops {
+                    try Items.createDatabase(src, tracked: true)
+                    try Items.bulkInsert(try Items.open(src), rows)
+                    let again = try SyncDatabase(path: src)
+                    try? FileManager.default.removeItem(at: outbox)
+                    times.append(try timeOnce { _ = try again.exportChanges(to: outbox) })
+                }
+                ctx.log("export loop of \(loops) (\(n) rows): median \(formatTime(Stat(samples: times).median))")
+            }
             diffBytes = fileSize(result.file)
             lastInsertDiff = URL(fileURLWithPath: result.file)
             if diffURL == nil {
