@@ -286,38 +286,47 @@ struct TableConstraints: Codable {
     var withoutRowID: Bool
 }
 
-/// Values decoded from short JSON texts that repeat from diff to diff, remembered by text (at most `capacity`;
-/// all are dropped when it is reached). A catch-up opens hundreds of one-row diffs of one author: they carry the
-/// same `seen` map until the author applies something new, and rows changed the same way the same `changed`
-/// list; decoding each again with Foundation's coders was a tenth of applying such a diff.
-final class DecodedTexts<Value: Sendable>: @unchecked Sendable {
+/// A few values computed from keys that repeat from diff to diff, kept by key (at most `capacity`; all are
+/// dropped when it is reached). A catch-up opens hundreds of one-row diffs of one author: they declare the same
+/// tables, carry the same `seen` map until the author applies something new, and rows changed the same way the
+/// same `changed` list; checking and decoding each again with Foundation's coders was most of the Swift-side time
+/// of opening such a diff.
+final class Memo<Key: Hashable, Value>: @unchecked Sendable {
     private let lock = NSLock()
-    private var byText: [String: Value] = [:]
+    private var values: [Key: Value] = [:]
     let capacity: Int
 
     init(capacity: Int) { self.capacity = capacity }
 
-    /// What `decode` gives for `text`, remembered when it is not nil.
-    func value(for text: String, _ decode: (String) -> Value?) -> Value? {
-        lock.lock()
-        let known = byText[text]
-        lock.unlock()
-        if let known { return known }
-        guard let value = decode(text) else { return nil }
+    /// The value kept for `key`, if any.
+    func cached(_ key: Key) -> Value? {
         lock.lock(); defer { lock.unlock() }
-        if byText.count >= capacity { byText.removeAll() }
-        byText[text] = value
+        return values[key]
+    }
+
+    /// Keeps `value` for `key`.
+    func remember(_ value: Value, for key: Key) {
+        lock.lock(); defer { lock.unlock() }
+        if values.count >= capacity { values.removeAll() }
+        values[key] = value
+    }
+
+    /// The value kept for `key`, or what `make` gives for it (kept when it is not nil).
+    func value(for key: Key, _ make: (Key) -> Value?) -> Value? {
+        if let known = cached(key) { return known }
+        guard let value = make(key) else { return nil }
+        remember(value, for: key)
         return value
     }
 }
 
 /// A diff's `seen` map (site id to clock) and its canonical JSON text (`JSON.encode`), remembered both ways.
 enum CanonicalSeen {
-    private static let byText = DecodedTexts<[String: Int64]>(capacity: 64)
-    private static let byValue = RememberedTexts(capacity: 64)
+    private static let byText = Memo<String, [String: Int64]>(capacity: 64)
+    private static let byValue = Memo<[String: Int64], String>(capacity: 64)
 
     /// The canonical text of `seen`.
-    static func text(_ seen: [String: Int64]) -> String { byValue.text(for: seen) { JSON.encode($0) } }
+    static func text(_ seen: [String: Int64]) -> String { byValue.value(for: seen) { JSON.encode($0) } ?? JSON.encode(seen) }
 
     /// The map `text` holds, or nil unless it is one written in the canonical form.
     static func decode(_ text: String) -> [String: Int64]? {
@@ -325,27 +334,6 @@ enum CanonicalSeen {
             guard let seen = JSON.decode([String: Int64].self, t), JSON.encode(seen) == t else { return nil }
             return seen
         }
-    }
-}
-
-/// Canonical texts of `seen` maps, remembered by map (at most `capacity`; all dropped when it is reached).
-private final class RememberedTexts: @unchecked Sendable {
-    private let lock = NSLock()
-    private var byValue: [[String: Int64]: String] = [:]
-    let capacity: Int
-
-    init(capacity: Int) { self.capacity = capacity }
-
-    func text(for value: [String: Int64], _ encode: ([String: Int64]) -> String) -> String {
-        lock.lock()
-        let known = byValue[value]
-        lock.unlock()
-        if let known { return known }
-        let text = encode(value)
-        lock.lock(); defer { lock.unlock() }
-        if byValue.count >= capacity { byValue.removeAll() }
-        byValue[value] = text
-        return text
     }
 }
 

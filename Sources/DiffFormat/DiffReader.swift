@@ -204,7 +204,7 @@ public final class DiffReader: @unchecked Sendable {
                 }
                 let def: TableDefinition
                 let text = ValidatedDefinitions.Key(name: name, columns: colsText, constraints: consText, hash: hash)
-                if let known = ValidatedDefinitions.shared.definition(for: text) {
+                if let known = ValidatedDefinitions.shared.cached(text) {
                     // The same text passed every check below before; only the limit depends on this reader.
                     if known.columns.count > limits.maxColumns { throw DiffFormatError.limitExceeded(file: file, what: "columns of '\(name)' (\(known.columns.count))", limit: Int64(limits.maxColumns)) }
                     def = known
@@ -415,7 +415,7 @@ public final class DiffReader: @unchecked Sendable {
 /// `DiffReader.init` but the column limit, by that text: a catch-up opens hundreds of diffs declaring the same
 /// tables, and decoding the JSON and hashing the definition again was most of the Swift-side time of opening a
 /// one-row diff. The checks are a function of the text alone, so a definition read from the same text passed them.
-final class ValidatedDefinitions: @unchecked Sendable {
+enum ValidatedDefinitions {
     struct Key: Hashable {
         var name: String
         var columns: String
@@ -423,22 +423,7 @@ final class ValidatedDefinitions: @unchecked Sendable {
         var hash: String
     }
 
-    static let shared = ValidatedDefinitions()
-    /// At most this many are kept (all are dropped when it is reached).
-    static let capacity = 256
-    private let lock = NSLock()
-    private var byText: [Key: TableDefinition] = [:]
-
-    func definition(for key: Key) -> TableDefinition? {
-        lock.lock(); defer { lock.unlock() }
-        return byText[key]
-    }
-
-    func remember(_ definition: TableDefinition, for key: Key) {
-        lock.lock(); defer { lock.unlock() }
-        if byText.count >= Self.capacity { byText.removeAll() }
-        byText[key] = definition
-    }
+    static let shared = Memo<Key, TableDefinition>(capacity: 256)
 }
 
 /// One row change of a diff while `DiffReader.forEachRow` reads it, its carried values still in SQLite.
@@ -526,6 +511,7 @@ private struct CarriedTables {
         let definition: TableDefinition
         let keyIndexes: [Int]
         private let db: Connection
+        private let lookupSQL: String
         /// Prepared at the first reference out of rowid order (few diffs have one).
         private var lookupStatement: Statement?
         /// The carried columns, then the rowid (column `definition.columns.count`).
@@ -542,14 +528,13 @@ private struct CarriedTables {
             self.db = db
             let alias = DiffFile.rowidAlias(for: def.columnNames)!
             let columns = def.columnNames.map(quoteIdentifier).joined(separator: ", ")
+            lookupSQL = "SELECT " + columns + " FROM " + quoteIdentifier(def.name) + " NOT INDEXED WHERE " + alias + " = ?"
             scan = try db.prepare("SELECT " + columns + ", " + alias + " FROM " + quoteIdentifier(def.name) + " NOT INDEXED ORDER BY " + alias)
         }
 
         private func lookup() throws -> Statement {
             if let lookupStatement { return lookupStatement }
-            let alias = DiffFile.rowidAlias(for: definition.columnNames)!
-            let columns = definition.columnNames.map(quoteIdentifier).joined(separator: ", ")
-            let s = try db.prepare("SELECT " + columns + " FROM " + quoteIdentifier(definition.name) + " NOT INDEXED WHERE " + alias + " = ?")
+            let s = try db.prepare(lookupSQL)
             lookupStatement = s
             return s
         }
@@ -569,7 +554,7 @@ private struct CarriedTables {
 
     let tables: [Int64: Table]
     /// The column lists of `rtsync_rows.changed` decoded so far, by text.
-    static let changedColumns = DecodedTexts<[String]>(capacity: 256)
+    static let changedColumns = Memo<String, [String]>(capacity: 256)
 
     init(db: Connection, tables: [Int64: TableDefinition]) throws {
         self.tables = try tables.mapValues { try Table(db: db, definition: $0) }
