@@ -67,16 +67,19 @@ public enum DiffTransport {
         guard declared <= UInt64(max(0, limit)) else {
             throw bad("declares \(declared) bytes expanded, over the limit of \(limit) bytes (refused unexpanded, as a compression bomb)")
         }
-        var handle: FileHandle?
+        // One open (FileManager.createFile would write an empty file beside it and rename it over, a second new
+        // file for every diff of a catch-up).
+        var fd: Int32 = -1
         if let output {
-            guard FileManager.default.createFile(atPath: output.path, contents: nil, attributes: [.posixPermissions: 0o600]),
-                  let h = FileHandle(forWritingAtPath: output.path) else { throw DiffFormatError.writeFailed(file: output.path, reason: "cannot create the expanded file") }
-            handle = h
+            fd = open(output.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
+            guard fd >= 0 else {
+                throw DiffFormatError.writeFailed(file: output.path, reason: "cannot create the expanded file (\(String(cString: strerror(errno))))")
+            }
         }
         var finished = false
         defer {
-            try? handle?.close()
-            if !finished, let output { try? FileManager.default.removeItem(at: output) }
+            if fd >= 0 { close(fd) }
+            if !finished, let output { unlink(output.path) }
         }
         var stream = z_stream()
         guard rtsync_inflate_init(&stream) == Z_OK else { throw bad("zlib could not start expanding") }
@@ -96,10 +99,17 @@ public enum DiffTransport {
                 }
                 total += Int64(produced)
                 if total > Int64(declared) { throw bad("expands past the \(declared) bytes its header declares (refused, as a compression bomb)") }
-                if produced > 0, let handle {
-                    do { try handle.write(contentsOf: buffer.prefix(produced)) } catch {
-                        throw DiffFormatError.writeFailed(file: output?.path ?? name, reason: "\(error)")
+                if produced > 0, fd >= 0 {
+                    let ok = buffer.withUnsafeBytes { raw -> Bool in
+                        var offset = 0
+                        while offset < produced {
+                            let n = write(fd, raw.baseAddress! + offset, produced - offset)
+                            if n < 0 { if errno == EINTR { continue }; return false }
+                            offset += n
+                        }
+                        return true
                     }
+                    if !ok { throw DiffFormatError.writeFailed(file: output?.path ?? name, reason: String(cString: strerror(errno))) }
                 }
                 switch status {
                 case Z_STREAM_END:
