@@ -6,8 +6,14 @@ import Foundation
 /// of each GET of a catch-up, was most of the client's CPU time. Any other spelling goes to the formatters.
 enum HTTPDates {
     /// A listing's `LastModified`: `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, else what `ISO8601DateFormatter` reads.
-    static func parseISO(_ text: String) -> Date? {
-        if let date = fastISO(Array(text.utf8)) { return date }
+    static func parseISO(_ text: String) -> Date? { fastISO(Array(text.utf8)) ?? formatterISO(text) }
+
+    /// A `Last-Modified` header: `EEE, dd MMM yyyy HH:mm:ss GMT`, else what a `DateFormatter` of that pattern reads.
+    static func parseHTTP(_ text: String) -> Date? { fastHTTP(Array(text.utf8)) ?? formatterHTTP(text) }
+
+    /// What `ISO8601DateFormatter` reads in `text`, with fractional seconds or without (the fallback, and what
+    /// the fast path must agree with).
+    static func formatterISO(_ text: String) -> Date? {
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         if let d = f.date(from: text) { return d }
@@ -15,9 +21,9 @@ enum HTTPDates {
         return f.date(from: text)
     }
 
-    /// A `Last-Modified` header: `EEE, dd MMM yyyy HH:mm:ss GMT`, else what a `DateFormatter` of that pattern reads.
-    static func parseHTTP(_ text: String) -> Date? {
-        if let date = fastHTTP(Array(text.utf8)) { return date }
+    /// What a `DateFormatter` of the HTTP-date pattern reads in `text` (the fallback, and what the fast path must
+    /// agree with).
+    static func formatterHTTP(_ text: String) -> Date? {
         let f = DateFormatter()
         f.locale = Locale(identifier: "en_US_POSIX")
         f.timeZone = TimeZone(identifier: "GMT")

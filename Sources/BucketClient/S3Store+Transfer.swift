@@ -171,7 +171,7 @@ extension S3Store {
             }
             let received = response.received
             let responseETag = Self.unquote(response.header("ETag"))
-            lastModified = Self.parseHTTPDate(response.header("Last-Modified"))
+            lastModified = response.header("Last-Modified").flatMap(HTTPDates.parseHTTP)
             let coversWholeObject: Bool
             if response.status == 206 || response.header("Content-Range") != nil {
                 // A part of the object, whatever the status: some servers (rclone serve s3) answer a ranged GET with

@@ -297,10 +297,6 @@ public struct S3Store: ObjectStore {
         return e.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
     }
 
-    static func parseISODate(_ text: String) -> Date? { HTTPDates.parseISO(text) }
-
-    static func parseHTTPDate(_ text: String?) -> Date? { text.flatMap(HTTPDates.parseHTTP) }
-
     // MARK: - ObjectStore
 
     /// ListObjectsV2, one page (at most 1000 keys), with `encoding-type=url` so that keys XML cannot carry
@@ -339,7 +335,7 @@ public struct S3Store: ObjectStore {
             guard key.hasPrefix(configuration.prefix) else { continue }
             objects.append(ObjectInfo(key: String(key.dropFirst(configuration.prefix.count)), size: size,
                                       etag: Self.unquote(item.string("ETag")),
-                                      lastModified: item.string("LastModified").flatMap(Self.parseISODate)))
+                                      lastModified: item.string("LastModified").flatMap(HTTPDates.parseISO)))
         }
         let truncated = xml.string("IsTruncated") == "true"
         let token = xml.string("NextContinuationToken")
@@ -463,7 +459,7 @@ public struct S3Store: ObjectStore {
             throw BucketError.invalidResponse(request: describe(request), reason: "no Content-Length")
         }
         return ObjectInfo(key: key, size: length, etag: Self.unquote(response.header("ETag")),
-                          lastModified: Self.parseHTTPDate(response.header("Last-Modified")))
+                          lastModified: response.header("Last-Modified").flatMap(HTTPDates.parseHTTP))
     }
 
     /// PutObject with SHA-256, MD5 and (unless ``S3Configuration/partChecksum`` is `.off`) CRC-32 integrity headers.
@@ -500,7 +496,7 @@ public struct S3Store: ObjectStore {
         }
         let response = try await send(request)
         return ObjectInfo(key: key, size: Int64(data.count), etag: Self.unquote(response.header("ETag")),
-                          lastModified: Self.parseHTTPDate(response.header("Last-Modified")) ?? Date())
+                          lastModified: response.header("Last-Modified").flatMap(HTTPDates.parseHTTP) ?? Date())
     }
 
     /// CopyObject (objects up to 5 GiB): the server copies `source` to `target`; nil for a larger object or a
@@ -518,7 +514,7 @@ public struct S3Store: ObjectStore {
         // S3 may answer 200 and put an <Error> in the body; parseXML throws it.
         let result = try parseXML(response, result: "CopyObjectResult", fields: ["ETag", "LastModified"], request: request)
         return ObjectInfo(key: target, size: info.size, etag: Self.unquote(result.string("ETag")),
-                          lastModified: result.string("LastModified").flatMap(Self.parseISODate) ?? Date())
+                          lastModified: result.string("LastModified").flatMap(HTTPDates.parseISO) ?? Date())
     }
 
     /// DeleteObject; a missing key is not an error.

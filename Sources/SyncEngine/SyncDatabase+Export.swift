@@ -59,9 +59,7 @@ extension SyncDatabase {
 
     private func exportLocked(to directory: URL, signingKey: Curve25519.Signing.PrivateKey?, shouldStop: (@Sendable () -> Bool)?) throws -> ExportResult? {
         try upgradeBookkeeping()
-        // The definitions are read once; again only when refreshing the tracking changed them.
-        var tracked = try Self.loadTracked(db)
-        if try Self.refreshTracking(db, tracked: tracked) { tracked = try Self.loadTracked(db) }
+        let tracked = try Self.refreshedTracked(db)
         guard let maxSeq = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 else { return nil }
         let byID = Dictionary(uniqueKeysWithValues: tracked.values.map { ($0.table.id, $0) })
 
@@ -255,4 +253,3 @@ extension SyncDatabase {
         return ExportResult(file: url.path, diffID: writer.metadata.id.string, sequence: sequence, tables: counts, rows: metaUpdates.count)
     }
 }
-

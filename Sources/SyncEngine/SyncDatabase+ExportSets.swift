@@ -117,9 +117,7 @@ extension SyncDatabase {
     /// coalesced to nothing (then it is cleared here); throws `RowByRow` for a log the row-by-row export must take.
     private func writeSets(_ writer: AttachedDiffWriter, signingKey: Curve25519.Signing.PrivateKey?, shouldStop: (@Sendable () -> Bool)?) throws -> Written? {
         try upgradeBookkeeping()
-        // The definitions are read once; again only when refreshing the tracking changed them.
-        var tracked = try Self.loadTracked(db)
-        if try Self.refreshTracking(db, tracked: tracked) { tracked = try Self.loadTracked(db) }
+        let tracked = try Self.refreshedTracked(db)
         guard let maxSeq = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 else { throw RowByRow() }
         // Masks past 62 columns are '0'/'1' text.
         if try db.scalar("SELECT 1 FROM rtsync_changes WHERE seq <= ? AND op = 2 AND typeof(cols) <> 'integer' LIMIT 1", [.integer(maxSeq)]) != nil { throw RowByRow() }

@@ -373,6 +373,13 @@ extension SyncDatabase {
         return retracked || adopted
     }
 
+    /// `refreshTracking`, then the tracked tables as they are after it: read once, and again only when the refresh
+    /// changed them (what an export starts from).
+    static func refreshedTracked(_ db: Connection) throws -> [String: TrackedInfo] {
+        let tracked = try loadTracked(db)
+        return try refreshTracking(db, tracked: tracked) ? loadTracked(db) : tracked
+    }
+
     @discardableResult
     static func refreshTrackedTables(_ db: Connection, tracked: [String: TrackedInfo]? = nil) throws -> Bool {
         var changed = false

@@ -5,22 +5,6 @@ import Testing
 /// The dates S3 answers with are read without a formatter, and must read as Foundation's formatters read them.
 @Suite("HTTP and listing dates")
 struct HTTPDatesTests {
-    static func formatterISO(_ text: String) -> Date? {
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let d = f.date(from: text) { return d }
-        f.formatOptions = [.withInternetDateTime]
-        return f.date(from: text)
-    }
-
-    static func formatterHTTP(_ text: String) -> Date? {
-        let f = DateFormatter()
-        f.locale = Locale(identifier: "en_US_POSIX")
-        f.timeZone = TimeZone(identifier: "GMT")
-        f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return f.date(from: text)
-    }
-
     @Test func listingDates_readAsTheISOFormatterReadsThem() {
         var texts = ["2026-11-27T12:13:27.000Z", "2026-11-27T12:13:27Z", "2024-02-29T23:59:59.999Z", "1970-01-01T00:00:00.000Z",
                      "2000-03-01T00:00:00.5Z", "2026-01-31T08:09:10.123Z", "1999-12-31T23:59:59.001Z",
@@ -35,7 +19,7 @@ struct HTTPDatesTests {
             texts.append(writer.string(from: Date(timeIntervalSince1970: Double(Int64.random(in: 0..<4_102_444_800_000, using: &rng)) / 1000)))
         }
         for text in texts {
-            let ours = HTTPDates.parseISO(text), theirs = Self.formatterISO(text)
+            let ours = HTTPDates.parseISO(text), theirs = HTTPDates.formatterISO(text)
             #expect(ours.map { ($0.timeIntervalSince1970 * 1000).rounded() } == theirs.map { ($0.timeIntervalSince1970 * 1000).rounded() }, "\(text)")
         }
     }
@@ -52,7 +36,7 @@ struct HTTPDatesTests {
         var rng = SystemRandomNumberGenerator()
         for _ in 0..<2000 { texts.append(writer.string(from: Date(timeIntervalSince1970: Double(Int64.random(in: 0..<4_102_444_800, using: &rng))))) }
         for text in texts {
-            #expect(HTTPDates.parseHTTP(text) == Self.formatterHTTP(text), "\(text)")
+            #expect(HTTPDates.parseHTTP(text) == HTTPDates.formatterHTTP(text), "\(text)")
         }
     }
 }
