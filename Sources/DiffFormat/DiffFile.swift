@@ -337,7 +337,13 @@ enum CanonicalSeen {
     }
 }
 
-enum JSON {
+package enum JSON {
+    /// The name lists decoded so far (a diff's `changed` lists, tracked tables' column lists), by text.
+    private static let nameLists = Memo<String, [String]>(capacity: 256)
+
+    /// A JSON array of strings, decoded once per distinct text.
+    package static func names(_ text: String) -> [String]? { nameLists.value(for: text) { decode([String].self, $0) } }
+
     static func encode<T: Encodable>(_ value: T) -> String {
         let e = JSONEncoder()
         e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]

@@ -553,8 +553,6 @@ private struct CarriedTables {
     }
 
     let tables: [Int64: Table]
-    /// The column lists of `rtsync_rows.changed` decoded so far, by text.
-    static let changedColumns = Memo<String, [String]>(capacity: 256)
 
     init(db: Connection, tables: [Int64: TableDefinition]) throws {
         self.tables = try tables.mapValues { try Table(db: db, definition: $0) }
@@ -587,7 +585,7 @@ private struct CarriedTables {
             if let last = table.lastChanged, rows.columnIsText(8, equalTo: last.text) {
                 changed = last.names
             } else {
-                guard let t = rows.column(8).string, let names = Self.changedColumns.value(for: t, { JSON.decode([String].self, $0) }),
+                guard let t = rows.column(8).string, let names = JSON.names(t),
                       names.allSatisfy({ def.columnIndex($0) != nil }) else {
                     throw bad("changed must be a JSON array of the table's column names")
                 }

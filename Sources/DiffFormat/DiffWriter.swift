@@ -195,6 +195,9 @@ public final class DiffWriter {
 }
 
 extension DiffFile {
+    /// Each declared definition's `rtsync_tables` texts: columns, constraints and schema hash.
+    private static let declaredTexts = Memo<TableDefinition, [String]>(capacity: 64)
+
     /// Checks `definition` and declares it in the diff file open on `db` (attached as `schema`, or the main database):
     /// its `rtsync_tables` row and its carried table. Returns that row's values, which the content digest hashes.
     /// - Throws: `DiffFormatError.invalidTableDefinition` naming `file`, or `writeFailed`.
@@ -205,9 +208,12 @@ extension DiffFile {
         guard rowidAlias(for: definition.columnNames) != nil else {
             throw DiffFormatError.invalidTableDefinition(file: file, table: definition.name, reason: "columns named rowid, _rowid_ and oid leave no way to address rows")
         }
-        let constraints = TableConstraints(unique: definition.uniqueConstraints, foreignKeys: definition.foreignKeys, withoutRowID: definition.withoutRowID)
-        let row: [SQLValue] = [.integer(id), .text(definition.name), .text(JSON.encode(definition.columns)), .text(JSON.encode(constraints)),
-                               .text(definition.schemaHash)]
+        // The texts declared for a definition, remembered: an app exporting often declares the same tables each time.
+        let texts = declaredTexts.value(for: definition) { d in
+            let constraints = TableConstraints(unique: d.uniqueConstraints, foreignKeys: d.foreignKeys, withoutRowID: d.withoutRowID)
+            return [JSON.encode(d.columns), JSON.encode(constraints), d.schemaHash]
+        }!
+        let row: [SQLValue] = [.integer(id), .text(definition.name), .text(texts[0]), .text(texts[1]), .text(texts[2])]
         let prefix = schema.map { $0 + "." } ?? ""
         do {
             try db.execute("INSERT INTO \(prefix)rtsync_tables(id, name, columns, constraints, schema_hash) VALUES (?,?,?,?,?)", row)

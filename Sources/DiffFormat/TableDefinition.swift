@@ -97,7 +97,16 @@ public struct TableDefinition: Sendable, Hashable, Codable {
         for c in columns {
             text += c.name.lowercased() + "\t" + c.type.uppercased() + "\t" + String(c.primaryKey) + "\n"
         }
-        return SHA256.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined()
+        return Self.hex(SHA256.hash(data: Data(text.utf8)))
+    }
+
+    /// Lower-case hex of `bytes` (Foundation's `String(format:)` per byte costs more than the hash itself).
+    static func hex<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 0x0f)]) }
+        return String(decoding: out, as: UTF8.self)
     }
 }
 

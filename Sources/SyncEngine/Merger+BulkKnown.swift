@@ -261,10 +261,15 @@ extension Merger {
                     written = false
                 }
             }
-            if written, knownUpserts > 0 {
-                for i in candidates {
-                    _ = try run("INSERT OR REPLACE INTO main.rtsync_clocks(tid, pk, col, hlc, site) SELECT \(tid), pk, \(SQLValue.text(localColumns[i]).sqlLiteral), rh, rs FROM \(known) WHERE cls = 2 AND take >> \(i) & 1 ORDER BY ord")
-                }
+            if written, knownUpserts > 0, !candidates.isEmpty {
+                // One statement for every column, in the b-tree's key order (each key and column once: the summary
+                // above showed each key once): about half the time of one statement per column in file order.
+                let columns = candidates.map { "SELECT \($0) AS i, \(SQLValue.text(localColumns[$0]).sqlLiteral) AS col" }.joined(separator: " UNION ALL ")
+                _ = try run("""
+                    INSERT INTO main.rtsync_clocks(tid, pk, col, hlc, site) SELECT \(tid), s.pk, x.col, s.rh, s.rs FROM \(known) AS s JOIN (\(columns)) AS x
+                    WHERE s.cls = 2 AND s.take >> x.i & 1 ORDER BY s.pk, x.col
+                    ON CONFLICT(tid, pk, col) DO UPDATE SET hlc = excluded.hlc, site = excluded.site
+                    """)
             }
             if written, deletedRows > 0 {
                 let keys = keyColumns.map { "l.\(quoteIdentifier($0))" }.joined(separator: ", ")
@@ -273,7 +278,7 @@ extension Merger {
                 written = n == deletedRows
                 if written {
                     _ = try run("""
-                        INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), pk, bh, bs, rh, rs FROM \(known) WHERE cls = 3 ORDER BY ord
+                        INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), pk, bh, bs, rh, rs FROM \(known) WHERE cls = 3 ORDER BY pk
                         ON CONFLICT(tid, pk) DO UPDATE SET born_hlc = excluded.born_hlc, born_site = excluded.born_site, del_hlc = excluded.del_hlc, del_site = excluded.del_site
                         """)
                     _ = try run("DELETE FROM main.rtsync_clocks WHERE tid = \(tid) AND pk IN (SELECT pk FROM \(known) WHERE cls = 3)")

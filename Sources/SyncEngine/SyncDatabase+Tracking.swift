@@ -201,8 +201,11 @@ extension SyncDatabase {
         let renames = try loadRenames(db)
         for r in try db.rows("SELECT tid, name, columns, policy, owner_column, on_delete_conflict, \(hasDefaults ? "sync_defaults" : "NULL") FROM rtsync_tracked") {
             guard let tid = r[0].int64, let name = r[1].string else { continue }
-            let columns = (try? JSONDecoder().decode([String].self, from: Data((r[2].string ?? "[]").utf8))) ?? []
-            let defaults = (try? JSONDecoder().decode([String: String].self, from: Data((r[6].string ?? "{}").utf8))) ?? [:]
+            // Read before every export and apply: the column list is decoded once per text, and no defaults (NULL
+            // or `{}`, the usual case) need no decoder.
+            let columns = JSON.names(r[2].string ?? "[]") ?? []
+            let defaultsText = r[6].string ?? "{}"
+            let defaults = defaultsText == "{}" ? [:] : (try? JSONDecoder().decode([String: String].self, from: Data(defaultsText.utf8))) ?? [:]
             let policy = TablePolicy(MergePolicy(rawValue: r[3].string ?? "") ?? .lwwColumn, ownerColumn: r[4].string,
                                      onDeleteConflict: DeleteConflictPolicy(rawValue: r[5].string ?? "") ?? .deleteWins, syncDefaults: defaults,
                                      addColumns: adding.contains(name.lowercased()), renamed: renames[tid]?.declared ?? [:])
