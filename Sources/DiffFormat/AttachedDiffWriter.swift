@@ -33,7 +33,7 @@ package final class AttachedDiffWriter {
         metadata = DiffMetadata(formatVersion: DiffFile.formatVersion, id: KSUID.generate(), kind: kind, authorUser: "",
                                 authorSite: "", sequenceFirst: nil, sequenceLast: nil, createdAt: Date(), seen: [:],
                                 digest: "", signature: nil, signerKey: nil)
-        temporary = directory.appendingPathComponent(".export-" + UUID().uuidString.lowercased() + ".tmp")
+        temporary = directory.appendingPathComponent(".export-" + UUID().uuidString.lowercased() + ".tmp", isDirectory: false)
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             // An empty file is an empty database; the caller's connection may not be allowed to create files.
@@ -75,7 +75,7 @@ package final class AttachedDiffWriter {
     }
 
     /// The file name the diff gets when published: `<id>.sqlite`.
-    package var destination: URL { directory.appendingPathComponent(DiffFile.fileName(for: metadata.id)) }
+    package var destination: URL { directory.appendingPathComponent(DiffFile.fileName(for: metadata.id), isDirectory: false) }
 
     /// Declares a carried table (in the order of its first row) and returns its id in the file. The caller then
     /// inserts its rows into `schema.<name>` (rowid = the row's `rid`), `schema.rtsync_rows` and `schema.rtsync_cells`.

@@ -48,10 +48,12 @@ public final class DiffWriter {
         metadata = DiffMetadata(formatVersion: DiffFile.formatVersion, id: id, kind: kind, authorUser: authorUser,
                                 authorSite: authorSite, sequenceFirst: sequence?.lowerBound, sequenceLast: sequence?.upperBound,
                                 createdAt: createdAt, seen: seen, digest: "", signature: nil, signerKey: nil)
-        destination = directory.appendingPathComponent(DiffFile.fileName(for: id))
-        temporary = directory.appendingPathComponent("." + DiffFile.fileName(for: id) + ".tmp")
+        // `isDirectory: false`: without it Foundation looks the path up on disk to decide.
+        destination = directory.appendingPathComponent(DiffFile.fileName(for: id), isDirectory: false)
+        temporary = directory.appendingPathComponent("." + DiffFile.fileName(for: id) + ".tmp", isDirectory: false)
         do {
-            try? FileManager.default.removeItem(at: temporary)
+            // A temporary file left by a crash (plain `unlink`: FileManager stats and walks before removing).
+            _ = unlink(temporary.path)
             let db = try Connection(path: temporary.path)
             let pageSize = expectedRows <= 64 ? 512 : 4096
             // The temp file is renamed into place only after an explicit fsync, so SQLite's journal adds nothing.

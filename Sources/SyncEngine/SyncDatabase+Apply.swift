@@ -180,7 +180,7 @@ extension SyncDatabase {
         let fm = FileManager.default
         let folder = fm.temporaryDirectory.appendingPathComponent(HomeDebris.applyFolderPrefix + "\(getpid())-" + UUID().uuidString, isDirectory: true)
         do { try fm.createDirectory(at: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700]) } catch { return nil }
-        let copy = folder.appendingPathComponent(url.lastPathComponent)
+        let copy = folder.appendingPathComponent(url.lastPathComponent, isDirectory: false)
         if rtsync_clone_open_file(fd, url.path, copy.path) == 0 || rtsync_copy_open_file(fd, copy.path) == 0 { return copy }
         try? fm.removeItem(at: folder)
         return nil

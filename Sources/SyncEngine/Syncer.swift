@@ -315,7 +315,7 @@ public struct Syncer: Sendable {
                 // Up to `downloadConcurrency` downloads at a time (a catch-up has hundreds of small diffs); each
                 // lands in the inbox only once complete, and they are applied in KSUID order whatever order they
                 // arrive in. Once a stop is asked for, no new one starts; those under way finish.
-                let locals = wanted.map { home.inbox.appendingPathComponent(String($0.key.dropFirst(inbound.count))) }
+                let locals = wanted.map { home.inbox.appendingPathComponent(String($0.key.dropFirst(inbound.count)), isDirectory: false) }
                 var outcomes = [DownloadOutcome](repeating: .notStarted, count: wanted.count)
                 let (remote, retry) = (self.remote, self.retry)
                 await withTaskGroup(of: (Int, DownloadOutcome).self) { group in
@@ -330,7 +330,7 @@ public struct Syncer: Sendable {
                             group.addTask {
                                 // Diffs travel compressed (DiffTransport): fetched beside the inbox file, expanded into
                                 // it (one that does not expand is installed as it came, and apply quarantines it).
-                                let staging = local.deletingLastPathComponent().appendingPathComponent(".\(local.lastPathComponent).incoming")
+                                let staging = local.deletingLastPathComponent().appendingPathComponent(".\(local.lastPathComponent).incoming", isDirectory: false)
                                 defer { try? FileManager.default.removeItem(at: staging) }
                                 do {
                                     try await retry.run { try await remote.download(obj, to: staging) }
@@ -367,7 +367,8 @@ public struct Syncer: Sendable {
         if !dryRun {
             // Also pick up diffs downloaded by an earlier run that stopped before applying them.
             for name in ((try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? []) where DiffFile.diffID(fromFileName: name) != nil {
-                let url = home.inbox.appendingPathComponent(name)
+                // Named as `locals` above (`isDirectory: false` spares a lookup on disk per name), so they compare equal.
+                let url = home.inbox.appendingPathComponent(name, isDirectory: false)
                 if !toApply.contains(url) { toApply.append(url) }
             }
             var reports: [ApplyReport] = []
