@@ -214,6 +214,13 @@ struct TableDefinitionTests {
         #expect(base.schemaHash.count == 64)
     }
 
+    @Test func schemaHash_isTheLowercaseHexOfItsCanonicalText_asDiffsInTheFieldCarryIt() {
+        // Diffs written by every earlier version carry this value; a reader compares it. Computed apart from
+        // rtsync: SHA-256 of "rtsync-schema-v1\nitems\nid\tINTEGER\t1\nname\tTEXT\t0\nqty\tINTEGER\t0\n"
+        // (Python's hashlib).
+        #expect(itemsTable.schemaHash == "93d3cf6550f07a3134f66006c064be4194449b8ab7e0cf6fa1090f22497ee0a8")
+    }
+
     @Test func read_findsWithoutRowID_asSQLiteDoes() throws {
         let dir = try TemporaryDirectory()
         let db = try scratchDatabase(dir)
