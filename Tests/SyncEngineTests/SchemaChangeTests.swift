@@ -45,7 +45,7 @@ struct SchemaChangeTests {
 
     @Test func columnRenamedAfterTracking_changesBeforeAndAfter_areExportedUnderTheNewName() throws {
         let box = try Sandbox("schema-rename")
-        let (a, b) = try Self.pair(box)
+        let (a, _) = try Self.pair(box)
         try Self.app(a, "UPDATE notes SET b = 'before rename' WHERE id = 'n1'")
         try Self.app(a, "ALTER TABLE notes RENAME COLUMN b TO body")
         try Self.app(a, "UPDATE notes SET body = 'after rename' WHERE id = 'n2'")
