@@ -492,8 +492,8 @@ extension Merger {
         }.map(\.name)
         let sql = "INSERT INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
             + Array(repeating: "?", count: cols.count).joined(separator: ", ") + ")"
-        let newRow = Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a })
-        guard try writeResolvingUnique(r, local, newRow: newRow, { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
+        guard try writeResolvingUnique(r, local, newRow: Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a }),
+                                       { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
         try setRowMeta(r, local.key, born: local.born, deleted: nil)
         try setColumnClocks(r, local.key, columns: whole ? r.allColumns : r.changedColumns, clearFirst: true)
         // The row comes back referencing what it referenced: a parent deleted here meanwhile gets its ON DELETE action.
@@ -550,8 +550,8 @@ extension Merger {
         guard try placeOrHold(r, local) else { return }
         let cols = r.plan.insertColumns
         let sql = r.plan.insertAllSQL
-        let newRow = Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a })
-        guard try writeResolvingUnique(r, local, newRow: newRow, { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
+        guard try writeResolvingUnique(r, local, newRow: Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a }),
+                                       { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
         try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
         try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
         try purgePending(r, local)
@@ -643,21 +643,26 @@ extension Merger {
     mutating func update(_ r: RowContext, _ local: LocalRow, columns: [String]) throws -> Bool {
         let sql = "UPDATE " + quoteIdentifier(r.table) + " SET " + columns.map { quoteIdentifier($0) + " = ?" }.joined(separator: ", ")
             + " WHERE " + r.def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
-        var newRow: [String: SQLValue] = [:]
-        for (i, c) in r.def.columnNames.enumerated() { newRow[c.lowercased()] = local.values?[i] ?? .null }
-        for c in columns { newRow[c.lowercased()] = r.value(c) }
-        return try writeResolvingUnique(r, local, newRow: newRow) { m in try m.cached(sql).run(columns.map { r.value($0) } + r.keyValues) }
+        func newRow() -> [String: SQLValue] {
+            var row: [String: SQLValue] = [:]
+            for (i, c) in r.def.columnNames.enumerated() { row[c.lowercased()] = local.values?[i] ?? .null }
+            for c in columns { row[c.lowercased()] = r.value(c) }
+            return row
+        }
+        return try writeResolvingUnique(r, local, newRow: newRow()) { m in try m.cached(sql).run(columns.map { r.value($0) } + r.keyValues) }
     }
 
     /// Runs a write; on a UNIQUE collision with another row, the row born first keeps the value (the key text
     /// breaks ties), the same on every device. Returns false when the incoming row lost.
-    mutating func writeResolvingUnique(_ r: RowContext, _ local: LocalRow, newRow: [String: SQLValue], _ write: (inout Merger) throws -> Void) throws -> Bool {
+    /// `newRow` (the row as the write would leave it, by lower-cased column) is only built when a collision needs it.
+    mutating func writeResolvingUnique(_ r: RowContext, _ local: LocalRow, newRow: @autoclosure () -> [String: SQLValue],
+                                       _ write: (inout Merger) throws -> Void) throws -> Bool {
         for _ in 0..<8 {
             do {
                 try write(&self)
                 return true
             } catch let e as SQLiteError where e.isUniqueViolation {
-                guard let (other, constraint) = try collidingRow(r, newRow: newRow) else { throw e }
+                guard let (other, constraint) = try collidingRow(r, newRow: newRow()) else { throw e }
                 let otherRow = try localRow(r.info, keyValues: other, plan: r.plan)
                 let remoteFirst = r.change.born < otherRow.born || (r.change.born == otherRow.born && local.key < otherRow.key)
                 let reason = "UNIQUE (\(constraint.joined(separator: ", "))) collision between two rows: the row created first keeps the value"
