@@ -201,8 +201,8 @@ extension SyncDatabase {
         let renames = try loadRenames(db)
         for r in try db.rows("SELECT tid, name, columns, policy, owner_column, on_delete_conflict, \(hasDefaults ? "sync_defaults" : "NULL") FROM rtsync_tracked") {
             guard let tid = r[0].int64, let name = r[1].string else { continue }
-            // Read before every export and apply: the column list is decoded once per text, and no defaults (NULL
-            // or `{}`, the usual case) need no decoder.
+            // Read before every export and apply: the column list is decoded once per text, and absent defaults
+            // (NULL or `{}`, the usual case) skip the decoder.
             let columns = JSON.names(r[2].string ?? "[]") ?? []
             let defaultsText = r[6].string ?? "{}"
             let defaults = defaultsText == "{}" ? [:] : (try? JSONDecoder().decode([String: String].self, from: Data(defaultsText.utf8))) ?? [:]
