@@ -232,8 +232,30 @@ struct ExportSetsTests {
         #expect(throws: SyncEngineError.self) { try device.db.exportChanges(to: device.outbox, shouldStop: { true }) }
         #expect(try device.db.pendingChangeCount() == 1)
         #expect(try FileManager.default.contentsOfDirectory(atPath: device.outbox.path).isEmpty)
-        #expect(try device.value("SELECT count(*) FROM pragma_database_list WHERE name = 'rtsync_out'") == .integer(0))
+        #expect(try device.value("SELECT count(*) FROM pragma_database_list WHERE name IN ('rtsync_out', 'rtsync_scratch')") == .integer(0))
         #expect(try device.export()?.rows == 1)
         #expect(device.db.setExportsWritten == 1)
+    }
+
+    /// The working tables live in a scratch database attached for the export and detached after it, written or
+    /// not; one left attached (a detach that failed) is replaced, not reused.
+    @Test func scratchDatabase_isDetachedAfterEachExport_andAStaleOneReplaced() throws {
+        let box = try Sandbox("export-sets-scratch")
+        let device = try box.replica("D", source: try source(box, "base"), user: "u")
+        device.db.setExportMinimumRows = 1
+        func attached() throws -> SQLValue? { try device.value("SELECT count(*) FROM pragma_database_list WHERE name IN ('rtsync_out', 'rtsync_scratch')") }
+        try device.exec("INSERT INTO notes(id) VALUES ('a')")
+        #expect(try device.export()?.rows == 1)
+        #expect(try attached() == .integer(0))
+        try device.exec("INSERT INTO notes(id) VALUES ('gone')")
+        try device.exec("DELETE FROM notes WHERE id = 'gone'")
+        #expect(try device.export() == nil)
+        #expect(try attached() == .integer(0))
+        try device.db.execute("ATTACH DATABASE '' AS rtsync_scratch")
+        try device.db.execute("CREATE TABLE rtsync_scratch.rtsync_xk(stale)")
+        try device.exec("INSERT INTO notes(id) VALUES ('b')")
+        #expect(try device.export()?.rows == 1)
+        #expect(device.db.setExportsWritten == 2)
+        #expect(try attached() == .integer(0))
     }
 }
