@@ -24,11 +24,17 @@ enum HTTPDates {
     /// What a `DateFormatter` of the HTTP-date pattern reads in `text` (the fallback, and what the fast path must
     /// agree with).
     static func formatterHTTP(_ text: String) -> Date? {
+        posixFormatter("EEE, dd MMM yyyy HH:mm:ss zzz", timeZone: "GMT").date(from: text)
+    }
+
+    /// A `DateFormatter` of a fixed pattern in `en_US_POSIX` (month and weekday names in English whatever the
+    /// device's locale) and the time zone `timeZone`.
+    static func posixFormatter(_ pattern: String, timeZone: String) -> DateFormatter {
         let f = DateFormatter()
         f.locale = Locale(identifier: "en_US_POSIX")
-        f.timeZone = TimeZone(identifier: "GMT")
-        f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return f.date(from: text)
+        f.timeZone = TimeZone(identifier: timeZone)
+        f.dateFormat = pattern
+        return f
     }
 
     private static func fastISO(_ b: [UInt8]) -> Date? {

@@ -111,10 +111,6 @@ public struct MediaTrash: Sendable {
 
     /// Parses `2026-11-24T071859Z`.
     static func date(fromStamp stamp: String) -> Date? {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = "yyyy-MM-dd'T'HHmmss'Z'"
-        return formatter.date(from: stamp)
+        HTTPDates.posixFormatter("yyyy-MM-dd'T'HHmmss'Z'", timeZone: "UTC").date(from: stamp)
     }
 }

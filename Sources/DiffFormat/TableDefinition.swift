@@ -97,16 +97,8 @@ public struct TableDefinition: Sendable, Hashable, Codable {
         for c in columns {
             text += c.name.lowercased() + "\t" + c.type.uppercased() + "\t" + String(c.primaryKey) + "\n"
         }
-        return Self.hex(SHA256.hash(data: Data(text.utf8)))
-    }
-
-    /// Lower-case hex of `bytes` (Foundation's `String(format:)` per byte costs more than the hash itself).
-    static func hex<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(64)
-        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 0x0f)]) }
-        return String(decoding: out, as: UTF8.self)
+        // RTSQLite's hex (Foundation's `String(format:)` per byte cost more than the hash itself).
+        return Array(SHA256.hash(data: Data(text.utf8))).hexString
     }
 }
 
@@ -257,9 +249,6 @@ extension TableDefinition {
 // MARK: - Reading a live schema
 
 extension TableDefinition {
-    /// Reads the definition of `table` from a database through SQLite's schema pragmas (from schema `main`,
-    /// also when other databases are attached).
-    /// - Returns: nil when the table does not exist.
     /// Whether `sql`, uppercased and without its spaces, ends with `WITHOUTROWID`. Compared byte by byte when it
     /// is ASCII (Foundation's uppercasing and replacing were most of reading a table's definition).
     static func endsWithWithoutRowID(_ sql: String) -> Bool {
@@ -277,6 +266,9 @@ extension TableDefinition {
         return want == nil
     }
 
+    /// Reads the definition of `table` from a database through SQLite's schema pragmas (from schema `main`,
+    /// also when other databases are attached).
+    /// - Returns: nil when the table does not exist.
     package static func read(table: String, from db: Connection) throws -> TableDefinition? {
         let info = try db.rows("SELECT name, type, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?, 'main')", [.text(table)])
         if info.isEmpty { return nil }
