@@ -96,7 +96,6 @@ extension Merger {
         // The local row with the incoming key, found as the per-row merge finds it (the local columns' affinity
         // and collation; `+` leaves the diff's column without an affinity of its own, as a bound value is).
         let keyMatch = zip(keyColumns, keyPositions).map { "l.\(quoteIdentifier($0)) = +\(carried($1))" }.joined(separator: " AND ")
-        let localKeyText = keyColumns.map { "quote(l.\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
 
         if pending.keys.contains(where: { $0.tid == tid }),
            try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
@@ -152,10 +151,15 @@ extension Merger {
         maskCases += " ELSE 0 END"
 
         // Level 1: each row of the table with its local row, bookkeeping and the recorded clocks of candidates.
+        // The local key must be stored as the incoming one is (same storage class and bytes, so the same key text).
+        let keySame = zip(keyColumns, keyPositions).map { "(typeof(l.\(quoteIdentifier($0))) = typeof(+\(carried($1))) AND l.\(quoteIdentifier($0)) IS +\(carried($1)) COLLATE BINARY)" }.joined(separator: " AND ")
+        // A rowid table's rows are updated by rowid (one lookup instead of the key's index and then the rowid).
+        let localRowid = def.withoutRowID ? nil : DiffFile.rowidAlias(for: localColumns)
         var level1 = ["r.rowid AS ord", "r.rid AS rid", "r.op AS op", "\(table.keyText) AS pk", "r.hlc AS rh", "coalesce(r.site, ?1) AS rs",
                       "r.born AS bh", "coalesce(r.born_site, ?1) AS bs", "\(maskCases) AS chm",
-                      "(l.\(quoteIdentifier(keyColumns[0])) IS NOT NULL) AS here", "(\(localKeyText)) AS lpk",
-                      "(m.tid IS NOT NULL) AS hasmeta", "m.born_hlc AS mbh", "m.born_site AS mbs"]
+                      "(l.\(quoteIdentifier(keyColumns[0])) IS NOT NULL) AS here", "(\(keySame)) AS keysame",
+                      "(m.tid IS NOT NULL) AS hasmeta", "m.born_hlc AS mbh", "m.born_site AS mbs",
+                      localRowid.map { "l.\($0) AS lr" } ?? "NULL AS lr"]
         var keyOK = "1"
         for (i, position) in keyPositions.enumerated() {
             if let natural = plan.keyAffinities[i].naturalTypeof { keyOK += " AND typeof(\(carried(position))) = '\(natural)'" }
@@ -177,22 +181,34 @@ extension Merger {
             + "LEFT JOIN main.rtsync_rows AS m ON m.tid = \(tid) AND m.pk = \(table.keyText)" + joins
             + " WHERE r.tid = \(did)"
 
-        // Level 2: per candidate column, what the per-row merge decides.
-        var takes: [String] = [], bads: [String] = [], updates: [String] = []
-        for i in candidates {
+        // Level 2: per candidate column, what the per-row merge decides for an update, as two bits of a word
+        // (31 candidates to a word), each column's tests evaluated once: T, the column is taken (the incoming clock
+        // is later); D, the values differ. T and D: taken, the row counts as updated; T alone: taken, same value;
+        // D alone: the per-row merge would log a conflict (a value the author had not seen overwritten, ambiguous
+        // text, or an older incoming value that differs), so the table goes to the per-row merge.
+        let perWord = 31
+        let wordCount = (candidates.count + perWord - 1) / perWord
+        var words = Array(repeating: [String](), count: wordCount)
+        for (j, i) in candidates.enumerated() {
             let lh = "coalesce(kh\(i), mbh)", ls = "(CASE WHEN kh\(i) IS NULL THEN mbs ELSE ks\(i) END)"
-            let changed = "(chm >> \(i) & 1)"
             let later = "(rh > \(lh) OR (rh = \(lh) AND rs > \(ls)))"
             let earlier = "(rh < \(lh) OR (rh = \(lh) AND rs < \(ls)))"
             let same = "(typeof(lv\(i)) = typeof(rv\(i)) AND lv\(i) IS rv\(i) COLLATE BINARY)"
             let ambiguous = "(typeof(lv\(i)) = 'text' AND typeof(rv\(i)) = 'text' AND (\(nonASCII("lv\(i)")) OR \(nonASCII("rv\(i)"))))"
-            takes.append("(CASE WHEN \(changed) AND \(later) THEN \(Int64(1) << Int64(i)) ELSE 0 END)")
-            updates.append("(CASE WHEN \(changed) AND \(later) THEN NOT \(same) ELSE 0 END)")
-            // Taken over another value: ambiguous text, or a value the author had not seen, is logged; an older
-            // incoming value that differs is logged as refused; the same clock changes nothing.
-            bads.append("(CASE WHEN NOT \(changed) THEN 0 WHEN \(same) THEN 0 WHEN \(later) THEN (CASE WHEN \(ambiguous) THEN 1 ELSE \(concurrent(lh, ls)) END) "
-                        + "WHEN \(earlier) THEN 1 ELSE 0 END)")
+            let code = "(CASE WHEN NOT (chm >> \(i) & 1) THEN 0 WHEN \(same) THEN (CASE WHEN \(later) THEN 1 ELSE 0 END) "
+                + "WHEN \(later) THEN (CASE WHEN \(ambiguous) THEN 2 WHEN \(concurrent(lh, ls)) THEN 2 ELSE 3 END) WHEN \(earlier) THEN 2 ELSE 0 END)"
+            let shift = 2 * (j % perWord)
+            words[j / perWord].append(shift == 0 ? code : "(\(code) << \(shift))")
         }
+        let wordColumns = (0..<wordCount).map { "w\($0)" }
+        // The T bits and the D bits of a word, each moved to the even positions.
+        let evenBits = Int64(0x1555_5555_5555_5555)
+        func taken(_ w: String) -> String { "(\(w) & \(evenBits))" }
+        func differs(_ w: String) -> String { "(\(w) >> 1 & \(evenBits))" }
+        func updatedRow(_ s: String) -> String {
+            wordColumns.isEmpty ? "0" : "(" + wordColumns.map { "\(taken(s + $0)) & \(differs(s + $0)) <> 0" }.joined(separator: " OR ") + ")"
+        }
+        let conflicted = wordColumns.isEmpty ? "0" : "(" + wordColumns.map { "\(differs($0)) & ~\(taken($0)) <> 0" }.joined(separator: " OR ") + ")"
         let nonKey = localColumns.filter { c in !keyColumns.contains(c) }.map { SQLValue.text($0).sqlLiteral }.joined(separator: ", ")
         let localBornH = "coalesce(mbh, 0)", localBornS = "coalesce(mbs, '')"
         // A delete logs every non-key column whose local clock the author had not seen.
@@ -201,9 +217,8 @@ extension Merger {
                   WHEN \(concurrent(localBornH, localBornS)) THEN (SELECT count(*) FROM main.rtsync_clocks y WHERE y.tid = \(tid) AND y.pk = q.pk AND y.col IN (\(nonKey))) < \(localColumns.count - keyColumns.count)
                   ELSE 0 END)
             """
-        let knownUpdate = "CASE WHEN NOT (here AND lpk = pk COLLATE BINARY AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY) THEN 0 "
-            + (bads.isEmpty ? "ELSE 1 END" : bads.map { "WHEN \($0) THEN 0 " }.joined() + "ELSE 1 END")
-        let knownDelete = "CASE WHEN NOT (here AND lpk = pk COLLATE BINARY) THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND bs < \(localBornS)) THEN 0 "
+        let knownUpdate = "here AND keysame AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY"
+        let knownDelete = "CASE WHEN NOT (here AND keysame) THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND bs < \(localBornS)) THEN 0 "
             + "ELSE NOT \(deleteLogs) END"
         let cls = """
             CASE WHEN NOT keyok THEN 0 WHEN cells THEN 0 WHEN stray THEN 0
@@ -212,14 +227,13 @@ extension Merger {
                  WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN (\(knownDelete)) THEN 3 ELSE 0 END
                  ELSE 0 END
             """
-        let take = takes.isEmpty ? "0" : takes.joined(separator: " | ")
-        let updated = updates.isEmpty ? "0" : "(" + updates.joined(separator: " OR ") + ")"
-        let bornMax = "(CASE WHEN hasmeta AND (mbh > bh OR (mbh = bh AND mbs > bs)) THEN mbh ELSE bh END)"
-        let bornMaxSite = "(CASE WHEN hasmeta AND (mbh > bh OR (mbh = bh AND mbs > bs)) THEN mbs ELSE bs END)"
+        // The words only matter for rows classified 2 (a known update); other upserts of a local row get them too.
+        let wordValues = words.map { "(CASE WHEN op = 'upsert' COLLATE BINARY AND here THEN " + $0.joined(separator: " | ") + " ELSE 0 END)" }
 
         let known = Merger.knownRowsTable
         try db.execute("DROP TABLE IF EXISTS \(known)")
-        try db.execute("CREATE TABLE \(known)(ord INTEGER PRIMARY KEY, rid INTEGER, pk TEXT, cls INTEGER, upd INTEGER, take INTEGER, rh INTEGER, rs TEXT, bh INTEGER, bs TEXT)")
+        try db.execute("CREATE TABLE \(known)(ord INTEGER PRIMARY KEY, rid INTEGER, pk TEXT, cls INTEGER, lr INTEGER, rh INTEGER, rs TEXT, bh INTEGER, bs TEXT"
+                       + wordColumns.map { ", \($0) INTEGER" }.joined() + ")")
         defer { try? db.execute("DROP TABLE IF EXISTS \(known)") }
         func run(_ sql: String) throws -> Int {
             let s = try db.prepare(sql)
@@ -228,12 +242,12 @@ extension Merger {
             return db.changes
         }
         _ = try run("""
-            INSERT INTO \(known)(ord, rid, pk, cls, upd, take, rh, rs, bh, bs)
-            SELECT ord, rid, pk, \(cls), \(updated), \(take), rh, rs, \(bornMax), \(bornMaxSite)
+            INSERT INTO \(known)(ord, rid, pk, cls, lr, rh, rs, bh, bs\(wordColumns.map { ", " + $0 }.joined()))
+            SELECT ord, rid, pk, \(cls), lr, rh, rs, bh, bs\(wordValues.map { ", " + $0 }.joined())
             FROM (SELECT \(level1.joined(separator: ", ")) \(from1)) AS q
             """)
-        // Every row classified, each key once: otherwise the per-row merge takes the table.
-        let summary = try db.rows("SELECT count(*), count(DISTINCT pk), sum(cls = 0), sum(cls = 1), sum(cls = 2 AND upd), sum(cls = 2), sum(cls = 3) FROM \(known)")[0]
+        // Every row classified, none that would log a conflict, each key once: otherwise the per-row merge takes the table.
+        let summary = try db.rows("SELECT count(*), count(DISTINCT pk), sum(cls = 0 OR (cls = 2 AND \(conflicted))), sum(cls = 1), sum(cls = 2 AND \(updatedRow(""))), sum(cls = 2), sum(cls = 3) FROM \(known)")[0]
         guard summary[0].int64 == Int64(upserts + deletes), summary[1] == summary[0], summary[2].int64 == 0 else { return false }
         let newRows = Int(summary[3].int64 ?? 0), changedRows = Int(summary[4].int64 ?? 0)
         let knownUpserts = Int(summary[5].int64 ?? 0), deletedRows = Int(summary[6].int64 ?? 0)
@@ -250,12 +264,13 @@ extension Merger {
                 if written { bulkRows -= newRows }
             }
             if written, changedRows > 0 {
-                let sets = candidates.filter { !keyColumns.contains(localColumns[$0]) }.map { i -> String in
+                let sets = candidates.enumerated().filter { !keyColumns.contains(localColumns[$0.element]) }.map { j, i -> String in
                     let column = quoteIdentifier(localColumns[i])
-                    return "\(column) = CASE WHEN s.take >> \(i) & 1 THEN \(carried(positionOfLocal[i]!)) ELSE l.\(column) END"
+                    return "\(column) = CASE WHEN s.w\(j / perWord) >> \(2 * (j % perWord)) & 1 THEN \(carried(positionOfLocal[i]!)) ELSE l.\(column) END"
                 }
                 if !sets.isEmpty {
-                    let n = try run("UPDATE \(localTable) AS l SET \(sets.joined(separator: ", ")) FROM \(known) AS s JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = s.rid WHERE s.cls = 2 AND s.upd AND \(keyMatch)")
+                    let local = localRowid.map { "l.\($0) = s.lr" } ?? keyMatch
+                    let n = try run("UPDATE \(localTable) AS l SET \(sets.joined(separator: ", ")) FROM \(known) AS s JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = s.rid WHERE s.cls = 2 AND \(updatedRow("s.")) AND \(local)")
                     written = n == changedRows
                 } else {
                     written = false
@@ -264,22 +279,34 @@ extension Merger {
             if written, knownUpserts > 0, !candidates.isEmpty {
                 // One statement for every column, in the b-tree's key order (each key and column once: the summary
                 // above showed each key once): about half the time of one statement per column in file order.
-                let columns = candidates.map { "SELECT \($0) AS i, \(SQLValue.text(localColumns[$0]).sqlLiteral) AS col" }.joined(separator: " UNION ALL ")
+                let columns = candidates.enumerated().map { j, i in
+                    "SELECT \(j / perWord) AS w, \(2 * (j % perWord)) AS b, \(SQLValue.text(localColumns[i]).sqlLiteral) AS col"
+                }.joined(separator: " UNION ALL ")
+                let word = wordCount == 1 ? "s.w0" : "(CASE x.w " + wordColumns.indices.map { "WHEN \($0) THEN s.w\($0) " }.joined() + "END)"
                 _ = try run("""
                     INSERT INTO main.rtsync_clocks(tid, pk, col, hlc, site) SELECT \(tid), s.pk, x.col, s.rh, s.rs FROM \(known) AS s JOIN (\(columns)) AS x
-                    WHERE s.cls = 2 AND s.take >> x.i & 1 ORDER BY s.pk, x.col
+                    WHERE s.cls = 2 AND \(word) >> x.b & 1 ORDER BY s.pk, x.col
                     ON CONFLICT(tid, pk, col) DO UPDATE SET hlc = excluded.hlc, site = excluded.site
                     """)
             }
             if written, deletedRows > 0 {
-                let keys = keyColumns.map { "l.\(quoteIdentifier($0))" }.joined(separator: ", ")
-                let incoming = keyPositions.map { "+" + carried($0) }.joined(separator: ", ")
-                let n = try run("DELETE FROM \(localTable) AS l WHERE (\(keys)) IN (SELECT \(incoming) FROM \(known) AS s JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = s.rid WHERE s.cls = 3)")
+                let n: Int
+                if let localRowid {
+                    n = try run("DELETE FROM \(localTable) WHERE \(localRowid) IN (SELECT lr FROM \(known) WHERE cls = 3)")
+                } else {
+                    let keys = keyColumns.map { "l.\(quoteIdentifier($0))" }.joined(separator: ", ")
+                    let incoming = keyPositions.map { "+" + carried($0) }.joined(separator: ", ")
+                    n = try run("DELETE FROM \(localTable) AS l WHERE (\(keys)) IN (SELECT \(incoming) FROM \(known) AS s JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = s.rid WHERE s.cls = 3)")
+                }
                 written = n == deletedRows
                 if written {
+                    // The tombstone keeps the later of the local and the incoming born clocks.
+                    let laterBorn = "born_hlc > excluded.born_hlc OR (born_hlc = excluded.born_hlc AND born_site > excluded.born_site)"
                     _ = try run("""
                         INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), pk, bh, bs, rh, rs FROM \(known) WHERE cls = 3 ORDER BY pk
-                        ON CONFLICT(tid, pk) DO UPDATE SET born_hlc = excluded.born_hlc, born_site = excluded.born_site, del_hlc = excluded.del_hlc, del_site = excluded.del_site
+                        ON CONFLICT(tid, pk) DO UPDATE SET del_hlc = excluded.del_hlc, del_site = excluded.del_site,
+                            born_hlc = CASE WHEN \(laterBorn) THEN born_hlc ELSE excluded.born_hlc END,
+                            born_site = CASE WHEN \(laterBorn) THEN born_site ELSE excluded.born_site END
                         """)
                     _ = try run("DELETE FROM main.rtsync_clocks WHERE tid = \(tid) AND pk IN (SELECT pk FROM \(known) WHERE cls = 3)")
                 }

@@ -95,6 +95,32 @@ struct BulkKnownRowsTests {
         #expect(try b.bulk.rows("SELECT tid, pk, op, cols FROM rtsync_changes") == b.perRow.rows("SELECT tid, pk, op, cols FROM rtsync_changes"))
     }
 
+    /// The same edits on a table without rowid, one with a column named `rowid` (its rows found by `_rowid_`) and
+    /// one whose key is its rowid: updated and deleted as sets, as the per-row merge would.
+    @Test func updatesAndDeletes_ofTablesWithoutRowidOrWithAColumnNamedRowid_areMergedAsSets() throws {
+        for (name, sql, key) in [("without-rowid", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT, n INTEGER) WITHOUT ROWID", "'n' || ?"),
+                                 ("rowid-column", "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, rowid TEXT, n INTEGER)", "'n' || ?"),
+                                 ("integer-key", "CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT, extra TEXT, n INTEGER)", "? + 1000")] {
+            let box = try Sandbox("known-rowid-\(name)")
+            let a = try device(box, "A", sql)
+            let b = try Twins(box, try device(box, "B", sql))
+            for i in 0..<200 { try a.exec("INSERT INTO notes VALUES (\(key), ?, ?, ?)", [.integer(Int64(i)), .text("body \(i)"), .text("x\(i)"), .integer(Int64(i))]) }
+            #expect(try b.apply(try a.exportFile()).bulk.inserted == 200, "\(name)")
+            tick()
+            try a.exec("UPDATE notes SET body = 'one' WHERE n < 80")
+            try a.exec("UPDATE notes SET body = 'two', n = -n WHERE n >= 80 AND n < 150")
+            let updates = try b.apply(try a.exportFile())
+            #expect(updates.bulk.status == .applied && updates.bulk.updated == 150, "\(name): \(updates.bulk)")
+            #expect(b.bulk.db.bulkKnownRowsMerged == 150, "\(name)")
+            tick()
+            try a.exec("DELETE FROM notes WHERE n % 3 = 0")
+            let deletes = try b.apply(try a.exportFile())
+            #expect(deletes.bulk.status == .applied && deletes.bulk.deleted == 67, "\(name): \(deletes.bulk)")
+            #expect(b.bulk.db.bulkKnownRowsMerged == 150 + 67, "\(name)")
+            try expectSameData(a, b.bulk)
+        }
+    }
+
     /// Incoming clocks equal to the local one (nothing taken), older than a later edit from a third device but
     /// carrying the same value (refused, nothing to log), later ones (taken), and a row whose changed columns
     /// carry their own cell clocks: the table is merged by the per-row merge only for the last.
