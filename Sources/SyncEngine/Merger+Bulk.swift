@@ -8,6 +8,9 @@ extension Merger {
     /// The schema name a diff is attached under while its new rows are copied (detached after the transaction).
     static let attachedDiff = "rtsync_diff"
 
+    /// The attached diff's cell clocks, copied for the bulk paths while they run (see `insertNewRowsInBulk`).
+    static let diffCellsTable = "temp.rtsync_diff_cells"
+
     /// The diff tables `insertNewRowsInBulk` wrote, every row of each.
     struct BulkResult {
         var tables = Set<Int64>()
@@ -67,6 +70,13 @@ extension Merger {
               // rtsync's capture triggers are dropped by now: any trigger left is the app's (or demo protection).
               try db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' LIMIT 1") == nil,
               try attachDiff() else { return nil }
+        // The diff's cell clocks, keyed by row: read by key instead of by a scan of the diff's table for every row.
+        if reader.hasCellClocks {
+            try db.execute("DROP TABLE IF EXISTS \(Merger.diffCellsTable)")
+            try db.execute("CREATE TEMP TABLE \(Merger.diffCellsTable)(tid INTEGER NOT NULL, rid INTEGER NOT NULL, col TEXT NOT NULL, hlc INTEGER NOT NULL, site TEXT, PRIMARY KEY (tid, rid, col)) WITHOUT ROWID")
+            try db.execute("INSERT INTO \(Merger.diffCellsTable)(tid, rid, col, hlc, site) SELECT tid, rid, col, hlc, site FROM \(Merger.attachedDiff).rtsync_cells NOT INDEXED ORDER BY tid, rid, col")
+        }
+        defer { if reader.hasCellClocks { try? db.execute("DROP TABLE IF EXISTS \(Merger.diffCellsTable)") } }
         // A table whose first rows are not new (a diff of updates) is not new as a whole. When the tables left
         // hold under half the diff's rows, checking every row on another thread first costs more than it saves.
         var tables: [(table: BulkTable, upserts: Int)] = []
@@ -159,7 +169,7 @@ extension Merger {
             from = "FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid "
                 + "WHERE r.tid = \(did) AND r.op = 'upsert' COLLATE BINARY" + (only.map { " AND " + $0 } ?? "")
             var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
-            if merger.reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(d).rtsync_cells AS x NOT INDEXED WHERE x.tid = r.tid AND x.rid = r.rid)" }
+            if merger.reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(Merger.diffCellsTable) AS x WHERE x.tid = r.tid AND x.rid = r.rid)" }
             if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }
             // A key in another storage class than the local column's is converted by the per-row merge.
             for (i, position) in (plan.fastKeyPositions ?? []).enumerated() {

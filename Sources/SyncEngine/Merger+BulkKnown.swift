@@ -70,8 +70,8 @@ extension Merger {
     ///
     /// What the per-row merge does for such a row, done here for all of them at once:
     /// - an update (same incarnation: the born clocks are equal) takes each changed column whose incoming
-    ///   clock is later than the local one (the column's recorded clock, else the row's born clock), compared by
-    ///   clock then site bytes, as `Clock` does; it records the incoming clock of each column taken, and counts
+    ///   clock (its cell clock, else the row's) is later than the local one (the column's recorded clock, else the
+    ///   row's born clock), compared by clock then site bytes, as `Clock` does; it records the incoming clock of each column taken, and counts
     ///   the row as updated when a value it takes differs (by storage class and bytes) from the local one;
     /// - a delete (of this incarnation or a later one) deletes the row, keeps a tombstone with the later born
     ///   clock and the delete's clock, and drops the row's column clocks.
@@ -80,7 +80,7 @@ extension Merger {
     /// (a local value the author had not seen is overwritten or deleted, or an older incoming value differs from
     /// the local one), when two texts differ in bytes but not as Swift compares them (non-ASCII or invalid
     /// UTF-8), when clocks are told apart by sites with non-ASCII text, when the key has an unexported local
-    /// change or a read-only share, when the row carries cell clocks, when the local key is stored in other
+    /// change or a read-only share, when a delete carries cell clocks, when the local key is stored in other
     /// bytes than the incoming one (a NOCASE key, another storage class), when the key is in the diff twice,
     /// and for every other case (a missing row, a tombstone, another incarnation).
     mutating func mergeKnownRowsInBulk(_ plan: TablePlan, diffTable did: Int64, upserts: Int, deletes: Int) throws -> Bool {
@@ -169,12 +169,28 @@ extension Merger {
         let names = localColumns.map { SQLValue.text($0).sqlLiteral }.joined(separator: ", ")
         // A clock recorded under a name that is not exactly a column's (another spelling, a dropped column).
         level1.append("EXISTS (SELECT 1 FROM main.rtsync_clocks x WHERE x.tid = \(tid) AND x.pk = \(table.keyText) AND x.col NOT IN (\(names))) AS stray")
-        level1.append(reader.hasCellClocks ? "EXISTS (SELECT 1 FROM \(d).rtsync_cells AS x NOT INDEXED WHERE x.tid = r.tid AND x.rid = r.rid) AS cells" : "0 AS cells")
+        // Cell clocks: a changed column's own clock, where it differs from the row's. The per-row merge finds a
+        // column's by comparing names lower-cased as Swift does; each spelling in the file is matched to the column
+        // here the same way. A delete's cells are not expected (exports write none): such a row goes to the per-row merge.
+        let cells = Merger.diffCellsTable
+        var cellNames: [Int: [String]] = [:]
+        if reader.hasCellClocks {
+            for r in try db.rows("SELECT DISTINCT col FROM \(cells) WHERE tid = ?", [.integer(did)]) {
+                guard let name = r[0].string, let i = candidates.first(where: { localColumns[$0].lowercased() == name.lowercased() }) else { continue }
+                cellNames[i, default: []].append(name)
+            }
+        }
+        func cellMatch(_ i: Int, _ alias: String) -> String { "\(alias).col IN (" + cellNames[i, default: []].map { SQLValue.text($0).sqlLiteral }.joined(separator: ", ") + ")" }
+        level1.append(reader.hasCellClocks ? "(r.op <> 'upsert' COLLATE BINARY AND EXISTS (SELECT 1 FROM \(cells) AS x WHERE x.tid = r.tid AND x.rid = r.rid)) AS cells" : "0 AS cells")
         var joins = ""
         for i in candidates {
             let p = positionOfLocal[i]!
             level1 += ["l.\(quoteIdentifier(localColumns[i])) AS lv\(i)", "\(carried(p)) AS rv\(i)", "k\(i).hlc AS kh\(i)", "k\(i).site AS ks\(i)"]
             joins += " LEFT JOIN main.rtsync_clocks AS k\(i) ON k\(i).tid = \(tid) AND k\(i).pk = \(table.keyText) AND k\(i).col = \(SQLValue.text(localColumns[i]).sqlLiteral)"
+            if cellNames[i] != nil {
+                level1 += ["e\(i).hlc AS eh\(i)", "e\(i).site AS es\(i)"]
+                joins += " LEFT JOIN \(cells) AS e\(i) ON e\(i).tid = r.tid AND e\(i).rid = r.rid AND \(cellMatch(i, "e\(i)"))"
+            }
         }
         let from1 = "FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid "
             + "LEFT JOIN \(localTable) AS l ON \(keyMatch) "
@@ -191,8 +207,11 @@ extension Merger {
         var words = Array(repeating: [String](), count: wordCount)
         for (j, i) in candidates.enumerated() {
             let lh = "coalesce(kh\(i), mbh)", ls = "(CASE WHEN kh\(i) IS NULL THEN mbs ELSE ks\(i) END)"
-            let later = "(rh > \(lh) OR (rh = \(lh) AND rs > \(ls)))"
-            let earlier = "(rh < \(lh) OR (rh = \(lh) AND rs < \(ls)))"
+            // The incoming clock of this column: its cell clock (a NULL site is the author's), else the row's.
+            let rh = cellNames[i] == nil ? "rh" : "coalesce(eh\(i), rh)"
+            let rs = cellNames[i] == nil ? "rs" : "(CASE WHEN eh\(i) IS NULL THEN rs ELSE coalesce(es\(i), ?1) END)"
+            let later = "(\(rh) > \(lh) OR (\(rh) = \(lh) AND \(rs) > \(ls)))"
+            let earlier = "(\(rh) < \(lh) OR (\(rh) = \(lh) AND \(rs) < \(ls)))"
             let same = "(typeof(lv\(i)) = typeof(rv\(i)) AND lv\(i) IS rv\(i) COLLATE BINARY)"
             let ambiguous = "(typeof(lv\(i)) = 'text' AND typeof(rv\(i)) = 'text' AND (\(nonASCII("lv\(i)")) OR \(nonASCII("rv\(i)"))))"
             let code = "(CASE WHEN NOT (chm >> \(i) & 1) THEN 0 WHEN \(same) THEN (CASE WHEN \(later) THEN 1 ELSE 0 END) "
@@ -280,11 +299,18 @@ extension Merger {
                 // One statement for every column, in the b-tree's key order (each key and column once: the summary
                 // above showed each key once): about half the time of one statement per column in file order.
                 let columns = candidates.enumerated().map { j, i in
-                    "SELECT \(j / perWord) AS w, \(2 * (j % perWord)) AS b, \(SQLValue.text(localColumns[i]).sqlLiteral) AS col"
+                    "SELECT \(i) AS i, \(j / perWord) AS w, \(2 * (j % perWord)) AS b, \(SQLValue.text(localColumns[i]).sqlLiteral) AS col"
                 }.joined(separator: " UNION ALL ")
                 let word = wordCount == 1 ? "s.w0" : "(CASE x.w " + wordColumns.indices.map { "WHEN \($0) THEN s.w\($0) " }.joined() + "END)"
+                // Each taken column gets its incoming clock: its cell clock, else the row's.
+                var clock = "s.rh, s.rs", cellJoin = ""
+                if !cellNames.isEmpty {
+                    let which = "CASE x.i " + cellNames.keys.sorted().map { "WHEN \($0) THEN \(cellMatch($0, "e")) " }.joined() + "ELSE 0 END"
+                    cellJoin = " LEFT JOIN \(cells) AS e ON e.tid = \(did) AND e.rid = s.rid AND (\(which))"
+                    clock = "coalesce(e.hlc, s.rh), CASE WHEN e.hlc IS NULL THEN s.rs ELSE coalesce(e.site, ?1) END"
+                }
                 _ = try run("""
-                    INSERT INTO main.rtsync_clocks(tid, pk, col, hlc, site) SELECT \(tid), s.pk, x.col, s.rh, s.rs FROM \(known) AS s JOIN (\(columns)) AS x
+                    INSERT INTO main.rtsync_clocks(tid, pk, col, hlc, site) SELECT \(tid), s.pk, x.col, \(clock) FROM \(known) AS s JOIN (\(columns)) AS x\(cellJoin)
                     WHERE s.cls = 2 AND \(word) >> x.b & 1 ORDER BY s.pk, x.col
                     ON CONFLICT(tid, pk, col) DO UPDATE SET hlc = excluded.hlc, site = excluded.site
                     """)

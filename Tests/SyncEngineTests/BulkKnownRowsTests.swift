@@ -121,9 +121,47 @@ struct BulkKnownRowsTests {
         }
     }
 
+    /// Rows edited again and again, each diff merged as a set as the per-row merge would merge it: over column
+    /// clocks of this device (edited here, exported and applied by the author before its edit), of the author
+    /// (its earlier rounds) and of a third device whose edits both had applied.
+    @Test func rowsEditedAgain_overColumnClocksOfThisDeviceTheAuthorAndAThird_areMergedAsSets() throws {
+        let box = try Sandbox("known-again")
+        let a = try device(box, "A"), c = try device(box, "C"), b0 = try device(box, "B")
+        for i in 0..<200 { try a.exec("INSERT INTO notes VALUES (?, ?, ?, ?)", [.text("n\(i)"), .text("body \(i)"), .text("x\(i)"), .integer(Int64(i))]) }
+        let born = try a.exportFile()
+        for r in [b0, c] { #expect(r.apply(born).inserted == 200) }
+        tick()
+        try b0.exec("UPDATE notes SET body = 'here ' || id, extra = 'here' WHERE n < 120")
+        let fromB = try b0.exportFile()
+        for r in [a, c] { #expect(r.apply(fromB).status == .applied) }
+        let b = try Twins(box, b0)
+        /// Exports `author`'s changes and applies them to the twins (and to C, unless C wrote them).
+        func expectSet(from author: Replica, _ what: String) throws {
+            let rows = Int(try #require(author.value("SELECT count(DISTINCT pk) FROM rtsync_changes")?.int64))
+            let file = try author.exportFile()
+            let before = b.bulk.db.bulkKnownRowsMerged
+            let r = try b.apply(file)
+            #expect(r.bulk.status == .applied && r.bulk.conflicts == 0, "\(what): \(r.bulk)")
+            #expect(b.bulk.db.bulkKnownRowsMerged == before + rows, "\(what): \(rows) rows merged as a set")
+            if author !== c { #expect(c.apply(file).status == .applied) } else { #expect(a.apply(file).status == .applied) }
+        }
+        for round in 0..<3 {
+            tick()
+            try a.exec("UPDATE notes SET body = 'round \(round) ' || id, n = n + 1 WHERE n % 2 = \(round % 2)")
+            try expectSet(from: a, "round \(round)")
+        }
+        tick()
+        try c.exec("UPDATE notes SET extra = 'third', n = -n WHERE id >= 'n150'")
+        try expectSet(from: c, "the third device")
+        tick()
+        try a.exec("UPDATE notes SET extra = 'last' WHERE id >= 'n140'")
+        try expectSet(from: a, "the author over the third device's clocks")
+        try expectSameData(a, b.bulk)
+    }
+
     /// Incoming clocks equal to the local one (nothing taken), older than a later edit from a third device but
     /// carrying the same value (refused, nothing to log), later ones (taken), and a row whose changed columns
-    /// carry their own cell clocks: the table is merged by the per-row merge only for the last.
+    /// carry their own cell clocks: each merged as a set.
     @Test func tiesAndOlderClocksWithTheSameValue_areMergedAsSets() throws {
         let box = try Sandbox("known-ties")
         let born = clock(20_000)
@@ -151,7 +189,48 @@ struct BulkKnownRowsTests {
         try update(w3, 6, [.text("plain"), .text("e6"), .integer(60)], changed: ["body"], clock: clock(1_000), born: born)
         let before3 = b.bulk.db.bulkKnownRowsMerged
         #expect(try b.apply(try w3.finish()).bulk.updated == 2)
-        #expect(b.bulk.db.bulkKnownRowsMerged == before3, "rows with cell clocks are merged row by row")
+        #expect(b.bulk.db.bulkKnownRowsMerged == before3 + 2, "rows with cell clocks are merged as sets")
+    }
+
+    /// Cell clocks (a column's own clock, where it differs from the row's): later than the local column's (taken,
+    /// the cell clock recorded), older with the same value (nothing), under another spelling of the column's
+    /// name, with another device's site, on a column the row did not change (ignored); all merged as a set. Then
+    /// an older cell clock over a different value: a conflict, so the per-row merge takes the table.
+    @Test func cellClocks_areMergedAsSets_asThePerRowMergeReadsThem() throws {
+        let box = try Sandbox("known-cells")
+        let born = clock(30_000)
+        let b = try twinsWithNotes(box, count: 12, born: born)
+        let third = clock(20_000, "third")
+        let w1 = try writer(box, site: "third")
+        try w1.addTable(Self.notes)
+        for i in 0..<4 { try update(w1, i, [.text("third \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: third, born: born) }
+        try b.apply(try w1.finish())
+        let before = b.bulk.db.bulkKnownRowsMerged
+        let w2 = try writer(box, seen: ["third": third.hlc.rawValue])
+        try w2.addTable(Self.notes)
+        // Later cell clock than the third device's body clock; the row's clock later still.
+        try update(w2, 0, [.text("mine 0"), .text("x0"), .integer(100)], changed: ["body", "n"], clock: clock(1_000), born: born, cells: ["body": clock(15_000)])
+        // Older cell clock than the third device's, the same value: nothing for body, n taken.
+        try update(w2, 1, [.text("third 1"), .text("x1"), .integer(101)], changed: ["body", "n"], clock: clock(1_000), born: born, cells: ["body": clock(25_000)])
+        // Another spelling, another device's site.
+        try update(w2, 2, [.text("mine 2"), .text("x2"), .integer(102)], changed: ["body", "n"], clock: clock(1_000), born: born, cells: ["BODY": clock(12_000, "fourth")])
+        // A cell on a column the row did not change; and rows without cells.
+        try update(w2, 4, [.text("body 4"), .text("x4"), .integer(104)], changed: ["n"], clock: clock(2_000), born: born, cells: ["extra": clock(3_000)])
+        for i in 5..<12 { try update(w2, i, [.text("body \(i)"), .text("x\(i)"), .integer(Int64(i) + 100)], changed: ["extra", "n"], clock: clock(2_000), born: born, cells: i % 2 == 0 ? ["extra": clock(4_000)] : [:]) }
+        let r = try b.apply(try w2.finish())
+        #expect(r.bulk.status == .applied && r.bulk.updated == 11 && r.bulk.conflicts == 0, "\(r.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == before + 11)
+        #expect(try b.bulk.value("SELECT body FROM notes WHERE id = 'n1'") == .text("third 1"))
+        #expect(try b.bulk.value("SELECT count(*) FROM rtsync_clocks WHERE site = 'fourth'") == .integer(1))
+
+        let w3 = try writer(box, seen: ["third": third.hlc.rawValue])
+        try w3.addTable(Self.notes)
+        try update(w3, 3, [.text("older"), .text("extra 3"), .integer(3)], changed: ["body"], clock: clock(500), born: born, cells: ["body": clock(25_000)])
+        try update(w3, 6, [.text("body 6"), .text("y6"), .integer(6)], changed: ["extra"], clock: clock(500), born: born)
+        let before3 = b.bulk.db.bulkKnownRowsMerged
+        let r3 = try b.apply(try w3.finish())
+        #expect(r3.bulk.status == .applied && r3.bulk.conflicts == 1, "\(r3.bulk)")
+        #expect(b.bulk.db.bulkKnownRowsMerged == before3, "a conflict: the per-row merge took the table")
     }
 
     /// An older incoming value that differs from the local one (logged as refused), and a later one over a

@@ -54,11 +54,11 @@ enum Items {
         try db.exec("COMMIT")
     }
 
-    /// Updates the first `columns` of (note, qty, updated_at) of each row, from `updates` arguments, with one
-    /// prepared statement in one transaction. `note` comes first: its new value always differs from the old one.
-    static func bulkUpdate(_ db: PlainDB, _ args: [[BenchValue]], columns: Int) throws {
-        let names = ["note", "qty", "updated_at"].prefix(columns)
-        let positions = [1, 0, 2].prefix(columns)
+    /// Updates the first `columns` of (note, qty, updated_at) of each row (or of `names`, taking their values from
+    /// `positions` of each `updates` argument), with one prepared statement in one transaction. `note` comes first: its new value always differs from the old one.
+    static func bulkUpdate(_ db: PlainDB, _ args: [[BenchValue]], columns: Int, names: [String] = ["note", "qty", "updated_at"],
+                           positions: [Int] = [1, 0, 2]) throws {
+        let names = names.prefix(columns), positions = positions.prefix(columns)
         try db.exec("BEGIN")
         let s = try db.prepare("UPDATE items SET " + names.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?")
         for a in args { try s.run(positions.map { a[$0] } + [a[3]]) }

@@ -135,7 +135,10 @@ private func knownRowRows(_ ctx: BenchContext, n: Int, label: String, rows: [[Be
     try checkpoint(plainBase)
 
     var out: [Row] = []
-    let edits: [(name: String, columns: Int?)] = [("updated, 1 column", 1), ("updated, 2 columns", 2), ("updated, 3 columns", 3), ("deleted", nil)]
+    // "twice": `note` of every row in one transaction, then `qty` in another, so each row's columns carry clocks of
+    // two edits (the diff's cell clocks), as when an app edits a row again before the next sync.
+    let edits: [(name: String, columns: Int?)] = [("updated, 1 column", 1), ("updated, 2 columns", 2), ("updated, 3 columns", 3),
+                                                  ("updated twice, 2 columns", 0), ("deleted", nil)]
     for edit in edits {
         // The edit on a copy of the source device, exported.
         let editSrc = dir.appendingPathComponent("src-edit.sqlite").path
@@ -143,7 +146,13 @@ private func knownRowRows(_ ctx: BenchContext, n: Int, label: String, rows: [[Be
         let editOutbox = dir.appendingPathComponent("outbox-edit", isDirectory: true)
         try? FileManager.default.removeItem(at: editOutbox)
         func apply(_ db: PlainDB) throws {
-            if let columns = edit.columns { try Items.bulkUpdate(db, updates, columns: columns) } else { try Items.bulkDelete(db, keys) }
+            switch edit.columns {
+            case nil: try Items.bulkDelete(db, keys)
+            case 0?:
+                try Items.bulkUpdate(db, updates, columns: 1)
+                try Items.bulkUpdate(db, updates, columns: 1, names: ["qty"], positions: [0])
+            case let columns?: try Items.bulkUpdate(db, updates, columns: columns)
+            }
         }
         try apply(try Items.open(editSrc))
         guard let result = try SyncDatabase(path: editSrc).exportChanges(to: editOutbox), result.rows == n else {
