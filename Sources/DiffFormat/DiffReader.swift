@@ -391,7 +391,8 @@ public final class DiffReader: @unchecked Sendable {
             let born = Clock(hlc: HLC(rawValue: rows.int64(4)), site: bornSite ?? author)
             let clock = Clock(hlc: HLC(rawValue: rows.int64(6)), site: site ?? author)
             let overrides = hasCellClocks ? cellClocks[tid]?[rid] ?? [:] : [:]
-            try body(DiffRow(table: def, tableID: tid, carried: values, operation: op, changedColumns: changed, clock: clock, born: born, columnClocks: overrides))
+            try body(DiffRow(ordinal: rows.int64(0), table: def, tableID: tid, carried: values, operation: op, changedColumns: changed, clock: clock, born: born,
+                             columnClocks: overrides))
         }
         guard validate else { return }
         for (tid, byRow) in cellClocks {
@@ -428,6 +429,8 @@ enum ValidatedDefinitions {
 
 /// One row change of a diff while `DiffReader.forEachRow` reads it, its carried values still in SQLite.
 package final class DiffRow {
+    /// Its `rtsync_rows` rowid: the row's place in the file.
+    package let ordinal: Int64
     /// The carried table's definition.
     package let table: TableDefinition
     /// The table's id in this diff (`rtsync_rows.tid`).
@@ -445,9 +448,9 @@ package final class DiffRow {
     /// The statement (the carried table's scan or lookup) positioned on this row's values.
     private let carried: Statement
 
-    init(table: TableDefinition, tableID: Int64, carried: Statement, operation: RowOperation, changedColumns: [String]?,
+    init(ordinal: Int64, table: TableDefinition, tableID: Int64, carried: Statement, operation: RowOperation, changedColumns: [String]?,
          clock: Clock, born: Clock, columnClocks: [String: Clock]) {
-        self.table = table; self.tableID = tableID; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
+        self.ordinal = ordinal; self.table = table; self.tableID = tableID; self.carried = carried; self.operation = operation; self.changedColumns = changedColumns
         self.clock = clock; self.born = born; self.columnClocks = columnClocks
     }
 

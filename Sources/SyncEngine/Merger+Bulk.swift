@@ -14,13 +14,17 @@ extension Merger {
     /// The diff tables `insertNewRowsInBulk` wrote, every row of each.
     struct BulkResult {
         var tables = Set<Int64>()
+        /// Of those tables, the rows (by `DiffRow.ordinal`) left to the per-row merge.
+        var rowsLeft: [Int64: Set<Int64>] = [:]
 
         /// Whether `row` was written in bulk.
-        func wrote(_ row: DiffRow) -> Bool { tables.contains(row.tableID) }
+        func wrote(_ row: DiffRow) -> Bool {
+            tables.contains(row.tableID) && rowsLeft[row.tableID]?.contains(row.ordinal) != true
+        }
 
         /// Whether every row of the diff was written in bulk.
         func wroteEverything(of reader: DiffReader) -> Bool {
-            reader.tableIDs.allSatisfy { did, def in
+            rowsLeft.isEmpty && reader.tableIDs.allSatisfy { did, def in
                 let counts = reader.counts[def.name] ?? OperationCounts()
                 return tables.contains(did) || counts.upserts + counts.deletes == 0
             }
@@ -101,8 +105,10 @@ extension Merger {
         try db.execute("SAVEPOINT rtsync_bulk_all")
         do {
             for t in tables where try bulkInsert(t.table, upserts: t.upserts) { result.tables.insert(t.table.diffTable) }
-            for k in knownCandidates where try mergeKnownRowsInBulk(k.plan, diffTable: k.did, upserts: k.upserts, deletes: k.deletes) {
+            for k in knownCandidates {
+                guard let left = try mergeKnownRowsInBulk(k.plan, diffTable: k.did, upserts: k.upserts, deletes: k.deletes) else { continue }
                 result.tables.insert(k.did)
+                if !left.isEmpty { result.rowsLeft[k.did] = left }
             }
             try check.wait()
         } catch {

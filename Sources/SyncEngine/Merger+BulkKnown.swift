@@ -83,9 +83,9 @@ extension Merger {
     /// change or a read-only share, when a delete carries cell clocks, when the local key is stored in other
     /// bytes than the incoming one (a NOCASE key, another storage class), when the key is in the diff twice,
     /// and for every other case (a missing row, a tombstone, another incarnation).
-    mutating func mergeKnownRowsInBulk(_ plan: TablePlan, diffTable did: Int64, upserts: Int, deletes: Int) throws -> Bool {
+    mutating func mergeKnownRowsInBulk(_ plan: TablePlan, diffTable did: Int64, upserts: Int, deletes: Int) throws -> Set<Int64>? {
         let info = plan.info, def = info.definition, tid = info.table.id
-        guard let keyPositions = plan.fastKeyPositions else { return false }
+        guard let keyPositions = plan.fastKeyPositions else { return nil }
         let table = BulkTable(self, plan: plan, diffTable: did)
         let d = Merger.attachedDiff
         let remoteNames = plan.remoteDef.columnNames
@@ -97,10 +97,12 @@ extension Merger {
         // and collation; `+` leaves the diff's column without an affinity of its own, as a bound value is).
         let keyMatch = zip(keyColumns, keyPositions).map { "l.\(quoteIdentifier($0)) = +\(carried($1))" }.joined(separator: " AND ")
 
-        if pending.keys.contains(where: { $0.tid == tid }),
-           try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") { return false }
-        if readOnlyShares.contains(where: { $0.tid == tid }),
-           try table.any(self, "\(table.keyText) IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')") { return false }
+        // A key with an unexported local change or a read-only share: that row goes to the per-row merge.
+        var held: [String] = []
+        if pending.keys.contains(where: { $0.tid == tid }) { held.append("\(table.keyText) IN (SELECT pk FROM main.rtsync_changes WHERE tid = \(tid))") }
+        if readOnlyShares.contains(where: { $0.tid == tid }) {
+            held.append("\(table.keyText) IN (SELECT pk FROM main.rtsync_shares WHERE tid = \(tid) AND to_user = ?2 AND permission = 'read-only')")
+        }
 
         // The carried columns by local position, and each distinct `changed` list as a mask of them.
         let localColumns = def.columnNames
@@ -113,7 +115,7 @@ extension Merger {
         let distinct = try db.prepare("SELECT DISTINCT changed FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NOT NULL LIMIT 65")
         try distinct.bind([.integer(did)])
         while try distinct.step() {
-            guard case .text(let text) = distinct.column(0), let names = try? JSONDecoder().decode([String].self, from: Data(text.utf8)) else { return false }
+            guard case .text(let text) = distinct.column(0), let names = try? JSONDecoder().decode([String].self, from: Data(text.utf8)) else { return nil }
             var mask: Int64 = 0
             for name in names {
                 guard let local = plan.localName[name.lowercased()], let i = localColumns.firstIndex(of: local) else { continue }
@@ -121,7 +123,7 @@ extension Merger {
             }
             masks.append((text, mask))
         }
-        guard masks.count <= 64 else { return false }
+        guard masks.count <= 64 else { return nil }
         let wholeRows = try upserts > 0 && (db.scalar("SELECT 1 FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NULL LIMIT 1", [.integer(did)])) != nil
         let anyChanged = masks.reduce(Int64(0)) { $0 | $1.mask } | (wholeRows ? carriedMask : 0)
         // Columns some row may take (changed, or every carried column for a row with `changed` NULL).
@@ -181,6 +183,7 @@ extension Merger {
             }
         }
         func cellMatch(_ i: Int, _ alias: String) -> String { "\(alias).col IN (" + cellNames[i, default: []].map { SQLValue.text($0).sqlLiteral }.joined(separator: ", ") + ")" }
+        level1.append(held.isEmpty ? "0 AS held" : "(" + held.joined(separator: " OR ") + ") AS held")
         level1.append(reader.hasCellClocks ? "(r.op <> 'upsert' COLLATE BINARY AND EXISTS (SELECT 1 FROM \(cells) AS x WHERE x.tid = r.tid AND x.rid = r.rid)) AS cells" : "0 AS cells")
         var joins = ""
         for i in candidates {
@@ -237,13 +240,18 @@ extension Merger {
                   ELSE 0 END)
             """
         let knownUpdate = "here AND keysame AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY"
-        let knownDelete = "CASE WHEN NOT (here AND keysame) THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND bs < \(localBornS)) THEN 0 "
+        let knownDelete = "CASE WHEN NOT here THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND bs < \(localBornS)) THEN 0 "
             + "ELSE NOT \(deleteLogs) END"
+        // 1 new row, 2 known update, 3 known delete; 4 a row for the per-row merge (a tombstone, another incarnation,
+        // a local change, a conflict to log, …): keys are independent here (no UNIQUE or foreign key, no trigger, each
+        // key once), so the other rows may be merged as a set. 0 sends the whole table to the per-row merge: a key
+        // that the per-row merge would convert, or that names a local row stored in other bytes (a NOCASE key), might
+        // name the same row as another key of the diff.
         let cls = """
-            CASE WHEN NOT keyok THEN 0 WHEN cells THEN 0 WHEN stray THEN 0
-                 WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN 1 ELSE 0 END)
-                                                             WHEN (\(knownUpdate)) THEN 2 ELSE 0 END
-                 WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN (\(knownDelete)) THEN 3 ELSE 0 END
+            CASE WHEN NOT keyok THEN 0 WHEN here AND NOT keysame THEN 0 WHEN cells OR stray OR held THEN 4
+                 WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN 1 ELSE 4 END)
+                                                             WHEN (\(knownUpdate)) THEN 2 ELSE 4 END
+                 WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN (\(knownDelete)) THEN 3 ELSE 4 END
                  ELSE 0 END
             """
         // The words only matter for rows classified 2 (a known update); other upserts of a local row get them too.
@@ -265,11 +273,23 @@ extension Merger {
             SELECT ord, rid, pk, \(cls), lr, rh, rs, bh, bs\(wordValues.map { ", " + $0 }.joined())
             FROM (SELECT \(level1.joined(separator: ", ")) \(from1)) AS q
             """)
-        // Every row classified, none that would log a conflict, each key once: otherwise the per-row merge takes the table.
-        let summary = try db.rows("SELECT count(*), count(DISTINCT pk), sum(cls = 0 OR (cls = 2 AND \(conflicted))), sum(cls = 1), sum(cls = 2 AND \(updatedRow(""))), sum(cls = 2), sum(cls = 3) FROM \(known)")[0]
-        guard summary[0].int64 == Int64(upserts + deletes), summary[1] == summary[0], summary[2].int64 == 0 else { return false }
+        // Every row classified, each key once: otherwise the per-row merge takes the table. A known update that
+        // would log a conflict is left to the per-row merge, as rows classified 4 are.
+        let summary = try db.rows("""
+            SELECT count(*), count(DISTINCT pk), sum(cls = 0), sum(cls = 1), sum(cls = 2 AND NOT \(conflicted) AND \(updatedRow(""))),
+                   sum(cls = 2 AND NOT \(conflicted)), sum(cls = 3), sum(cls = 2 AND \(conflicted)), sum(cls = 4) FROM \(known)
+            """)[0]
+        guard summary[0].int64 == Int64(upserts + deletes), summary[1] == summary[0], summary[2].int64 == 0 else { return nil }
         let newRows = Int(summary[3].int64 ?? 0), changedRows = Int(summary[4].int64 ?? 0)
         let knownUpserts = Int(summary[5].int64 ?? 0), deletedRows = Int(summary[6].int64 ?? 0)
+        let conflictedRows = Int(summary[7].int64 ?? 0), leftRows = conflictedRows + Int(summary[8].int64 ?? 0)
+        // Nothing for the set path: the per-row merge takes the table.
+        guard leftRows < upserts + deletes else { return nil }
+        if conflictedRows > 0 { _ = try run("UPDATE \(known) SET cls = 4 WHERE cls = 2 AND \(conflicted)") }
+        var left = Set<Int64>()
+        if leftRows > 0 {
+            for r in try db.rows("SELECT ord FROM \(known) WHERE cls = 4") { if let ord = r[0].int64 { left.insert(ord) } }
+        }
 
         let before = (report, bulkRows)
         try db.execute("SAVEPOINT rtsync_bulk_known")
@@ -342,7 +362,7 @@ extension Merger {
                 report.updated += changedRows
                 report.deleted += deletedRows
                 bulkKnownRows += newRows + knownUpserts + deletedRows
-                return true
+                return left
             }
         } catch let error as SQLiteError {
             // A NOT NULL or CHECK constraint, a value of the wrong type: the per-row merge meets the same row and decides.
@@ -350,6 +370,6 @@ extension Merger {
         }
         do { try db.execute("ROLLBACK TO rtsync_bulk_known; RELEASE rtsync_bulk_known") } catch { throw failure ?? error }
         (report, bulkRows) = before
-        return false
+        return nil
     }
 }

@@ -230,13 +230,13 @@ struct BulkKnownRowsTests {
         let before3 = b.bulk.db.bulkKnownRowsMerged
         let r3 = try b.apply(try w3.finish())
         #expect(r3.bulk.status == .applied && r3.bulk.conflicts == 1, "\(r3.bulk)")
-        #expect(b.bulk.db.bulkKnownRowsMerged == before3, "a conflict: the per-row merge took the table")
+        #expect(b.bulk.db.bulkKnownRowsMerged == before3 + 1, "the conflict's row merged row by row, the other as a set")
     }
 
     /// An older incoming value that differs from the local one (logged as refused), and a later one over a
-    /// value the author had not seen (logged as overwritten): the per-row merge writes the conflict log, for
-    /// the whole table.
-    @Test func rowsThatLogConflicts_sendTheirTableToThePerRowMerge() throws {
+    /// value the author had not seen (logged as overwritten): the per-row merge takes those rows and writes the
+    /// conflict log; the other rows of the table are merged as a set.
+    @Test func rowsThatLogConflicts_goToThePerRowMerge_theOthersAreMergedAsASet() throws {
         let box = try Sandbox("known-conflicts")
         let born = clock(20_000)
         let b = try twinsWithNotes(box, count: 6, born: born)
@@ -255,13 +255,13 @@ struct BulkKnownRowsTests {
             let r = try b.apply(try w.finish())
             #expect(r.bulk.status == .applied && r.bulk.conflicts == 1, "\(r.bulk)")
         }
-        #expect(b.bulk.db.bulkKnownRowsMerged == before)
+        #expect(b.bulk.db.bulkKnownRowsMerged == before + 8, "rows 2…5 of each diff")
         #expect(try b.bulk.value("SELECT count(*) FROM rtsync_conflicts") == .integer(logged + 2))
     }
 
     /// Deletes: of rows last changed by the author (a set), of a row a third device changed after the author
     /// saw it (logged: the per-row merge), of a row with an unexported local edit (the per-row merge), and a
-    /// delete of an older incarnation (refused and logged).
+    /// delete of an older incarnation (refused and logged); the other deletes of each diff as a set.
     @Test func deletesVersusLaterLocalEdits_asThePerRowMerge() throws {
         let box = try Sandbox("known-deletes")
         let born = clock(20_000)
@@ -283,7 +283,7 @@ struct BulkKnownRowsTests {
         for i in 6..<9 { try w2.append(RowChange(table: "notes", operation: .delete, values: [.text("n\(i)"), .null, .null, .null], clock: clock(7_000), born: born)) }
         let logged = try b.apply(try w2.finish())
         #expect(logged.bulk.deleted == 3 && logged.bulk.conflicts == 1, "\(logged.bulk)")
-        #expect(b.bulk.db.bulkKnownRowsMerged == 6)
+        #expect(b.bulk.db.bulkKnownRowsMerged == 6 + 2, "n7 and n8")
 
         // The same unexported local edit on both twins, with the same clock.
         let editClock = HLC(milliseconds: HLC.wallMilliseconds(), counter: 0).rawValue
@@ -298,7 +298,7 @@ struct BulkKnownRowsTests {
         try w3.append(RowChange(table: "notes", operation: .delete, values: [.text("n11"), .null, .null, .null], clock: clock(6_000), born: clock(30_000)))
         let pending = try b.apply(try w3.finish())
         #expect(pending.bulk.status == .applied && pending.bulk.conflicts >= 2, "\(pending.bulk)")
-        #expect(b.bulk.db.bulkKnownRowsMerged == 6)
+        #expect(b.bulk.db.bulkKnownRowsMerged == 8 + 1, "n10")
     }
 
     /// A diff with a clock two days ahead is rejected for it whichever path starts, and changes nothing; one
