@@ -144,6 +144,15 @@ struct ConvergencePropertyTests {
         if ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"] != nil { print("seed \(seed): \(merged) rows merged as sets") }
     }
 
+    /// The same twins with unexported local edits on the receiving replica when the diffs arrive (so rows of a table
+    /// merged as a set may be left to the per-row merge one by one), last-writer-wins deletes and skewed clocks in turn.
+    @Test(arguments: seeds(from: 10_700, ci: 12))
+    func randomEditsLeftUnexported_setPathAndPerRowMergeAgreeOnEveryApply(seed: Int) throws {
+        let merged = try run(seed: seed, uniqueA: false, policy: seed % 3 == 1 ? TablePolicy(.lwwColumn, onDeleteConflict: .lastWriterWins) : nil,
+                             skewed: seed % 3 == 2, twins: true, unexportedEdits: true)
+        if ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"] != nil { print("seed \(seed): \(merged) rows merged as sets") }
+    }
+
     /// Every batch a replica receives is also applied to two copies of it, with the same few unexported local edits
     /// made on both first: one applying the batch in groups (one transaction for many diffs, `SyncDatabase+Groups`), one diff at
     /// a time (`GroupTwins`); they must end alike (reports, rows, bookkeeping, change log, conflict log, triggers).
