@@ -10,7 +10,8 @@ extension Merger {
 
     /// Whether the rows of a carried table may be merged as a set (`mergeKnownRowsInBulk`), judged by the table
     /// alone: the default policy (column-level last writer wins; deletes only with `delete-wins` and when no
-    /// table's foreign key refers to this one), no custom resolver, no foreign keys of its own, no UNIQUE
+    /// table's foreign key refers to this one), no custom resolver, foreign keys of its own only without deletes
+    /// (and then no row may change a column of one: see `mergeKnownRowsInBulk`), no UNIQUE
     /// constraint but the primary key, no renamed, missing or kept-aside columns, ASCII column names (which
     /// SQLite's NOCASE and Swift's `lowercased()` fold alike) and at most 62 columns (a change mask is an integer);
     /// the author's, this device's and the seen sites' ids ASCII.
@@ -20,7 +21,7 @@ extension Merger {
         // Sites are compared by bytes in SQL and as Swift strings by the per-row merge: alike for ASCII.
         guard ascii(meta.authorSite), ascii(ownSite), meta.seen.keys.allSatisfy(ascii) else { return false }
         guard policy.policy == .lwwColumn, resolvers[info.table.name] == nil, plan.fastInsert, plan.fastKeyPositions != nil,
-              !plan.hasDeleteActions, plan.renamedFrom.isEmpty, def.columns.count <= 62,
+              !plan.hasDeleteActions || deletes == 0, plan.renamedFrom.isEmpty, def.columns.count <= 62,
               def.columnNames.allSatisfy({ $0.utf8.allSatisfy { $0 < 0x80 } }),
               plan.allColumns.count == Set(plan.allColumns.map { $0.lowercased() }).count else { return false }
         if deletes > 0 {
@@ -125,9 +126,17 @@ extension Merger {
         }
         guard masks.count <= 64 else { return nil }
         let wholeRows = try upserts > 0 && (db.scalar("SELECT 1 FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NULL LIMIT 1", [.integer(did)])) != nil
-        let anyChanged = masks.reduce(Int64(0)) { $0 | $1.mask } | (wholeRows ? carriedMask : 0)
+        // A table with foreign keys of its own: an update that writes none of their columns cannot break or settle a
+        // reference (the per-row merge acts on a reference to a parent deleted here only when it writes the
+        // reference). New rows, whole rows (`changed` NULL) and updates of a referencing column can: each such row
+        // goes to the per-row merge (`fkRow` below), and those columns are no candidates.
+        let referencing = Set(def.foreignKeys.flatMap { $0.columns.map { $0.lowercased() } })
+        let referencingMask = localColumns.indices.filter { referencing.contains(localColumns[$0].lowercased()) }.reduce(Int64(0)) { $0 | (1 << Int64($1)) }
+        let anyChanged = masks.reduce(Int64(0)) { $0 | $1.mask } | (wholeRows && !plan.hasDeleteActions ? carriedMask : 0)
         // Columns some row may take (changed, or every carried column for a row with `changed` NULL).
-        let candidates = localColumns.indices.filter { anyChanged & (1 << Int64($0)) != 0 && positionOfLocal[$0] != nil }
+        let candidates = localColumns.indices.filter { anyChanged & ~referencingMask & (1 << Int64($0)) != 0 && positionOfLocal[$0] != nil }
+        let newRowClass = plan.hasDeleteActions ? 4 : 1
+        let fkRow = plan.hasDeleteActions ? "WHEN op = 'upsert' COLLATE BINARY AND (whole OR chm & \(referencingMask) <> 0) THEN 4" : ""
 
         // Parameters: ?1 author site, ?2 author user, ?3 own site, ?4 published clock, ?5 `seen` as JSON, then
         // the `changed` texts.
@@ -158,7 +167,7 @@ extension Merger {
         // A rowid table's rows are updated by rowid (one lookup instead of the key's index and then the rowid).
         let localRowid = def.withoutRowID ? nil : DiffFile.rowidAlias(for: localColumns)
         var level1 = ["r.rowid AS ord", "r.rid AS rid", "r.op AS op", "\(table.keyText) AS pk", "r.hlc AS rh", "coalesce(r.site, ?1) AS rs",
-                      "r.born AS bh", "coalesce(r.born_site, ?1) AS bs", "\(maskCases) AS chm",
+                      "r.born AS bh", "coalesce(r.born_site, ?1) AS bs", "\(maskCases) AS chm", "(r.changed IS NULL) AS whole",
                       "(l.\(quoteIdentifier(keyColumns[0])) IS NOT NULL) AS here", "(\(keySame)) AS keysame",
                       "(m.tid IS NOT NULL) AS hasmeta", "m.born_hlc AS mbh", "m.born_site AS mbs",
                       localRowid.map { "l.\($0) AS lr" } ?? "NULL AS lr"]
@@ -248,8 +257,8 @@ extension Merger {
         // that the per-row merge would convert, or that names a local row stored in other bytes (a NOCASE key), might
         // name the same row as another key of the diff.
         let cls = """
-            CASE WHEN NOT keyok THEN 0 WHEN here AND NOT keysame THEN 0 WHEN cells OR stray OR held THEN 4
-                 WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN 1 ELSE 4 END)
+            CASE WHEN NOT keyok THEN 0 WHEN here AND NOT keysame THEN 0 WHEN cells OR stray OR held THEN 4 \(fkRow)
+                 WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN \(newRowClass) ELSE 4 END)
                                                              WHEN (\(knownUpdate)) THEN 2 ELSE 4 END
                  WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN (\(knownDelete)) THEN 3 ELSE 4 END
                  ELSE 0 END

@@ -121,6 +121,36 @@ struct BulkKnownRowsTests {
         }
     }
 
+    /// A table with a foreign key: updates that leave the reference alone are merged as a set (new rows of the same
+    /// diff one by one); an update of the reference, and deletes, go to the per-row merge with the whole table.
+    @Test func tableWithAForeignKey_updatesLeavingTheReferenceAreMergedAsSets() throws {
+        let sql = """
+            CREATE TABLE parents(id TEXT PRIMARY KEY, name TEXT);
+            CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT, n INTEGER, parent TEXT REFERENCES parents(id) ON DELETE CASCADE);
+            """
+        let box = try Sandbox("known-fk")
+        let a = try device(box, "A", sql)
+        let b = try Twins(box, try device(box, "B", sql))
+        for p in 0..<5 { try a.exec("INSERT INTO parents VALUES (?, ?)", [.text("p\(p)"), .text("parent \(p)")]) }
+        for i in 0..<200 { try a.exec("INSERT INTO notes VALUES (?, ?, ?, ?, ?)", [.text("n\(i)"), .text("body \(i)"), .text("x\(i)"), .integer(Int64(i)), .text("p\(i % 5)")]) }
+        #expect(try b.apply(try a.exportFile()).bulk.inserted == 205)
+        func round(_ edit: String, merged: Int, _ what: String) throws {
+            tick()
+            try a.exec(edit)
+            let before = b.bulk.db.bulkKnownRowsMerged
+            let r = try b.apply(try a.exportFile())
+            #expect(r.bulk.status == .applied, "\(what): \(r.bulk)")
+            #expect(b.bulk.db.bulkKnownRowsMerged == before + merged, "\(what): \(r.bulk)")
+        }
+        try round("UPDATE notes SET body = 'one ' || id WHERE n < 150", merged: 150, "updates of other columns")
+        // Rows 1 and 6 had parent p1 already: only their body changed.
+        try round("UPDATE notes SET parent = 'p1', body = 'moved' WHERE n < 10", merged: 2, "updates of the reference")
+        try round("INSERT INTO notes VALUES ('late', 'late', NULL, 50, 'p2'); UPDATE notes SET extra = 'two' WHERE n >= 100", merged: 100, "new rows beside updates")
+        try round("DELETE FROM parents WHERE id = 'p4'", merged: 0, "a cascade of deletes")
+        #expect(try b.bulk.value("SELECT count(*) FROM notes") == .integer(163))
+        try expectSameData(a, b.bulk)
+    }
+
     /// Rows edited again and again, each diff merged as a set as the per-row merge would merge it: over column
     /// clocks of this device (edited here, exported and applied by the author before its edit), of the author
     /// (its earlier rounds) and of a third device whose edits both had applied.

@@ -330,12 +330,14 @@ struct GroupTwins {
 /// Delivers `files` to `r` as a chaos run does: in random order, some twice. Returns how many were deferred.
 @discardableResult
 func deliverRandomly(_ files: [URL], to r: Replica, rng: inout SeededGenerator, label: String,
+                     beforeApply: ((Replica, URL) -> Void)? = nil,
                      onApply: ((Replica, URL, ApplyReport) -> Void)? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Int {
     var batch = files
     for _ in 0..<Int.random(in: 0...2, using: &rng) { if let f = files.randomElement(using: &rng) { batch.append(f) } }
     batch.shuffle(using: &rng)
     var deferred = 0
     for f in batch {
+        beforeApply?(r, f)
         let report = r.apply(f)
         if report.status == .deferred { deferred += 1 }
         onApply?(r, f, report)
