@@ -39,9 +39,9 @@ extension Merger {
         return false
     }
 
-    /// Whether each of the first 64 rows of a carried table (in file order) has a local row with its key, or is an
-    /// upsert new by its own content (see `BulkTable.isNew`) with a key in the local column's storage class:
-    /// cheap, and false at once for a table the set path would leave to the per-row merge anyway.
+    /// Whether, of the first 64 rows of a carried table (in file order), every key is in the local column's storage
+    /// class and at least half have a local row with their key or are upserts new by their own content (see
+    /// `BulkTable.isNew`): cheap, and false at once for a table the set path would mostly leave to the per-row merge.
     func firstRowsMayBeKnown(_ plan: TablePlan, diffTable did: Int64) throws -> Bool {
         guard let keyPositions = plan.fastKeyPositions else { return false }
         let table = BulkTable(self, plan: plan, diffTable: did)
@@ -55,13 +55,14 @@ extension Merger {
             if let natural = plan.keyAffinities[i].naturalTypeof { keyOK += " AND typeof(\(carried(position))) = '\(natural)'" }
         }
         let s = try table.statement(self, """
-            SELECT 1 FROM (SELECT r.op AS op, (\(table.isNew)) AS is_new, (\(keyOK)) AS key_ok,
-                                  EXISTS (SELECT 1 FROM main.\(quoteIdentifier(def.name)) AS l WHERE \(keyMatch)) AS here
-                           FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid
-                           WHERE r.tid = \(did) ORDER BY r.rowid LIMIT 64)
-            WHERE NOT (key_ok AND (here OR (op = 'upsert' COLLATE BINARY AND coalesce(is_new, 0)))) LIMIT 1
+            SELECT count(*), sum(NOT key_ok), sum(here OR (op = 'upsert' COLLATE BINARY AND coalesce(is_new, 0)))
+            FROM (SELECT r.op AS op, (\(table.isNew)) AS is_new, (\(keyOK)) AS key_ok,
+                         EXISTS (SELECT 1 FROM main.\(quoteIdentifier(def.name)) AS l WHERE \(keyMatch)) AS here
+                  FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid
+                  WHERE r.tid = \(did) ORDER BY r.rowid LIMIT 64)
             """)
-        return try !s.step()
+        guard try s.step(), let rows = s.column(0).int64, rows > 0 else { return false }
+        return s.column(1).int64 == 0 && (s.column(2).int64 ?? 0) * 2 >= rows
     }
 
     /// Merges every row of one carried table when each is either new here (written as `bulkInsert` writes it) or
