@@ -16,6 +16,10 @@ extension Merger {
         var tables = Set<Int64>()
         /// Of those tables, the rows (by `DiffRow.ordinal`) left to the per-row merge.
         var rowsLeft: [Int64: Set<Int64>] = [:]
+        /// The newest of the author's clocks in the whole diff (the row check's), for after the per-row merge: while
+        /// it runs, the rows written in bulk are noted in file order (`noteClocks`), as the per-row merge notes each
+        /// row, so that a decision it captures is timed as when every row is merged one by one.
+        var maxAuthorHLC: Int64 = 0
 
         /// Whether `row` was written in bulk.
         func wrote(_ row: DiffRow) -> Bool {
@@ -119,7 +123,7 @@ extension Merger {
             return nil
         }
         try db.execute("RELEASE rtsync_bulk_all")
-        maxRemoteHLC = max(maxRemoteHLC, check.maxAuthorHLC)
+        result.maxAuthorHLC = check.maxAuthorHLC
         return result
     }
 

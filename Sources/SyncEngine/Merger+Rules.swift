@@ -10,9 +10,7 @@ extension Merger {
         let plan = try plan(for: row.table.name)
         // A clock far ahead would win every merge until wall time caught up (and Int64.max would even beat
         // unexported local edits): such a diff comes from a badly skewed or hostile device.
-        try checkClock(row.clock, row.table.name)
-        try checkClock(row.born, row.table.name)
-        for clock in row.columnClocks.values { try checkClock(clock, row.table.name) }
+        try noteClocks(row)
         if row.operation == .upsert, try insertNew(plan, row) { return }
         try mergeFully(plan.localized(row.change), plan: plan)
     }
@@ -72,6 +70,13 @@ extension Merger {
             throw SyncEngineError.diffRejected(file: reader.url.path, reason: "key \(value.sqlLiteral.prefix(80)) of '\(plan.info.table.name)'.'\(name)' would change when stored in the local column (declared \(plan.info.definition.columns.first { $0.name == name }?.type ?? "without a type")), so it cannot be matched to a row here")
         }
         return normalized
+    }
+
+    /// Checks a row's clocks and notes the newest of the author's (`maxRemoteHLC`), as each row is merged.
+    mutating func noteClocks(_ row: DiffRow) throws {
+        try checkClock(row.clock, row.table.name)
+        try checkClock(row.born, row.table.name)
+        for clock in row.columnClocks.values { try checkClock(clock, row.table.name) }
     }
 
     mutating func checkClock(_ clock: Clock, _ table: String) throws {

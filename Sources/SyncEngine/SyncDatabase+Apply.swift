@@ -319,9 +319,10 @@ struct Merger {
             // Every row and the digest were checked while the new rows were written; merge the rest.
             if !bulk.wroteEverything(of: reader) {
                 try reader.forEachRow(validated: true) { row in
-                    if !bulk.wrote(row) { try self.merge(row) }
+                    if bulk.wrote(row) { try self.noteClocks(row) } else { try self.merge(row) }
                 }
             }
+            maxRemoteHLC = max(maxRemoteHLC, bulk.maxAuthorHLC)
         } else {
             try reader.forEachRow { row in try self.merge(row) }
         }

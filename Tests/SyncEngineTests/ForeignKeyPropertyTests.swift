@@ -110,6 +110,14 @@ struct ForeignKeyPropertyTests {
         try run(seed: seed, unexportedEdits: seed % 2 == 0, twins: true)
     }
 
+    /// Seed 6085 of the property above differed before the rows written in bulk were noted in file order during
+    /// the per-row merge of the others: a decision it captured (an FK action's tombstone) was timed after every
+    /// clock of the diff instead of after the rows before it.
+    @Test(arguments: [6085])
+    func setPathAndPerRowMerge_timeCapturedDecisionsAlike(seed: Int) throws {
+        try run(seed: seed, unexportedEdits: seed % 2 == 0, twins: true)
+    }
+
     func run(seed: Int, unexportedEdits: Bool, twins: Bool = false) throws {
         var rng = SeededGenerator(seed: UInt64(seed))
         let box = try Sandbox("fkprop\(seed)")
