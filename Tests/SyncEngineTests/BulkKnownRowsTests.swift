@@ -57,6 +57,14 @@ struct BulkKnownRowsTests {
         try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n\(i)")] + values, changedColumns: changed, clock: clock, born: born, columnClocks: cells))
     }
 
+    /// Device "third" sets the body of notes `rows` to "third <i>" at `clock`; the twins apply it.
+    func thirdDeviceEditsBodies(_ box: Sandbox, _ b: Twins, rows: Range<Int>, clock third: Clock, born: Clock) throws {
+        let w = try writer(box, site: "third")
+        try w.addTable(Self.notes)
+        for i in rows { try update(w, i, [.text("third \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: third, born: born) }
+        try b.apply(try w.finish())
+    }
+
     // MARK: Written as sets
 
     /// Another device's updates of one, two and three columns, some to the value already here, then deletes,
@@ -197,10 +205,7 @@ struct BulkKnownRowsTests {
         let born = clock(20_000)
         let b = try twinsWithNotes(box, count: 10, born: born)
         let third = clock(10_000, "third")
-        let w1 = try writer(box, site: "third")
-        try w1.addTable(Self.notes)
-        for i in 0..<4 { try update(w1, i, [.text("third \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: third, born: born) }
-        try b.apply(try w1.finish())
+        try thirdDeviceEditsBodies(box, b, rows: 0..<4, clock: third, born: born)
         let before = b.bulk.db.bulkKnownRowsMerged
         let w2 = try writer(box, seen: ["third": third.hlc.rawValue])
         try w2.addTable(Self.notes)
@@ -225,16 +230,13 @@ struct BulkKnownRowsTests {
     /// Cell clocks (a column's own clock, where it differs from the row's): later than the local column's (taken,
     /// the cell clock recorded), older with the same value (nothing), under another spelling of the column's
     /// name, with another device's site, on a column the row did not change (ignored); all merged as a set. Then
-    /// an older cell clock over a different value: a conflict, so the per-row merge takes the table.
+    /// an older cell clock over a different value: a conflict, so the per-row merge takes that row.
     @Test func cellClocks_areMergedAsSets_asThePerRowMergeReadsThem() throws {
         let box = try Sandbox("known-cells")
         let born = clock(30_000)
         let b = try twinsWithNotes(box, count: 12, born: born)
         let third = clock(20_000, "third")
-        let w1 = try writer(box, site: "third")
-        try w1.addTable(Self.notes)
-        for i in 0..<4 { try update(w1, i, [.text("third \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: third, born: born) }
-        try b.apply(try w1.finish())
+        try thirdDeviceEditsBodies(box, b, rows: 0..<4, clock: third, born: born)
         let before = b.bulk.db.bulkKnownRowsMerged
         let w2 = try writer(box, seen: ["third": third.hlc.rawValue])
         try w2.addTable(Self.notes)
@@ -271,10 +273,7 @@ struct BulkKnownRowsTests {
         let born = clock(20_000)
         let b = try twinsWithNotes(box, count: 6, born: born)
         let third = clock(10_000, "third")
-        let w1 = try writer(box, site: "third")
-        try w1.addTable(Self.notes)
-        for i in 0..<2 { try update(w1, i, [.text("third \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: third, born: born) }
-        try b.apply(try w1.finish())
+        try thirdDeviceEditsBodies(box, b, rows: 0..<2, clock: third, born: born)
         let before = b.bulk.db.bulkKnownRowsMerged
         let logged = try #require(b.bulk.value("SELECT count(*) FROM rtsync_conflicts")?.int64)
         for (i, at) in [(0, Int64(15_000)), (1, Int64(5_000))] {
