@@ -11,8 +11,9 @@ extension Merger {
     /// The attached diff's cell clocks, copied for the bulk paths while they run (see `insertNewRowsInBulk`).
     static let diffCellsTable = "temp.rtsync_diff_cells"
 
-    /// The diff tables `insertNewRowsInBulk` wrote, every row of each.
+    /// The diff tables `insertNewRowsInBulk` wrote, and the rows of them it left to the per-row merge.
     struct BulkResult {
+        /// Diff tables written in bulk: every row, or every row but `rowsLeft`.
         var tables = Set<Int64>()
         /// Of those tables, the rows (by `DiffRow.ordinal`) left to the per-row merge.
         var rowsLeft: [Int64: Set<Int64>] = [:]
@@ -43,8 +44,10 @@ extension Merger {
     /// row for its key here and no key twice. Tables with ON DELETE actions, and every table when the database
     /// has triggers of its own (which could see rows in another order than the diff's), go to the per-row
     /// merge; so does a table whose writes fail (a UNIQUE value held by another key, a constraint), after its
-    /// savepoint is rolled back. Whole tables only: the per-row merge of the other tables then cannot see
-    /// their rows in another order than the file's, because nothing it merges shares a table with them.
+    /// savepoint is rolled back. New rows are written whole table by whole table: the per-row merge of the other
+    /// tables then cannot see their rows in another order than the file's, because nothing it merges shares a
+    /// table with them. Tables of rows this device has (`mergeKnownRowsInBulk`) may leave rows of their own to the
+    /// per-row merge, where keys are independent of each other and of the rows it merges in other tables.
     /// Tried only when the tables that may be written so (judged by their first 64 rows) hold at least half the
     /// diff's rows. Meanwhile another thread checks every row, the clocks and the digest through the reader's
     /// connection; rows left to the per-row merge are then read again without hashing.
@@ -79,12 +82,24 @@ extension Merger {
               try db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' LIMIT 1") == nil,
               try attachDiff() else { return nil }
         // The diff's cell clocks, keyed by row: read by key instead of by a scan of the diff's table for every row.
-        if reader.hasCellClocks {
-            try db.execute("DROP TABLE IF EXISTS \(Merger.diffCellsTable)")
-            try db.execute("CREATE TEMP TABLE \(Merger.diffCellsTable)(tid INTEGER NOT NULL, rid INTEGER NOT NULL, col TEXT NOT NULL, hlc INTEGER NOT NULL, site TEXT, PRIMARY KEY (tid, rid, col)) WITHOUT ROWID")
-            try db.execute("INSERT INTO \(Merger.diffCellsTable)(tid, rid, col, hlc, site) SELECT tid, rid, col, hlc, site FROM \(Merger.attachedDiff).rtsync_cells NOT INDEXED ORDER BY tid, rid, col")
-        }
+        // If they cannot be copied, the per-row merge does all the work.
         defer { if reader.hasCellClocks { try? db.execute("DROP TABLE IF EXISTS \(Merger.diffCellsTable)") } }
+        if reader.hasCellClocks {
+            do {
+                try db.execute("DROP TABLE IF EXISTS \(Merger.diffCellsTable)")
+                try db.execute("CREATE TEMP TABLE \(Merger.diffCellsTable)(tid INTEGER NOT NULL, rid INTEGER NOT NULL, col TEXT NOT NULL, hlc INTEGER NOT NULL, site TEXT, PRIMARY KEY (tid, rid, col)) WITHOUT ROWID")
+                try db.execute("INSERT INTO \(Merger.diffCellsTable)(tid, rid, col, hlc, site) SELECT tid, rid, col, hlc, site FROM \(Merger.attachedDiff).rtsync_cells NOT INDEXED ORDER BY tid, rid, col")
+            } catch { return nil }
+        }
+        // A table with foreign keys is merged as a set only when the diff carries no row of a table it references,
+        // directly or through their references: a parent's delete, or a collision's loser deleted, acts on its
+        // rows (ON DELETE actions), and must meet them in file order.
+        if knownCandidates.contains(where: { $0.plan.hasDeleteActions }) {
+            let carried = Set(reader.tables.filter { def in ((reader.counts[def.name]?.upserts ?? 0) + (reader.counts[def.name]?.deletes ?? 0)) > 0 }.map { $0.name.lowercased() })
+            knownCandidates = try knownCandidates.filter { k in
+                try !k.plan.hasDeleteActions || ancestors(of: k.plan.info.definition).isDisjoint(with: carried)
+            }
+        }
         // A table whose first rows are not new (a diff of updates) is not new as a whole. When the tables left
         // hold under half the diff's rows, checking every row on another thread first costs more than it saves.
         var tables: [(table: BulkTable, upserts: Int)] = []
@@ -144,6 +159,10 @@ extension Merger {
             var plain = odd == 0
             for table in reader.tables.map(\.name) + ["rtsync_rows", "rtsync_cells"] where plain {
                 plain = try db.scalar("SELECT count(*) FROM pragma_table_xinfo(?, '\(d)') WHERE hidden != 0", [.text(table)])?.int64 == 0
+            }
+            // The bulk paths name a row of `rtsync_rows` by its rowid: no column of that table may take the name.
+            if plain {
+                plain = try db.scalar("SELECT count(*) FROM pragma_table_xinfo('rtsync_rows', '\(d)') WHERE lower(name) IN ('rowid', '_rowid_', 'oid')")?.int64 == 0
             }
             if plain { return true }
         } catch {}

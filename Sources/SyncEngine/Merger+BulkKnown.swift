@@ -30,6 +30,18 @@ extension Merger {
         return try db.scalar("SELECT 1 FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk' LIMIT 1", [.text(def.name)]) == nil
     }
 
+    /// The tables `def` references through its foreign keys, and the tables those reference in turn (names
+    /// lower-cased).
+    func ancestors(of def: TableDefinition) throws -> Set<String> {
+        var found = Set<String>(), queue = [def]
+        while let d = queue.popLast() {
+            for fk in d.foreignKeys where found.insert(fk.table.lowercased()).inserted {
+                if let parent = try TableDefinition.read(table: fk.table, from: db) { queue.append(parent) }
+            }
+        }
+        return found
+    }
+
     /// Whether any table's foreign key names `table` (as the per-row merge's ON DELETE handling finds them).
     mutating func isReferencedByForeignKeys(_ table: String) throws -> Bool {
         for child in try SyncDatabase.userTableNames(db) {
@@ -65,26 +77,30 @@ extension Merger {
         return s.column(1).int64 == 0 && (s.column(2).int64 ?? 0) * 2 >= rows
     }
 
-    /// Merges every row of one carried table when each is either new here (written as `bulkInsert` writes it) or
-    /// an update or delete of a row this device has that the per-row merge would settle without a conflict
-    /// entry or any other decision of its own; false, having written nothing, when any row is neither: the
-    /// table then goes whole to the per-row merge.
+    /// Merges the rows of one carried table that are new here (written as `bulkInsert` writes them) or updates or
+    /// deletes of rows this device has that the per-row merge would settle without a conflict entry or any other
+    /// decision of its own, and returns the rows (by `DiffRow.ordinal`) it leaves to the per-row merge; nil, having
+    /// written nothing, when the per-row merge must take the whole table.
     ///
     /// What the per-row merge does for such a row, done here for all of them at once:
     /// - an update (same incarnation: the born clocks are equal) takes each changed column whose incoming
     ///   clock (its cell clock, else the row's) is later than the local one (the column's recorded clock, else the
-    ///   row's born clock), compared by clock then site bytes, as `Clock` does; it records the incoming clock of each column taken, and counts
-    ///   the row as updated when a value it takes differs (by storage class and bytes) from the local one;
+    ///   row's born clock), compared by clock then site bytes, as `Clock` does; it records the incoming clock of
+    ///   each column taken, and counts the row as updated when a value it takes differs (by storage class and
+    ///   bytes) from the local one;
     /// - a delete (of this incarnation or a later one) deletes the row, keeps a tombstone with the later born
     ///   clock and the delete's clock, and drops the row's column clocks.
     ///
-    /// A row goes to the per-row merge (with its whole table) when the per-row merge would log a conflict
-    /// (a local value the author had not seen is overwritten or deleted, or an older incoming value differs from
-    /// the local one), when two texts differ in bytes but not as Swift compares them (non-ASCII or invalid
-    /// UTF-8), when clocks are told apart by sites with non-ASCII text, when the key has an unexported local
-    /// change or a read-only share, when a delete carries cell clocks, when the local key is stored in other
-    /// bytes than the incoming one (a NOCASE key, another storage class), when the key is in the diff twice,
-    /// and for every other case (a missing row, a tombstone, another incarnation).
+    /// A row is left to the per-row merge when it would log a conflict (a local value the author had not seen is
+    /// overwritten or deleted, or an older incoming value differs from the local one), when two texts differ in
+    /// bytes but not as Swift compares them (non-ASCII or invalid UTF-8), when a clock tie is told apart by a local
+    /// site with non-ASCII text, when the key has an unexported local change or a read-only share, when a delete
+    /// carries cell clocks, and for every other case (a missing row, a tombstone, another incarnation, a new row or
+    /// a written reference in a table with foreign keys). Keys are independent in the tables taken here (no UNIQUE
+    /// index but the key, no trigger, foreign keys only to tables the diff does not carry), so the other rows may
+    /// be merged first. The whole table goes to the per-row merge when the local key is stored in other bytes than
+    /// the incoming one (a NOCASE key, another storage class), when a key is in the diff twice, when the diff's
+    /// sites are not ASCII, or when rows are left and the key does not compare by bytes.
     mutating func mergeKnownRowsInBulk(_ plan: TablePlan, diffTable did: Int64, upserts: Int, deletes: Int) throws -> Set<Int64>? {
         let info = plan.info, def = info.definition, tid = info.table.id
         guard let keyPositions = plan.fastKeyPositions else { return nil }
@@ -126,7 +142,19 @@ extension Merger {
             masks.append((text, mask))
         }
         guard masks.count <= 64 else { return nil }
-        let wholeRows = try upserts > 0 && (db.scalar("SELECT 1 FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NULL LIMIT 1", [.integer(did)])) != nil
+        // Text with a character of more than one byte, or a NUL: two such texts may differ in bytes and yet be equal
+        // as Swift compares them (canonical equivalence), and one may equal an ASCII text that way (K and the Kelvin
+        // sign), or sort elsewhere. Invalid UTF-8 (lone bytes, counted as characters) decodes to U+FFFD, which no ASCII
+        // text equals; incoming text is valid UTF-8 (the reader checks it), and the sites it is compared with are ASCII.
+        func nonASCII(_ x: String) -> String { "(length(\(x)) <> length(CAST(\(x) AS BLOB)))" }
+        // One scan of the table's rows: whether some upsert carries the whole row, and whether a row's clocks name a
+        // site that is not ASCII (ordered by bytes in SQL, as Swift strings by the per-row merge: the table goes to it).
+        let scan = try db.rows("""
+            SELECT max(op = 'upsert' COLLATE BINARY AND changed IS NULL), max(\(nonASCII("site")) OR \(nonASCII("born_site")))
+            FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ?
+            """, [.integer(did)])
+        guard scan.first?[1].int64 != 1 else { return nil }
+        let wholeRows = upserts > 0 && scan.first?[0].int64 == 1
         // A table with foreign keys of its own: an update that writes none of their columns cannot break or settle a
         // reference (the per-row merge acts on a reference to a parent deleted here only when it writes the
         // reference). New rows, whole rows (`changed` NULL) and updates of a referencing column can: each such row
@@ -144,11 +172,6 @@ extension Merger {
         let seen = Dictionary(uniqueKeysWithValues: meta.seen.map { ($0.key, $0.value) })
         let seenJSON = String(decoding: (try? JSONEncoder().encode(seen)) ?? Data("{}".utf8), as: UTF8.self)
         var arguments: [SQLValue] = [.text(meta.authorSite), .text(meta.authorUser), .text(ownSite), .integer(publishedHLC), .text(seenJSON)]
-        // Text with a character of more than one byte, or a NUL: two such texts may differ in bytes and yet be equal
-        // as Swift compares them (canonical equivalence), and one may equal an ASCII text that way (K and the Kelvin
-        // sign). Invalid UTF-8 (lone bytes, counted as characters) decodes to U+FFFD, which no ASCII text equals;
-        // incoming text is valid UTF-8 (the reader checks it), and the sites it is compared with are ASCII.
-        func nonASCII(_ x: String) -> String { "(length(\(x)) <> length(CAST(\(x) AS BLOB)))" }
         // `isConcurrent` of a local clock: the author had not seen it (a site that is not ASCII: undecided, 1).
         // Each test inside a CASE, so that SQLite evaluates the costly ones (a lookup in `seen`) only when needed.
         func concurrent(_ h: String, _ s: String) -> String {
@@ -187,6 +210,7 @@ extension Merger {
         let cells = Merger.diffCellsTable
         var cellNames: [Int: [String]] = [:]
         if reader.hasCellClocks {
+            if try db.scalar("SELECT 1 FROM \(cells) WHERE tid = ? AND \(nonASCII("site")) LIMIT 1", [.integer(did)]) != nil { return nil }
             for r in try db.rows("SELECT DISTINCT col FROM \(cells) WHERE tid = ?", [.integer(did)]) {
                 guard let name = r[0].string, let i = candidates.first(where: { localColumns[$0].lowercased() == name.lowercased() }) else { continue }
                 cellNames[i, default: []].append(name)
@@ -214,7 +238,7 @@ extension Merger {
         // (31 candidates to a word), each column's tests evaluated once: T, the column is taken (the incoming clock
         // is later); D, the values differ. T and D: taken, the row counts as updated; T alone: taken, same value;
         // D alone: the per-row merge would log a conflict (a value the author had not seen overwritten, ambiguous
-        // text, or an older incoming value that differs), so the table goes to the per-row merge.
+        // text, or an older incoming value that differs), so that row goes to the per-row merge.
         let perWord = 31
         let wordCount = (candidates.count + perWord - 1) / perWord
         var words = Array(repeating: [String](), count: wordCount)
@@ -227,7 +251,9 @@ extension Merger {
             let earlier = "(\(rh) < \(lh) OR (\(rh) = \(lh) AND \(rs) < \(ls)))"
             let same = "(typeof(lv\(i)) = typeof(rv\(i)) AND lv\(i) IS rv\(i) COLLATE BINARY)"
             let ambiguous = "(typeof(lv\(i)) = 'text' AND typeof(rv\(i)) = 'text' AND (\(nonASCII("lv\(i)")) OR \(nonASCII("rv\(i)"))))"
-            let code = "(CASE WHEN NOT (chm >> \(i) & 1) THEN 0 WHEN \(same) THEN (CASE WHEN \(later) THEN 1 ELSE 0 END) "
+            // The same value: taken (its clock recorded) when the incoming clock is later; a tie of clocks told apart
+            // by a local site that is not ASCII is left to the per-row merge.
+            let code = "(CASE WHEN NOT (chm >> \(i) & 1) THEN 0 WHEN \(same) THEN (CASE WHEN \(rh) = \(lh) AND \(nonASCII(ls)) THEN 2 WHEN \(later) THEN 1 ELSE 0 END) "
                 + "WHEN \(later) THEN (CASE WHEN \(ambiguous) THEN 2 WHEN \(concurrent(lh, ls)) THEN 2 ELSE 3 END) WHEN \(earlier) THEN 2 ELSE 0 END)"
             let shift = 2 * (j % perWord)
             words[j / perWord].append(shift == 0 ? code : "(\(code) << \(shift))")
@@ -250,7 +276,7 @@ extension Merger {
                   ELSE 0 END)
             """
         let knownUpdate = "here AND keysame AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY"
-        let knownDelete = "CASE WHEN NOT here THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND bs < \(localBornS)) THEN 0 "
+        let knownDelete = "CASE WHEN NOT here THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND (bs < \(localBornS) OR \(nonASCII(localBornS)))) THEN 0 "
             + "ELSE NOT \(deleteLogs) END"
         // 1 new row, 2 known update, 3 known delete; 4 a row for the per-row merge (a tombstone, another incarnation,
         // a local change, a conflict to log, …): keys are independent here (no UNIQUE or foreign key, no trigger, each
@@ -293,8 +319,14 @@ extension Merger {
         let newRows = Int(summary[3].int64 ?? 0), changedRows = Int(summary[4].int64 ?? 0)
         let knownUpserts = Int(summary[5].int64 ?? 0), deletedRows = Int(summary[6].int64 ?? 0)
         let conflictedRows = Int(summary[7].int64 ?? 0), leftRows = conflictedRows + Int(summary[8].int64 ?? 0)
-        // Nothing for the set path: the per-row merge takes the table.
+        // Nothing for the set path: the per-row merge takes the table. Rows are left to it one by one only when the
+        // key compares by bytes (no NOCASE or RTRIM key column): two keys of the diff equal only under the key's
+        // collation name one row, and must meet it in file order.
         guard leftRows < upserts + deletes else { return nil }
+        if leftRows > 0, try db.scalar("""
+            SELECT 1 FROM pragma_index_list(?, 'main') AS il, pragma_index_xinfo(il.name, 'main') AS x
+            WHERE il.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY' COLLATE NOCASE LIMIT 1
+            """, [.text(def.name)]) != nil { return nil }
         if conflictedRows > 0 { _ = try run("UPDATE \(known) SET cls = 4 WHERE cls = 2 AND \(conflicted)") }
         var left = Set<Int64>()
         if leftRows > 0 {

@@ -130,7 +130,8 @@ struct BulkKnownRowsTests {
     }
 
     /// A table with a foreign key: updates that leave the reference alone are merged as a set (new rows of the same
-    /// diff one by one); an update of the reference, and deletes, go to the per-row merge with the whole table.
+    /// diff one by one); an update of the reference goes to the per-row merge, and so does the whole table when the
+    /// diff deletes its rows or carries rows of the table it references.
     @Test func tableWithAForeignKey_updatesLeavingTheReferenceAreMergedAsSets() throws {
         let sql = """
             CREATE TABLE parents(id TEXT PRIMARY KEY, name TEXT);
@@ -154,6 +155,9 @@ struct BulkKnownRowsTests {
         // Rows 1 and 6 had parent p1 already: only their body changed.
         try round("UPDATE notes SET parent = 'p1', body = 'moved' WHERE n < 10", merged: 2, "updates of the reference")
         try round("INSERT INTO notes VALUES ('late', 'late', NULL, 50, 'p2'); UPDATE notes SET extra = 'two' WHERE n >= 100", merged: 100, "new rows beside updates")
+        // A diff that carries rows of the referenced table: a parent's delete or a collision there acts on the
+        // children in file order, so the per-row merge takes the children's table.
+        try round("UPDATE parents SET name = 'renamed' WHERE id = 'p0'; UPDATE notes SET body = 'three' WHERE n >= 150", merged: 0, "with the parents' rows")
         try round("DELETE FROM parents WHERE id = 'p4'", merged: 0, "a cascade of deletes")
         #expect(try b.bulk.value("SELECT count(*) FROM notes") == .integer(163))
         try expectSameData(a, b.bulk)
@@ -401,6 +405,20 @@ struct BulkKnownRowsTests {
             #expect(r.bulk.status == .applied, "\(name): \(r.bulk)")
             #expect(t.bulk.db.bulkKnownRowsMerged == 0, "\(name)")
         }
+        // A NOCASE key: a delete of a key not here ("x1", left to the per-row merge) and a new row under the same key
+        // in other letters ("X1"): merged in file order, the delete finds nothing and the new row stays. The set path
+        // would insert "X1" first, so the table goes whole to the per-row merge.
+        let box3 = try Sandbox("known-left-nocase-order")
+        let t3 = try twinsWithNotes(box3, count: 4, born: born, sql: "CREATE TABLE notes(id TEXT COLLATE NOCASE PRIMARY KEY, body TEXT, extra TEXT, n INTEGER)")
+        let w4 = try writer(box3)
+        try w4.addTable(Self.notes)
+        try w4.append(RowChange(table: "notes", operation: .delete, values: [.text("x1"), .null, .null, .null], clock: clock(1_000), born: clock(5_000)))
+        try w4.append(RowChange(table: "notes", operation: .upsert, values: [.text("X1"), .text("new"), .null, .integer(9)], clock: clock(900), born: clock(900)))
+        for i in 2..<4 { try update(w4, i, [.text("b\(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: clock(800), born: born) }
+        let r4 = try t3.apply(try w4.finish())
+        #expect(r4.bulk.status == .applied && r4.bulk.inserted == 1, "\(r4.bulk)")
+        #expect(try t3.bulk.value("SELECT body FROM notes WHERE id = 'x1'") == .text("new"))
+        #expect(t3.bulk.db.bulkKnownRowsMerged == 0)
     }
 
     /// A custom resolver, and the local-wins policy: the per-row merge decides every row.
