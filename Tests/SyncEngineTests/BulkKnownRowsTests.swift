@@ -421,6 +421,33 @@ struct BulkKnownRowsTests {
         #expect(t3.bulk.db.bulkKnownRowsMerged == 0)
     }
 
+    /// A diff whose `rtsync_rows` declares a column named `rowid` (hiding the table's rowid, by which the set path
+    /// names the rows it leaves to the per-row merge) is merged row by row, as the per-row merge would.
+    @Test func rowsTableWithAColumnNamedRowid_isMergedRowByRow() throws {
+        let box = try Sandbox("known-rowid-shadow")
+        let born = clock(20_000)
+        let b = try twinsWithNotes(box, count: 6, born: born)
+        try thirdDeviceEditsBodies(box, b, rows: 0..<1, clock: clock(10_000, "third"), born: born)
+        let file: URL = try {
+            let w = try writer(box)
+            try w.addTable(Self.notes)
+            // Row 0: older than the third device's edit, another value (a conflict: left to the per-row merge).
+            try update(w, 0, [.text("older"), .text("extra 0"), .integer(0)], changed: ["body"], clock: clock(15_000), born: born)
+            for i in 1..<6 { try update(w, i, [.text("later \(i)"), .text("extra \(i)"), .integer(Int64(i))], changed: ["body"], clock: clock(1_000), born: born) }
+            return try w.finish()
+        }()
+        do {
+            let c = try Connection(path: file.path)
+            try c.execute("ALTER TABLE rtsync_rows ADD COLUMN rowid INTEGER")
+        }
+        let before = b.bulk.db.bulkKnownRowsMerged
+        let r = try b.apply(file)
+        #expect(b.bulk.db.bulkKnownRowsMerged == before, "\(r.bulk)")
+        if r.bulk.status == .applied {
+            #expect(r.bulk.updated == 5 && r.bulk.conflicts == 1, "\(r.bulk)")
+        }
+    }
+
     /// A custom resolver, and the local-wins policy: the per-row merge decides every row.
     @Test func resolverAndOtherPolicies_areLeftToThePerRowMerge() throws {
         let box = try Sandbox("known-policy")
