@@ -61,10 +61,12 @@ extension Merger {
         // Tables whose rows this device may already have (Merger+BulkKnown), tried when they are not all new.
         var knownCandidates: [(did: Int64, plan: TablePlan, upserts: Int, deletes: Int)] = []
         var rowsInDiff = 0
+        var carriedTables = Set<String>()
         for (did, remoteDef) in reader.tableIDs.sorted(by: { $0.key < $1.key }) {
             let counts = reader.counts[remoteDef.name] ?? OperationCounts()
             rowsInDiff += counts.upserts + counts.deletes
             guard counts.upserts + counts.deletes > 0 else { continue }
+            carriedTables.insert(remoteDef.name.lowercased())
             if counts.deletes == 0 {
                 let plan = try plan(for: remoteDef.name)
                 if plan.fastInsert, plan.fastKeyPositions != nil, !plan.hasDeleteActions {
@@ -75,6 +77,14 @@ extension Merger {
             // A table this database lacks is the per-row merge's to reject, for the first problem in file order.
             if knownRowsAllowed, let plan = try? plan(for: remoteDef.name), try knownRowsMayBeMergedInBulk(plan, deletes: counts.deletes) {
                 knownCandidates.append((did, plan, counts.upserts, counts.deletes))
+            }
+        }
+        // A table with foreign keys is merged as a set only when the diff carries no row of a table it references,
+        // directly or through their references: a parent's delete, or a collision's loser deleted, acts on its
+        // rows (ON DELETE actions), and must meet them in file order.
+        if knownCandidates.contains(where: { $0.plan.hasDeleteActions }) {
+            knownCandidates = try knownCandidates.filter { k in
+                try !k.plan.hasDeleteActions || ancestors(of: k.plan.info.definition).isDisjoint(with: carriedTables)
             }
         }
         guard !candidates.isEmpty || !knownCandidates.isEmpty,
@@ -90,15 +100,6 @@ extension Merger {
                 try db.execute("CREATE TEMP TABLE \(Merger.diffCellsTable)(tid INTEGER NOT NULL, rid INTEGER NOT NULL, col TEXT NOT NULL, hlc INTEGER NOT NULL, site TEXT, PRIMARY KEY (tid, rid, col)) WITHOUT ROWID")
                 try db.execute("INSERT INTO \(Merger.diffCellsTable)(tid, rid, col, hlc, site) SELECT tid, rid, col, hlc, site FROM \(Merger.attachedDiff).rtsync_cells NOT INDEXED ORDER BY tid, rid, col")
             } catch { return nil }
-        }
-        // A table with foreign keys is merged as a set only when the diff carries no row of a table it references,
-        // directly or through their references: a parent's delete, or a collision's loser deleted, acts on its
-        // rows (ON DELETE actions), and must meet them in file order.
-        if knownCandidates.contains(where: { $0.plan.hasDeleteActions }) {
-            let carried = Set(reader.tables.filter { def in ((reader.counts[def.name]?.upserts ?? 0) + (reader.counts[def.name]?.deletes ?? 0)) > 0 }.map { $0.name.lowercased() })
-            knownCandidates = try knownCandidates.filter { k in
-                try !k.plan.hasDeleteActions || ancestors(of: k.plan.info.definition).isDisjoint(with: carried)
-            }
         }
         // A table whose first rows are not new (a diff of updates) is not new as a whole. When the tables left
         // hold under half the diff's rows, checking every row on another thread first costs more than it saves.

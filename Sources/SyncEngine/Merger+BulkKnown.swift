@@ -241,6 +241,8 @@ extension Merger {
         // text, or an older incoming value that differs), so that row goes to the per-row merge.
         let perWord = 31
         let wordCount = (candidates.count + perWord - 1) / perWord
+        /// Where candidate `j`'s two bits are: its word, and the shift of its T bit in it.
+        func slot(_ j: Int) -> (word: Int, shift: Int) { (j / perWord, 2 * (j % perWord)) }
         var words = Array(repeating: [String](), count: wordCount)
         for (j, i) in candidates.enumerated() {
             let lh = "coalesce(kh\(i), mbh)", ls = "(CASE WHEN kh\(i) IS NULL THEN mbs ELSE ks\(i) END)"
@@ -255,8 +257,8 @@ extension Merger {
             // by a local site that is not ASCII is left to the per-row merge.
             let code = "(CASE WHEN NOT (chm >> \(i) & 1) THEN 0 WHEN \(same) THEN (CASE WHEN \(rh) = \(lh) AND \(nonASCII(ls)) THEN 2 WHEN \(later) THEN 1 ELSE 0 END) "
                 + "WHEN \(later) THEN (CASE WHEN \(ambiguous) THEN 2 WHEN \(concurrent(lh, ls)) THEN 2 ELSE 3 END) WHEN \(earlier) THEN 2 ELSE 0 END)"
-            let shift = 2 * (j % perWord)
-            words[j / perWord].append(shift == 0 ? code : "(\(code) << \(shift))")
+            let (word, shift) = slot(j)
+            words[word].append(shift == 0 ? code : "(\(code) << \(shift))")
         }
         let wordColumns = (0..<wordCount).map { "w\($0)" }
         // The T bits and the D bits of a word, each moved to the even positions.
@@ -275,7 +277,7 @@ extension Merger {
                   WHEN \(concurrent(localBornH, localBornS)) THEN (SELECT count(*) FROM main.rtsync_clocks y WHERE y.tid = \(tid) AND y.pk = q.pk AND y.col IN (\(nonKey))) < \(localColumns.count - keyColumns.count)
                   ELSE 0 END)
             """
-        let knownUpdate = "here AND keysame AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY"
+        let knownUpdate = "here AND hasmeta AND mbh = bh AND mbs = bs COLLATE BINARY"
         let knownDelete = "CASE WHEN NOT here THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND (bs < \(localBornS) OR \(nonASCII(localBornS)))) THEN 0 "
             + "ELSE NOT \(deleteLogs) END"
         // 1 new row, 2 known update, 3 known delete; 4 a row for the per-row merge (a tombstone, another incarnation,
@@ -347,7 +349,7 @@ extension Merger {
             if written, changedRows > 0 {
                 let sets = candidates.enumerated().filter { !keyColumns.contains(localColumns[$0.element]) }.map { j, i -> String in
                     let column = quoteIdentifier(localColumns[i])
-                    return "\(column) = CASE WHEN s.w\(j / perWord) >> \(2 * (j % perWord)) & 1 THEN \(carried(positionOfLocal[i]!)) ELSE l.\(column) END"
+                    return "\(column) = CASE WHEN s.w\(slot(j).word) >> \(slot(j).shift) & 1 THEN \(carried(positionOfLocal[i]!)) ELSE l.\(column) END"
                 }
                 if !sets.isEmpty {
                     let local = localRowid.map { "l.\($0) = s.lr" } ?? keyMatch
@@ -361,7 +363,7 @@ extension Merger {
                 // One statement for every column, in the b-tree's key order (each key and column once: the summary
                 // above showed each key once): about half the time of one statement per column in file order.
                 let columns = candidates.enumerated().map { j, i in
-                    "SELECT \(i) AS i, \(j / perWord) AS w, \(2 * (j % perWord)) AS b, \(SQLValue.text(localColumns[i]).sqlLiteral) AS col"
+                    "SELECT \(i) AS i, \(slot(j).word) AS w, \(slot(j).shift) AS b, \(SQLValue.text(localColumns[i]).sqlLiteral) AS col"
                 }.joined(separator: " UNION ALL ")
                 let word = wordCount == 1 ? "s.w0" : "(CASE x.w " + wordColumns.indices.map { "WHEN \($0) THEN s.w\($0) " }.joined() + "END)"
                 // Each taken column gets its incoming clock: its cell clock, else the row's.
