@@ -395,14 +395,14 @@ struct SyncSignalTests {
             }
         }
         watcher.start()
-        await waitForExit(process)
+        let end = await waitForExit(process)
         watch.exited = true
         let sawTemp = watch.signalled
         let stdout = String(decoding: try Data(contentsOf: out), as: UTF8.self), stderr = String(decoding: try Data(contentsOf: err), as: UTF8.self)
 
         try #require(sawTemp, "the export never showed its temp file; stdout: \(stdout)")
         let name = sig == SIGINT ? "SIGINT" : "SIGTERM"
-        #expect(process.terminationStatus == 128 + sig, "stdout: \(stdout)\nstderr: \(stderr)")
+        #expect(!end.signaled && end.status == 128 + sig, "stdout: \(stdout)\nstderr: \(stderr)")
         #expect(stdout.contains("stopped: interrupted before"), "what is left is printed: \(stdout)")
         #expect(stderr.contains("error: sync interrupted by \(name)") && stderr.contains("hint:"), "\(stderr)")
         #expect(!hsNames(home.outbox).contains { $0.hasPrefix(".") }, "temp files left: \(hsNames(home.outbox))")

@@ -185,10 +185,10 @@ struct KNRunner {
             while process.isRunning && Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
             if process.isRunning { timedOut = true; kill(pid, SIGKILL) }
         }
-        await waitForExit(process)
+        let end = await waitForExit(process)
         try out.close(); try err.close()
-        return KNRun(arguments: arguments, status: process.terminationStatus,
-                     killed: process.terminationReason == .uncaughtSignal && !timedOut, timedOut: timedOut,
+        return KNRun(arguments: arguments, status: end.status,
+                     killed: end.signaled && !timedOut, timedOut: timedOut,
                      seconds: Date().timeIntervalSince(started),
                      stdout: String(decoding: try Data(contentsOf: outURL), as: UTF8.self),
                      stderr: String(decoding: try Data(contentsOf: errURL), as: UTF8.self))

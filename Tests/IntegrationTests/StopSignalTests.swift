@@ -95,9 +95,9 @@ final class LTChild {
 
     /// Waits for the end; returns the exit status, or nil when a signal ended the process (it did not stop itself).
     func finish() async -> Int32? {
-        await waitForExit(process)
+        let end = await waitForExit(process)
         for h in handles { try? h.close() }
-        return process.terminationReason == .exit ? process.terminationStatus : nil
+        return end.signaled ? nil : end.status
     }
 }
 

@@ -115,25 +115,51 @@ public func runCapturing(_ executable: String, _ arguments: [String]) throws -> 
     return (process.terminationStatus, String(decoding: (try? Data(contentsOf: outFile)) ?? Data(), as: UTF8.self))
 }
 
-/// Waits for a started process without blocking a thread of the (small) cooperative pool.
-public func waitForExit(_ process: Process) async {
-    final class Once: @unchecked Sendable {
-        let lock = NSLock()
-        var continuation: CheckedContinuation<Void, Never>?
-        func resume() {
-            lock.lock(); defer { lock.unlock() }
-            continuation?.resume()
-            continuation = nil
+/// How a child process ended: its exit status, or the signal that ended it.
+public struct ProcessEnd: Sendable, Equatable {
+    /// The exit status when the process exited, else the number of the signal that ended it.
+    public let status: Int32
+    /// True when a signal ended the process (it did not exit by itself).
+    public let signaled: Bool
+}
+
+/// Waits for a started process without blocking a thread of the (small) cooperative pool, and says how it ended.
+///
+/// Polls `waitid(…, WNOWAIT)` rather than waiting for Foundation's `terminationHandler` alone: on Linux a child
+/// killed by SIGKILL was once left a zombie that Foundation's monitor never reaped, and a wait on the handler hung
+/// the whole test run. `WNOWAIT` leaves the child for Foundation to reap, so its own bookkeeping stays intact;
+/// the status comes from the kernel either way.
+@discardableResult
+public func waitForExit(_ process: Process) async -> ProcessEnd {
+    let pid = process.processIdentifier
+    var pause: UInt64 = 1_000_000
+    while true {
+        if !process.isRunning {
+            return ProcessEnd(status: process.terminationStatus, signaled: process.terminationReason == .uncaughtSignal)
         }
-    }
-    let once = Once()
-    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-        once.continuation = done
-        process.terminationHandler = { _ in once.resume() }
-        if !process.isRunning { once.resume() }
+        var info = siginfo_t()
+        let found = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
+        if found == 0, childPid(info) == pid {
+            #if canImport(Glibc)
+            let code = info.si_code, status = info._sifields._sigchld.si_status
+            #else
+            let code = info.si_code, status = info.si_status
+            #endif
+            return ProcessEnd(status: status, signaled: code != Int32(CLD_EXITED))
+        }
+        // ECHILD: Foundation reaped it between the two checks; its status is set before isRunning turns false.
+        try? await Task.sleep(nanoseconds: pause)
+        pause = min(pause * 2, 20_000_000)
     }
 }
 
+private func childPid(_ info: siginfo_t) -> pid_t {
+    #if canImport(Glibc)
+    return info._sifields._sigchld.si_pid
+    #else
+    return info.si_pid
+    #endif
+}
 
 /// Starts `moto_server` on 127.0.0.1:`port` under a watchdog shell that kills it as soon as this test
 /// process (or the shell) ends. SIGKILL, because moto started from Foundation's Process can ignore SIGTERM.
@@ -235,11 +261,10 @@ private func startCapturing(_ executable: URL, _ arguments: [String], environmen
     return (process, outURL, errURL, out, err)
 }
 
-private func collect(_ process: Process, _ outURL: URL, _ errURL: URL, _ out: FileHandle, _ err: FileHandle) throws -> CommandOutput {
-    process.waitUntilExit()
+private func collect(_ status: Int32, _ outURL: URL, _ errURL: URL, _ out: FileHandle, _ err: FileHandle) throws -> CommandOutput {
     try out.close(); try err.close()
     defer { try? FileManager.default.removeItem(at: outURL); try? FileManager.default.removeItem(at: errURL) }
-    return CommandOutput(status: process.terminationStatus,
+    return CommandOutput(status: status,
                          stdout: String(decoding: try Data(contentsOf: outURL), as: UTF8.self),
                          stderr: String(decoding: try Data(contentsOf: errURL), as: UTF8.self))
 }
@@ -247,12 +272,13 @@ private func collect(_ process: Process, _ outURL: URL, _ errURL: URL, _ out: Fi
 /// Runs a program to completion, capturing both output streams through files (a full pipe cannot stall it).
 public func runCommand(_ executable: URL, _ arguments: [String], environment: [String: String?] = [:]) throws -> CommandOutput {
     let (process, outURL, errURL, out, err) = try startCapturing(executable, arguments, environment: environment)
-    return try collect(process, outURL, errURL, out, err)
+    process.waitUntilExit()
+    return try collect(process.terminationStatus, outURL, errURL, out, err)
 }
 
 /// The same, waiting without blocking a thread of the (small) cooperative pool.
 public func runCommand(_ executable: URL, _ arguments: [String], environment: [String: String?] = [:]) async throws -> CommandOutput {
     let (process, outURL, errURL, out, err) = try startCapturing(executable, arguments, environment: environment)
-    await waitForExit(process)
-    return try collect(process, outURL, errURL, out, err)
+    let end = await waitForExit(process)
+    return try collect(end.status, outURL, errURL, out, err)
 }
