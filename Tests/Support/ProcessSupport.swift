@@ -40,10 +40,10 @@ public func runProcess(_ executable: String, _ arguments: [String], environment:
     let errThread = Thread { errData = err.fileHandleForReading.readDataToEndOfFile() }
     errThread.start()
     let outData = out.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
+    let end = waitForExitBlocking(process)
     while !errThread.isFinished { usleep(1000) }
-    guard process.terminationStatus == 0 else {
-        throw TestSetupError("\(executable) \(arguments.prefix(1)) failed (\(process.terminationStatus)): \(String(decoding: errData, as: UTF8.self))")
+    guard end == ProcessEnd(status: 0, signaled: false) else {
+        throw TestSetupError("\(executable) \(arguments.prefix(1)) failed (\(end.signaled ? "signal " : "")\(end.status)): \(String(decoding: errData, as: UTF8.self))")
     }
     return String(decoding: outData, as: UTF8.self)
 }
@@ -110,9 +110,9 @@ public func runCapturing(_ executable: String, _ arguments: [String]) throws -> 
     process.standardError = handle
     process.standardInput = FileHandle.nullDevice
     try process.run()
-    process.waitUntilExit()
+    let end = waitForExitBlocking(process)
     try handle.close()
-    return (process.terminationStatus, String(decoding: (try? Data(contentsOf: outFile)) ?? Data(), as: UTF8.self))
+    return (end.status, String(decoding: (try? Data(contentsOf: outFile)) ?? Data(), as: UTF8.self))
 }
 
 /// How a child process ended: its exit status, or the signal that ended it.
@@ -131,26 +131,64 @@ public struct ProcessEnd: Sendable, Equatable {
 /// the status comes from the kernel either way.
 @discardableResult
 public func waitForExit(_ process: Process) async -> ProcessEnd {
-    let pid = process.processIdentifier
-    var pause: UInt64 = 1_000_000
+    let ended = ExitSignal(process)
     while true {
-        if !process.isRunning {
-            return ProcessEnd(status: process.terminationStatus, signaled: process.terminationReason == .uncaughtSignal)
-        }
-        var info = siginfo_t()
-        let found = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
-        if found == 0, childPid(info) == pid {
-            #if canImport(Glibc)
-            let code = info.si_code, status = info._sifields._sigchld.si_status
-            #else
-            let code = info.si_code, status = info.si_status
-            #endif
-            return ProcessEnd(status: status, signaled: code != Int32(CLD_EXITED))
-        }
-        // ECHILD: Foundation reaped it between the two checks; its status is set before isRunning turns false.
-        try? await Task.sleep(nanoseconds: pause)
-        pause = min(pause * 2, 20_000_000)
+        if let end = exitIfEnded(process) { return end }
+        await ended.wait(upTo: 20)
     }
+}
+
+/// The same for synchronous callers: blocks the calling thread until the process has ended.
+@discardableResult
+public func waitForExitBlocking(_ process: Process) -> ProcessEnd {
+    let ended = ExitSignal(process)
+    while true {
+        if let end = exitIfEnded(process) { return end }
+        ended.waitBlocking(upTo: 20)
+    }
+}
+
+/// Wakes a waiter as soon as Foundation reports the exit (its `terminationHandler`), and otherwise after a
+/// few milliseconds, so that a missed report costs a poll and not the run.
+private final class ExitSignal: @unchecked Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+
+    init(_ process: Process) {
+        process.terminationHandler = { [semaphore] _ in semaphore.signal() }
+    }
+
+    func waitBlocking(upTo milliseconds: Int) {
+        _ = semaphore.wait(timeout: .now() + .milliseconds(milliseconds))
+    }
+
+    func wait(upTo milliseconds: Int) async {
+        // Off the cooperative pool: a global queue thread waits on the semaphore.
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async { [self] in
+                waitBlocking(upTo: milliseconds)
+                done.resume()
+            }
+        }
+    }
+}
+
+/// How `process` ended, or nil while it runs: Foundation's record once it has one, else the kernel's (not reaped).
+private func exitIfEnded(_ process: Process) -> ProcessEnd? {
+    if !process.isRunning {
+        return ProcessEnd(status: process.terminationStatus, signaled: process.terminationReason == .uncaughtSignal)
+    }
+    let pid = process.processIdentifier
+    var info = siginfo_t()
+    guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0, childPid(info) == pid else {
+        // Still running, or ECHILD: Foundation reaped it between the two checks (isRunning turns false next time).
+        return nil
+    }
+    #if canImport(Glibc)
+    let code = info.si_code, status = info._sifields._sigchld.si_status
+    #else
+    let code = info.si_code, status = info.si_status
+    #endif
+    return ProcessEnd(status: status, signaled: code != Int32(CLD_EXITED))
 }
 
 private func childPid(_ info: siginfo_t) -> pid_t {
@@ -272,8 +310,7 @@ private func collect(_ status: Int32, _ outURL: URL, _ errURL: URL, _ out: FileH
 /// Runs a program to completion, capturing both output streams through files (a full pipe cannot stall it).
 public func runCommand(_ executable: URL, _ arguments: [String], environment: [String: String?] = [:]) throws -> CommandOutput {
     let (process, outURL, errURL, out, err) = try startCapturing(executable, arguments, environment: environment)
-    process.waitUntilExit()
-    return try collect(process.terminationStatus, outURL, errURL, out, err)
+    return try collect(waitForExitBlocking(process).status, outURL, errURL, out, err)
 }
 
 /// The same, waiting without blocking a thread of the (small) cooperative pool.
