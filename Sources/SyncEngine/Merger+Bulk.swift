@@ -154,8 +154,10 @@ extension Merger {
             try db.execute("ATTACH DATABASE ? AS " + d, [.text(DiffReader.immutableURI(for: reader.contentURL.path))])
         } catch { return false }
         do {
+            // A declared collation (which no writer of diffs declares) would change what the SQL over the file
+            // compares equal: a forged `changed COLLATE NOCASE` merged two spellings of a list as one.
             let odd = try db.scalar("""
-                SELECT count(*) FROM \(d).sqlite_schema WHERE NOT (type = 'table' AND sql LIKE 'CREATE TABLE %')
+                SELECT count(*) FROM \(d).sqlite_schema WHERE NOT (type = 'table' AND sql LIKE 'CREATE TABLE %') OR instr(lower(sql), 'collate') > 0
                 """)?.int64
             var plain = odd == 0
             for table in reader.tables.map(\.name) + ["rtsync_rows", "rtsync_cells"] where plain {

@@ -11,8 +11,8 @@ extension Merger {
     /// Whether the rows of a carried table may be merged as a set (`mergeKnownRowsInBulk`), judged by the table
     /// alone: the default policy (column-level last writer wins; deletes only with `delete-wins` and when no
     /// table's foreign key refers to this one), no custom resolver, foreign keys of its own only without deletes
-    /// (and then no row may change a column of one: see `mergeKnownRowsInBulk`), no UNIQUE
-    /// constraint but the primary key, no renamed, missing or kept-aside columns, ASCII column names (which
+    /// (and then no row may change a column of one: see `mergeKnownRowsInBulk`), UNIQUE constraints only on
+    /// plain columns (and then no row may change one of them: see `mergeKnownRowsInBulk`), no renamed, missing or kept-aside columns, ASCII column names (which
     /// SQLite's NOCASE and Swift's `lowercased()` fold alike) and at most 62 columns (a change mask is an integer);
     /// the author's, this device's and the seen sites' ids ASCII.
     mutating func knownRowsMayBeMergedInBulk(_ plan: TablePlan, deletes: Int) throws -> Bool {
@@ -27,7 +27,23 @@ extension Merger {
         if deletes > 0 {
             guard policy.onDeleteConflict == .deleteWins, try !isReferencedByForeignKeys(info.table.name) else { return false }
         }
-        return try db.scalar("SELECT 1 FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk' LIMIT 1", [.text(def.name)]) == nil
+        return try uniqueColumns(of: def.name) != nil
+    }
+
+    /// The columns (lower-cased) of the table's UNIQUE constraints and unique indexes other than its primary key, or
+    /// nil when one of them is partial or indexes an expression (which columns decide a collision is then not
+    /// known here). A set of rows that writes none of these columns cannot make or settle a collision.
+    func uniqueColumns(of table: String) throws -> Set<String>? {
+        var columns = Set<String>()
+        for index in try db.rows("SELECT name, partial FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk'", [.text(table)]) {
+            guard let name = index[0].string, index[1].int64 == 0 else { return nil }
+            for term in try db.rows("SELECT cid, name FROM pragma_index_xinfo(?, 'main') WHERE key = 1", [.text(name)]) {
+                // cid -1 is the rowid (never written by a merge), -2 an expression.
+                guard let cid = term[0].int64, cid >= -1 else { return nil }
+                if cid >= 0, let column = term[1].string { columns.insert(column.lowercased()) }
+            }
+        }
+        return columns
     }
 
     /// The tables `def` references through its foreign keys, and the tables those reference in turn (names
@@ -62,9 +78,12 @@ extension Merger {
         let alias = DiffFile.rowidAlias(for: plan.remoteDef.columnNames) ?? "rowid"
         let def = plan.info.definition
         let keyMatch = zip(def.primaryKeyColumns, keyPositions).map { "l.\(quoteIdentifier($0)) = +\(carried($1))" }.joined(separator: " AND ")
+        // A REAL key is not taken: -0.0 and 0.0 are one key to SQLite (and to quote()), and the per-row merge writes
+        // the incoming sign over the local one.
         var keyOK = "1"
         for (i, position) in keyPositions.enumerated() {
             if let natural = plan.keyAffinities[i].naturalTypeof { keyOK += " AND typeof(\(carried(position))) = '\(natural)'" }
+            keyOK += " AND typeof(\(carried(position))) <> 'real'"
         }
         let s = try table.statement(self, """
             SELECT count(*), sum(NOT key_ok), sum(here OR (op = 'upsert' COLLATE BINARY AND coalesce(is_new, 0)))
@@ -96,11 +115,12 @@ extension Merger {
     /// bytes but not as Swift compares them (non-ASCII or invalid UTF-8), when a clock tie is told apart by a local
     /// site with non-ASCII text, when the key has an unexported local change or a read-only share, when a delete
     /// carries cell clocks, and for every other case (a missing row, a tombstone, another incarnation, a new row or
-    /// a written reference in a table with foreign keys). Keys are independent in the tables taken here (no UNIQUE
-    /// index but the key, no trigger, foreign keys only to tables the diff does not carry), so the other rows may
-    /// be merged first. The whole table goes to the per-row merge when the local key is stored in other bytes than
+    /// a written reference in a table with foreign keys). Keys are independent in the tables taken here (no write of a
+    /// UNIQUE column, no trigger, foreign keys only to tables the diff does not carry), so the other rows may be
+    /// merged first. The whole table goes to the per-row merge when the local key is stored in other bytes than
     /// the incoming one (a NOCASE key, another storage class), when a key is in the diff twice, when the diff's
-    /// sites are not ASCII, or when rows are left and the key does not compare by bytes.
+    /// sites are not ASCII, when rows are left and the key does not compare by bytes, and, in a table with UNIQUE
+    /// constraints, when a row writes one of their columns or an upsert would be left to the per-row merge.
     mutating func mergeKnownRowsInBulk(_ plan: TablePlan, diffTable did: Int64, upserts: Int, deletes: Int) throws -> Set<Int64>? {
         let info = plan.info, def = info.definition, tid = info.table.id
         guard let keyPositions = plan.fastKeyPositions else { return nil }
@@ -130,7 +150,7 @@ extension Merger {
         }
         var masks: [(text: String, mask: Int64)] = []
         let carriedMask = positionOfLocal.keys.reduce(Int64(0)) { $0 | (1 << Int64($1)) }
-        let distinct = try db.prepare("SELECT DISTINCT changed FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NOT NULL LIMIT 65")
+        let distinct = try db.prepare("SELECT DISTINCT changed COLLATE BINARY FROM \(d).rtsync_rows NOT INDEXED WHERE tid = ? AND op = 'upsert' COLLATE BINARY AND changed IS NOT NULL LIMIT 65")
         try distinct.bind([.integer(did)])
         while try distinct.step() {
             guard case .text(let text) = distinct.column(0), let names = try? JSONDecoder().decode([String].self, from: Data(text.utf8)) else { return nil }
@@ -164,8 +184,18 @@ extension Merger {
         let anyChanged = masks.reduce(Int64(0)) { $0 | $1.mask } | (wholeRows && !plan.hasDeleteActions ? carriedMask : 0)
         // Columns some row may take (changed, or every carried column for a row with `changed` NULL).
         let candidates = localColumns.indices.filter { anyChanged & ~referencingMask & (1 << Int64($0)) != 0 && positionOfLocal[$0] != nil }
-        let newRowClass = plan.hasDeleteActions ? 4 : 1
-        let fkRow = plan.hasDeleteActions ? "WHEN op = 'upsert' COLLATE BINARY AND (whole OR chm & \(referencingMask) <> 0) THEN 4" : ""
+        // A table with UNIQUE constraints (on plain columns: `knownRowsMayBeMergedInBulk`): a write of one of their
+        // columns may make a collision, which the per-row merge settles in file order (the row born later loses and is
+        // deleted). So no row may write one (a diff where some row does, or carries a whole row, leaves the table to
+        // the per-row merge), and an upsert the per-row merge would have to decide (a new row, another incarnation, a
+        // local change: it may insert or write the whole row) sends the whole table to it (class 0 below). Known
+        // updates with a conflict to log and deletes may still be left to it one by one: they write no such column.
+        guard let unique = try uniqueColumns(of: def.name) else { return nil }
+        let uniqueMask = localColumns.indices.filter { unique.contains(localColumns[$0].lowercased()) }.reduce(Int64(0)) { $0 | (1 << Int64($1)) }
+        if uniqueMask != 0, wholeRows || masks.contains(where: { $0.mask & uniqueMask != 0 }) { return nil }
+        let leftUpsert = uniqueMask != 0 ? 0 : 4
+        let newRowClass = uniqueMask != 0 ? 0 : plan.hasDeleteActions ? 4 : 1
+        let fkRow = plan.hasDeleteActions ? "WHEN op = 'upsert' COLLATE BINARY AND (whole OR chm & \(referencingMask) <> 0) THEN \(leftUpsert)" : ""
 
         // Parameters: ?1 author site, ?2 author user, ?3 own site, ?4 published clock, ?5 `seen` as JSON, then
         // the `changed` texts.
@@ -183,7 +213,9 @@ extension Merger {
             arguments.append(.text(m.text))
             maskCases += " WHEN r.changed = ?\(6 + i) COLLATE BINARY THEN \(m.mask)"
         }
-        maskCases += " ELSE 0 END"
+        // A list that matches none of the texts read above (it cannot, unless the file compares otherwise): NULL,
+        // and the whole table goes to the per-row merge.
+        maskCases += " ELSE NULL END"
 
         // Level 1: each row of the table with its local row, bookkeeping and the recorded clocks of candidates.
         // The local key must be stored as the incoming one is (same storage class and bytes, so the same key text).
@@ -195,9 +227,12 @@ extension Merger {
                       "(l.\(quoteIdentifier(keyColumns[0])) IS NOT NULL) AS here", "(\(keySame)) AS keysame",
                       "(m.tid IS NOT NULL) AS hasmeta", "m.born_hlc AS mbh", "m.born_site AS mbs",
                       localRowid.map { "l.\($0) AS lr" } ?? "NULL AS lr"]
+        // A REAL key is not taken: -0.0 and 0.0 are one key to SQLite (and to quote()), and the per-row merge writes
+        // the incoming sign over the local one.
         var keyOK = "1"
         for (i, position) in keyPositions.enumerated() {
             if let natural = plan.keyAffinities[i].naturalTypeof { keyOK += " AND typeof(\(carried(position))) = '\(natural)'" }
+            keyOK += " AND typeof(\(carried(position))) <> 'real'"
         }
         level1.append("(\(keyOK)) AS keyok")
         level1.append("(\(table.isNew)) AS isnew")
@@ -281,14 +316,15 @@ extension Merger {
         let knownDelete = "CASE WHEN NOT here THEN 0 WHEN bh < \(localBornH) OR (bh = \(localBornH) AND (bs < \(localBornS) OR \(nonASCII(localBornS)))) THEN 0 "
             + "ELSE NOT \(deleteLogs) END"
         // 1 new row, 2 known update, 3 known delete; 4 a row for the per-row merge (a tombstone, another incarnation,
-        // a local change, a conflict to log, …): keys are independent here (no UNIQUE or foreign key, no trigger, each
-        // key once), so the other rows may be merged as a set. 0 sends the whole table to the per-row merge: a key
+        // a local change, a conflict to log, …): keys are independent here (no write of a UNIQUE or referencing column
+        // in a set, no trigger, each key once), so the other rows may be merged as a set. 0 sends the whole table to the per-row merge: a key
         // that the per-row merge would convert, or that names a local row stored in other bytes (a NOCASE key), might
         // name the same row as another key of the diff.
         let cls = """
-            CASE WHEN NOT keyok THEN 0 WHEN here AND NOT keysame THEN 0 WHEN cells OR stray OR held THEN 4 \(fkRow)
-                 WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN \(newRowClass) ELSE 4 END)
-                                                             WHEN (\(knownUpdate)) THEN 2 ELSE 4 END
+            CASE WHEN NOT keyok OR chm IS NULL THEN 0 WHEN here AND NOT keysame THEN 0
+                 WHEN cells OR stray OR held THEN \(leftUpsert == 4 ? "4" : "(CASE WHEN op = 'upsert' COLLATE BINARY THEN \(leftUpsert) ELSE 4 END)") \(fkRow)
+                 WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN \(newRowClass) ELSE \(leftUpsert) END)
+                                                             WHEN (\(knownUpdate)) THEN 2 ELSE \(leftUpsert) END
                  WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN (\(knownDelete)) THEN 3 ELSE 4 END
                  ELSE 0 END
             """

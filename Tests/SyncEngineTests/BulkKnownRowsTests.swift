@@ -163,6 +163,61 @@ struct BulkKnownRowsTests {
         try expectSameData(a, b.bulk)
     }
 
+    /// A table with UNIQUE constraints on plain columns: updates that write none of their columns are merged as
+    /// sets, with rows that log a conflict or are deleted left one by one; a diff where some row writes one (a
+    /// collision is settled in file order), carries a new row, or holds an upsert the per-row merge must decide
+    /// leaves the whole table to the per-row merge, as does a partial or expression unique index.
+    @Test(arguments: ["extra TEXT UNIQUE", "extra TEXT, UNIQUE(extra, n)"])
+    func tableWithUniqueColumns_updatesLeavingThemAreMergedAsSets(_ declaration: String) throws {
+        let sql = "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, n INTEGER, \(declaration))"
+        let box = try Sandbox("known-unique")
+        let a = try device(box, "A", sql), c = try device(box, "C", sql)
+        let b = try Twins(box, try device(box, "B", sql))
+        for i in 0..<200 { try a.exec("INSERT INTO notes(id, body, n, extra) VALUES (?, ?, ?, ?)", [.text("n\(i)"), .text("body \(i)"), .integer(Int64(i)), .text("x\(i)")]) }
+        let first = try a.exportFile()
+        #expect(try b.apply(first).bulk.inserted == 200)
+        try c.apply(first)
+        func round(_ edit: String, on author: Replica? = nil, merged: Int, conflicts: Int = 0, _ what: String) throws {
+            tick()
+            try (author ?? a).exec(edit)
+            let before = b.bulk.db.bulkKnownRowsMerged
+            let r = try b.apply(try (author ?? a).exportFile())
+            #expect(r.bulk.status == .applied && r.bulk.conflicts == conflicts, "\(what): \(r.bulk)")
+            #expect(b.bulk.db.bulkKnownRowsMerged == before + merged, "\(what): \(r.bulk)")
+        }
+        try round("UPDATE notes SET body = 'one ' || id WHERE n < 150", merged: 150, "updates of other columns")
+        try round("UPDATE notes SET n = n + 1000 WHERE n < 20", merged: declaration.contains("(extra, n)") ? 0 : 20, "updates of n (in the second index)")
+        try round("UPDATE notes SET extra = 'y' || n WHERE id IN ('n30', 'n31'); UPDATE notes SET body = 'two' WHERE n >= 100", merged: 0, "updates of a UNIQUE column")
+        // A value moved between rows: n41 gives it up, then n40 takes it, in the same diff.
+        try round("UPDATE notes SET extra = 'free' WHERE id = 'n41'; UPDATE notes SET extra = 'x41' WHERE id = 'n40'", merged: 0, "a value moved between rows")
+        try round("INSERT INTO notes(id, body, n, extra) VALUES ('late', 'late', 5000, 'late'); UPDATE notes SET body = 'three' WHERE n >= 100", merged: 0, "a new row beside updates")
+        try round("DELETE FROM notes WHERE n BETWEEN 150 AND 159; UPDATE notes SET body = 'four' WHERE n BETWEEN 160 AND 199", merged: 50, "deletes beside updates")
+        // Device C (which has only the first diff) overwrites bodies it has not seen: each row logs a conflict, so the
+        // per-row merge takes the table. Then A, which has not seen C's edits, overwrites those and 45 more: the five
+        // log conflicts (left one by one), the others are merged as a set.
+        try round("UPDATE notes SET body = 'third ' || id WHERE n BETWEEN 100 AND 104", on: c, merged: 0, conflicts: 5, "another device's edits")
+        try round("UPDATE notes SET body = 'five' WHERE n BETWEEN 100 AND 149", merged: 45, conflicts: 5, "edits over the other device's")
+        #expect(try b.bulk.value("SELECT count(*) FROM notes") == .integer(191))
+        try expectSameData(a, b.bulk)
+    }
+
+    /// Partial and expression unique indexes: which columns decide a collision is not read here, so their tables
+    /// are merged row by row.
+    @Test(arguments: ["CREATE UNIQUE INDEX notes_x ON notes(extra) WHERE n > 0", "CREATE UNIQUE INDEX notes_x ON notes(lower(extra))"])
+    func partialOrExpressionUniqueIndex_isMergedRowByRow(_ index: String) throws {
+        let sql = "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, extra TEXT, n INTEGER); \(index)"
+        let box = try Sandbox("known-unique-index")
+        let a = try device(box, "A", sql)
+        let b = try Twins(box, try device(box, "B", sql))
+        for i in 0..<200 { try a.exec("INSERT INTO notes VALUES (?, ?, ?, ?)", [.text("n\(i)"), .text("body \(i)"), .text("x\(i)"), .integer(Int64(i))]) }
+        try b.apply(try a.exportFile())
+        tick()
+        try a.exec("UPDATE notes SET body = 'one ' || id")
+        let before = b.bulk.db.bulkKnownRowsMerged
+        #expect(try b.apply(try a.exportFile()).bulk.updated == 200)
+        #expect(b.bulk.db.bulkKnownRowsMerged == before)
+    }
+
     /// Rows edited again and again, each diff merged as a set as the per-row merge would merge it: over column
     /// clocks of this device (edited here, exported and applied by the author before its edit), of the author
     /// (its earlier rounds) and of a third device whose edits both had applied.
