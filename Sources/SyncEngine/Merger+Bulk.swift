@@ -154,12 +154,15 @@ extension Merger {
             try db.execute("ATTACH DATABASE ? AS " + d, [.text(DiffReader.immutableURI(for: reader.contentURL.path))])
         } catch { return false }
         do {
-            // A declared collation (which no writer of diffs declares) would change what the SQL over the file
-            // compares equal: a forged `changed COLLATE NOCASE` merged two spellings of a list as one.
             let odd = try db.scalar("""
-                SELECT count(*) FROM \(d).sqlite_schema WHERE NOT (type = 'table' AND sql LIKE 'CREATE TABLE %') OR instr(lower(sql), 'collate') > 0
+                SELECT count(*) FROM \(d).sqlite_schema WHERE NOT (type = 'table' AND sql LIKE 'CREATE TABLE %')
                 """)?.int64
             var plain = odd == 0
+            // A declared collation (which no writer of diffs declares) would change what the SQL over the file
+            // compares equal: a forged `changed COLLATE NOCASE` merged two spellings of a list as one.
+            if plain {
+                plain = try !db.rows("SELECT sql FROM \(d).sqlite_schema").contains { Self.declaresCollation($0[0].string ?? "") }
+            }
             for table in reader.tables.map(\.name) + ["rtsync_rows", "rtsync_cells"] where plain {
                 plain = try db.scalar("SELECT count(*) FROM pragma_table_xinfo(?, '\(d)') WHERE hidden != 0", [.text(table)])?.int64 == 0
             }
@@ -172,6 +175,27 @@ extension Merger {
         // Detaching inside the transaction fails once the file was read; the caller detaches after it ends.
         try? db.execute("DETACH DATABASE " + d)
         return false
+    }
+
+    /// Whether `sql` has the word COLLATE outside quoted names and strings (a name such as "collated_at" does not
+    /// count; a comment that mentions it does, which only costs the bulk paths).
+    static func declaresCollation(_ sql: String) -> Bool {
+        var outside: [UInt8] = []
+        var close: UInt8?
+        for byte in sql.utf8 {
+            if let c = close {
+                if byte == c { close = nil }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "'"), UInt8(ascii: "\""), UInt8(ascii: "`"): close = byte; outside.append(0x20)
+            case UInt8(ascii: "["): close = UInt8(ascii: "]"); outside.append(0x20)
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): outside.append(byte + 0x20)
+            default: outside.append(byte)
+            }
+        }
+        // A doubled quote inside a quoted part ends it and opens another at once: the scan stays in step.
+        return String(decoding: outside, as: UTF8.self).contains("collate")
     }
 
     /// The SQL that reads one carried table of the attached diff for the bulk writes.

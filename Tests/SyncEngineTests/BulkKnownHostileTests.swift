@@ -512,4 +512,25 @@ struct BulkKnownHostileTests {
         let r2 = try b.apply(try w2.finish())
         #expect(r2.bulk.status == r2.perRow.status, "\(r2.bulk)")
     }
+
+    /// Declared collations are found outside quoted names and strings only: a column named `collated_at` keeps the
+    /// set paths.
+    @Test func declaresCollation_looksOutsideQuotedNamesAndStrings() throws {
+        #expect(Merger.declaresCollation(#"CREATE TABLE t ("x" TEXT COLLATE NOCASE)"#))
+        #expect(Merger.declaresCollation(#"CREATE TABLE t (x TEXT collate "nocase")"#))
+        #expect(Merger.declaresCollation(#"CREATE TABLE "a""collate" (x TEXT CoLLaTe RTRIM)"#))
+        #expect(!Merger.declaresCollation(#"CREATE TABLE "collateral" ("collated_at" TEXT, [collate] INT, `Collate` INT, y DEFAULT 'collate', "a""collate")"#))
+
+        let sql = "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, collated_at TEXT, n INTEGER)"
+        let box = try Sandbox("known-collated-name")
+        let a = try k.device(box, "A", sql)
+        let b = try Twins(box, try k.device(box, "B", sql))
+        for i in 0..<Self.rows { try a.exec("INSERT INTO notes VALUES (?, ?, ?, ?)", [.text("n\(i)"), .text(String(repeating: "body \(i) ", count: 20)), .text("x"), .integer(Int64(i))]) }
+        try b.apply(try a.exportFile())
+        tick()
+        try a.exec("UPDATE notes SET collated_at = 'y ' || id")
+        let before = b.bulk.db.bulkKnownRowsMerged
+        #expect(try b.apply(try a.exportFile()).bulk.updated == Self.rows)
+        #expect(b.bulk.db.bulkKnownRowsMerged == before + Self.rows)
+    }
 }
