@@ -393,17 +393,22 @@ struct BulkKnownHostileTests {
         #expect(r.bulk.status == r.perRow.status, "\(r.bulk)")
     }
 
+    /// Twins made from `sql` holding rows 0…rows-1 with keys `key(i)`, born at `born` on "other".
+    func twins(_ box: Sandbox, _ sql: String, key: (Int) -> SQLValue, born: Clock) throws -> Twins {
+        let b = try Twins(box, try k.device(box, "B", sql))
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        for i in 0..<Self.rows { try w.append(RowChange(table: "notes", operation: .upsert, values: [key(i), .text("body \(i)"), .null, .integer(Int64(i))], clock: born, born: born)) }
+        try b.apply(try w.finish())
+        return b
+    }
+
     /// An INTEGER key table: keys as reals equal to integers (1.0), as texts ('2'), blobs, and beyond: the per-row
     /// merge converts them, so the table goes to it.
     @Test func keysOfOtherStorageClasses_mergeAsPerRow() throws {
-        let sql = "CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT, extra TEXT, n INTEGER)"
         let box = try Sandbox("hostile-key-classes")
         let born = clock(30_000)
-        let b = try Twins(box, try k.device(box, "B", sql))
-        let w0 = try writer(box)
-        try w0.addTable(Self.notes)
-        for i in 0..<Self.rows { try w0.append(RowChange(table: "notes", operation: .upsert, values: [.integer(Int64(i)), .text("body \(i)"), .null, .integer(Int64(i))], clock: born, born: born)) }
-        try b.apply(try w0.finish())
+        let b = try twins(box, "CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT, extra TEXT, n INTEGER)", key: { .integer(Int64($0)) }, born: born)
         for (what, key) in [("real", SQLValue.real(3.0)), ("text", .text("4")), ("blob", .blob([0x35])), ("text not a number", .text("five"))] {
             let w = try writer(box)
             try w.addTable(Self.notes)
@@ -419,14 +424,9 @@ struct BulkKnownHostileTests {
     /// merge's `take` writes every taken column, the key included; the set path never writes key columns, so it
     /// kept 0.0 (rows compare equal as `SQLValue`s, the stored bytes did not). REAL keys now go to the per-row merge.
     @Test func untypedKeyNegativeZero_mergesAsPerRow() throws {
-        let sql = "CREATE TABLE notes(id PRIMARY KEY, body TEXT, extra TEXT, n INTEGER)"
         let box = try Sandbox("hostile-negative-zero")
         let born = clock(30_000)
-        let b = try Twins(box, try k.device(box, "B", sql))
-        let w0 = try writer(box)
-        try w0.addTable(Self.notes)
-        for i in 0..<Self.rows { try w0.append(RowChange(table: "notes", operation: .upsert, values: [.real(Double(i)), .text("body \(i)"), .null, .integer(Int64(i))], clock: born, born: born)) }
-        try b.apply(try w0.finish())
+        let b = try twins(box, "CREATE TABLE notes(id PRIMARY KEY, body TEXT, extra TEXT, n INTEGER)", key: { .real(Double($0)) }, born: born)
         let w = try writer(box)
         try w.addTable(Self.notes)
         try w.append(RowChange(table: "notes", operation: .upsert, values: [.real(-0.0), .text("minus zero"), .null, .integer(0)], changedColumns: ["id", "body"], clock: clock(1_000), born: born))

@@ -65,6 +65,18 @@ struct BulkKnownRowsTests {
         try b.apply(try w.finish())
     }
 
+    /// `author` runs `edit` and exports; the twins apply the file, which must apply with `conflicts` entries logged
+    /// and `merged` rows merged as sets.
+    func editAndApply(_ edit: String, by author: Replica, to b: Twins, merged: Int, conflicts: Int = 0, _ what: String,
+                      sourceLocation: SourceLocation = #_sourceLocation) throws {
+        tick()
+        try author.exec(edit)
+        let before = b.bulk.db.bulkKnownRowsMerged
+        let r = try b.apply(try author.exportFile(), sourceLocation: sourceLocation)
+        #expect(r.bulk.status == .applied && r.bulk.conflicts == conflicts, "\(what): \(r.bulk)", sourceLocation: sourceLocation)
+        #expect(b.bulk.db.bulkKnownRowsMerged == before + merged, "\(what): \(r.bulk)", sourceLocation: sourceLocation)
+    }
+
     // MARK: Written as sets
 
     /// Another device's updates of one, two and three columns, some to the value already here, then deletes,
@@ -143,14 +155,7 @@ struct BulkKnownRowsTests {
         for p in 0..<5 { try a.exec("INSERT INTO parents VALUES (?, ?)", [.text("p\(p)"), .text("parent \(p)")]) }
         for i in 0..<200 { try a.exec("INSERT INTO notes VALUES (?, ?, ?, ?, ?)", [.text("n\(i)"), .text("body \(i)"), .text("x\(i)"), .integer(Int64(i)), .text("p\(i % 5)")]) }
         #expect(try b.apply(try a.exportFile()).bulk.inserted == 205)
-        func round(_ edit: String, merged: Int, _ what: String) throws {
-            tick()
-            try a.exec(edit)
-            let before = b.bulk.db.bulkKnownRowsMerged
-            let r = try b.apply(try a.exportFile())
-            #expect(r.bulk.status == .applied, "\(what): \(r.bulk)")
-            #expect(b.bulk.db.bulkKnownRowsMerged == before + merged, "\(what): \(r.bulk)")
-        }
+        func round(_ edit: String, merged: Int, _ what: String) throws { try editAndApply(edit, by: a, to: b, merged: merged, what) }
         try round("UPDATE notes SET body = 'one ' || id WHERE n < 150", merged: 150, "updates of other columns")
         // Rows 1 and 6 had parent p1 already: only their body changed.
         try round("UPDATE notes SET parent = 'p1', body = 'moved' WHERE n < 10", merged: 2, "updates of the reference")
@@ -178,12 +183,7 @@ struct BulkKnownRowsTests {
         #expect(try b.apply(first).bulk.inserted == 200)
         try c.apply(first)
         func round(_ edit: String, on author: Replica? = nil, merged: Int, conflicts: Int = 0, _ what: String) throws {
-            tick()
-            try (author ?? a).exec(edit)
-            let before = b.bulk.db.bulkKnownRowsMerged
-            let r = try b.apply(try (author ?? a).exportFile())
-            #expect(r.bulk.status == .applied && r.bulk.conflicts == conflicts, "\(what): \(r.bulk)")
-            #expect(b.bulk.db.bulkKnownRowsMerged == before + merged, "\(what): \(r.bulk)")
+            try editAndApply(edit, by: author ?? a, to: b, merged: merged, conflicts: conflicts, what)
         }
         try round("UPDATE notes SET body = 'one ' || id WHERE n < 150", merged: 150, "updates of other columns")
         try round("UPDATE notes SET n = n + 1000 WHERE n < 20", merged: declaration.contains("(extra, n)") ? 0 : 20, "updates of n (in the second index)")
