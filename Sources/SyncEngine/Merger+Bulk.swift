@@ -177,24 +177,33 @@ extension Merger {
         return false
     }
 
-    /// Whether `sql` has the word COLLATE outside quoted names and strings (a name such as "collated_at" does not
-    /// count; a comment that mentions it does, which only costs the bulk paths).
+    /// Whether `sql` has the word COLLATE outside quoted names, strings and comments (a name such as
+    /// "collated_at" does not count). A backstop: every comparison over the attached diff names its collation or
+    /// compares values that carry none.
     static func declaresCollation(_ sql: String) -> Bool {
+        let bytes = Array(sql.utf8)
         var outside: [UInt8] = []
-        var close: UInt8?
-        for byte in sql.utf8 {
-            if let c = close {
-                if byte == c { close = nil }
-                continue
-            }
+        var i = 0
+        func at(_ j: Int) -> UInt8 { j < bytes.count ? bytes[j] : 0 }
+        while i < bytes.count {
+            let byte = bytes[i]
+            var close: [UInt8]?
             switch byte {
-            case UInt8(ascii: "'"), UInt8(ascii: "\""), UInt8(ascii: "`"): close = byte; outside.append(0x20)
-            case UInt8(ascii: "["): close = UInt8(ascii: "]"); outside.append(0x20)
+            case UInt8(ascii: "'"), UInt8(ascii: "\""), UInt8(ascii: "`"): close = [byte]
+            case UInt8(ascii: "["): close = [UInt8(ascii: "]")]
+            case UInt8(ascii: "-") where at(i + 1) == UInt8(ascii: "-"): close = [0x0A]
+            case UInt8(ascii: "/") where at(i + 1) == UInt8(ascii: "*"): close = [UInt8(ascii: "*"), UInt8(ascii: "/")]; i += 1
             case UInt8(ascii: "A")...UInt8(ascii: "Z"): outside.append(byte + 0x20)
             default: outside.append(byte)
             }
+            i += 1
+            if let close {
+                // Skip to the end of the quoted part or comment (a doubled quote ends one part and opens the next).
+                while i < bytes.count, !(bytes[i] == close[0] && (close.count == 1 || at(i + 1) == close[1])) { i += 1 }
+                i += close.count
+                outside.append(0x20)
+            }
         }
-        // A doubled quote inside a quoted part ends it and opens another at once: the scan stays in step.
         return String(decoding: outside, as: UTF8.self).contains("collate")
     }
 

@@ -31,16 +31,18 @@ extension Merger {
     }
 
     /// The columns (lower-cased) of the table's UNIQUE constraints and unique indexes other than its primary key, or
-    /// nil when one of them is partial or indexes an expression (which columns decide a collision is then not
-    /// known here). A set of rows that writes none of these columns cannot make or settle a collision.
+    /// nil when one of them is partial or indexes an expression or a generated column (which columns decide a
+    /// collision is then not known here). A set of rows that writes none of these columns cannot make or settle a collision.
     func uniqueColumns(of table: String) throws -> Set<String>? {
         var columns = Set<String>()
         for index in try db.rows("SELECT name, partial FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk'", [.text(table)]) {
             guard let name = index[0].string, index[1].int64 == 0 else { return nil }
             for term in try db.rows("SELECT cid, name FROM pragma_index_xinfo(?, 'main') WHERE key = 1", [.text(name)]) {
-                // cid -1 is the rowid (never written by a merge), -2 an expression.
-                guard let cid = term[0].int64, cid >= -1 else { return nil }
-                if cid >= 0, let column = term[1].string { columns.insert(column.lowercased()) }
+                // cid -2 is an expression. A generated column (not among the columns the merge reads) changes with
+                // the columns it is made of, which are not known here.
+                guard let cid = term[0].int64, cid >= 0, let column = term[1].string,
+                      try db.scalar("SELECT hidden FROM pragma_table_xinfo(?, 'main') WHERE cid = ?", [.text(table), .integer(cid)])?.int64 == 0 else { return nil }
+                columns.insert(column.lowercased())
             }
         }
         return columns

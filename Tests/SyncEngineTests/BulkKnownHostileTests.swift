@@ -520,6 +520,11 @@ struct BulkKnownHostileTests {
         #expect(Merger.declaresCollation(#"CREATE TABLE t (x TEXT collate "nocase")"#))
         #expect(Merger.declaresCollation(#"CREATE TABLE "a""collate" (x TEXT CoLLaTe RTRIM)"#))
         #expect(!Merger.declaresCollation(#"CREATE TABLE "collateral" ("collated_at" TEXT, [collate] INT, `Collate` INT, y DEFAULT 'collate', "a""collate")"#))
+        // Comments are skipped, and a quote inside one opens nothing.
+        #expect(Merger.declaresCollation("CREATE TABLE t(tid INTEGER, changed /* don't */ TEXT COLLATE NOCASE /* ' */)"))
+        #expect(Merger.declaresCollation("CREATE TABLE t(tid INTEGER, -- it's\n changed TEXT COLLATE NOCASE -- '\n)"))
+        #expect(!Merger.declaresCollation("CREATE TABLE t(x TEXT /* collate nocase */, y TEXT -- collate\n)"))
+        #expect(Merger.declaresCollation("CREATE TABLE t(x TEXT /* unclosed */ COLLATE NOCASE /*"))
 
         let sql = "CREATE TABLE notes(id TEXT PRIMARY KEY, body TEXT, collated_at TEXT, n INTEGER)"
         let box = try Sandbox("known-collated-name")
