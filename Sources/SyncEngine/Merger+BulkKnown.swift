@@ -177,6 +177,21 @@ extension Merger {
             """, [.integer(did)])
         guard scan.first?[1].int64 != 1 else { return nil }
         let wholeRows = upserts > 0 && scan.first?[0].int64 == 1
+        // A table with UNIQUE constraints (on plain columns: `knownRowsMayBeMergedInBulk`): a write of one of their
+        // columns may make a collision, which the per-row merge settles in file order (the row born later loses and is
+        // deleted). So no update may write one (a diff where some row does leaves the table to the per-row merge, and so
+        // does a whole row, `changed` NULL, of a row here: class 0 below), and an upsert the per-row merge would have to decide (another incarnation, a tombstone,
+        // a local change: it may insert or write the whole row) sends the whole table to it (class 0 below). Known
+        // updates with a conflict to log and deletes may still be left to it one by one: they write no such column.
+        // New rows are inserted as a set before any other write, against every row here (none moved, none deleted
+        // yet): when they collide with nothing then, they collide with nothing in file order either; when they do,
+        // the insert fails and the per-row merge takes the table.
+        guard let unique = try uniqueColumns(of: def.name) else { return nil }
+        let uniqueMask = localColumns.indices.filter { unique.contains(localColumns[$0].lowercased()) }.reduce(Int64(0)) { $0 | (1 << Int64($1)) }
+        if uniqueMask != 0, masks.contains(where: { $0.mask & uniqueMask != 0 }) { return nil }
+        let leftUpsert = uniqueMask != 0 ? 0 : 4
+        let newRowClass = plan.hasDeleteActions ? leftUpsert : 1
+        let wholeKnownRow = uniqueMask != 0 ? "WHEN op = 'upsert' COLLATE BINARY AND here AND whole THEN 0" : ""
         // A table with foreign keys of its own: an update that writes none of their columns cannot break or settle a
         // reference (the per-row merge acts on a reference to a parent deleted here only when it writes the
         // reference). New rows, whole rows (`changed` NULL) and updates of a referencing column can: each such row
@@ -185,18 +200,7 @@ extension Merger {
         let referencingMask = localColumns.indices.filter { referencing.contains(localColumns[$0].lowercased()) }.reduce(Int64(0)) { $0 | (1 << Int64($1)) }
         let anyChanged = masks.reduce(Int64(0)) { $0 | $1.mask } | (wholeRows && !plan.hasDeleteActions ? carriedMask : 0)
         // Columns some row may take (changed, or every carried column for a row with `changed` NULL).
-        let candidates = localColumns.indices.filter { anyChanged & ~referencingMask & (1 << Int64($0)) != 0 && positionOfLocal[$0] != nil }
-        // A table with UNIQUE constraints (on plain columns: `knownRowsMayBeMergedInBulk`): a write of one of their
-        // columns may make a collision, which the per-row merge settles in file order (the row born later loses and is
-        // deleted). So no row may write one (a diff where some row does, or carries a whole row, leaves the table to
-        // the per-row merge), and an upsert the per-row merge would have to decide (a new row, another incarnation, a
-        // local change: it may insert or write the whole row) sends the whole table to it (class 0 below). Known
-        // updates with a conflict to log and deletes may still be left to it one by one: they write no such column.
-        guard let unique = try uniqueColumns(of: def.name) else { return nil }
-        let uniqueMask = localColumns.indices.filter { unique.contains(localColumns[$0].lowercased()) }.reduce(Int64(0)) { $0 | (1 << Int64($1)) }
-        if uniqueMask != 0, wholeRows || masks.contains(where: { $0.mask & uniqueMask != 0 }) { return nil }
-        let leftUpsert = uniqueMask != 0 ? 0 : 4
-        let newRowClass = uniqueMask != 0 ? 0 : plan.hasDeleteActions ? 4 : 1
+        let candidates = localColumns.indices.filter { anyChanged & ~referencingMask & ~uniqueMask & (1 << Int64($0)) != 0 && positionOfLocal[$0] != nil }
         let fkRow = plan.hasDeleteActions ? "WHEN op = 'upsert' COLLATE BINARY AND (whole OR chm & \(referencingMask) <> 0) THEN \(leftUpsert)" : ""
 
         // Parameters: ?1 author site, ?2 author user, ?3 own site, ?4 published clock, ?5 `seen` as JSON, then
@@ -324,7 +328,7 @@ extension Merger {
         // name the same row as another key of the diff.
         let cls = """
             CASE WHEN NOT keyok OR chm IS NULL THEN 0 WHEN here AND NOT keysame THEN 0
-                 WHEN cells OR stray OR held THEN \(leftUpsert == 4 ? "4" : "(CASE WHEN op = 'upsert' COLLATE BINARY THEN \(leftUpsert) ELSE 4 END)") \(fkRow)
+                 WHEN cells OR stray OR held THEN \(leftUpsert == 4 ? "4" : "(CASE WHEN op = 'upsert' COLLATE BINARY THEN \(leftUpsert) ELSE 4 END)") \(fkRow) \(wholeKnownRow)
                  WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN \(newRowClass) ELSE \(leftUpsert) END)
                                                              WHEN (\(knownUpdate)) THEN 2 ELSE \(leftUpsert) END
                  WHEN op = 'delete' COLLATE BINARY AND \(deletes > 0 ? "1" : "0") THEN CASE WHEN (\(knownDelete)) THEN 3 ELSE 4 END
