@@ -286,7 +286,9 @@ extension Merger {
         // of `upserts`.
         let claim = "INSERT INTO main.rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) SELECT \(tid), \(table.keyText), r.born, coalesce(r.born_site, ?1), NULL, NULL "
             + table.from + " AND (\(table.isNew)) ORDER BY r.rowid ON CONFLICT(tid, pk) DO NOTHING"
-        let insert = "INSERT INTO main.\(quoteIdentifier(def.name)) (" + plan.allColumns.map(quoteIdentifier).joined(separator: ", ") + ") SELECT "
+        // OR ABORT: a UNIQUE constraint's own conflict clause (REPLACE, IGNORE, ROLLBACK) must not settle a collision
+        // here; it fails the insert, and the per-row merge takes the table.
+        let insert = "INSERT OR ABORT INTO main.\(quoteIdentifier(def.name)) (" + plan.allColumns.map(quoteIdentifier).joined(separator: ", ") + ") SELECT "
             + plan.allPositions.map(carried).joined(separator: ", ") + " " + table.from
             + " ORDER BY r.rowid ON CONFLICT(" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
         func run(_ sql: String) throws -> Int {

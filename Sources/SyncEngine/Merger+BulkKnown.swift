@@ -395,7 +395,7 @@ extension Merger {
                 }
                 if !sets.isEmpty {
                     let local = localRowid.map { "l.\($0) = s.lr" } ?? keyMatch
-                    let n = try run("UPDATE \(localTable) AS l SET \(sets.joined(separator: ", ")) FROM \(known) AS s JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = s.rid WHERE s.cls = 2 AND \(updatedRow("s.")) AND \(local)")
+                    let n = try run("UPDATE OR ABORT \(localTable) AS l SET \(sets.joined(separator: ", ")) FROM \(known) AS s JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = s.rid WHERE s.cls = 2 AND \(updatedRow("s.")) AND \(local)")
                     written = n == changedRows
                 } else {
                     written = false

@@ -269,10 +269,13 @@ extension Merger {
             let table = quoteIdentifier(def.name)
             whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
             selectSQL = "SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + table + " WHERE " + whereKey
-            insertAllSQL = "INSERT INTO " + table + " (" + insertColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+            // Every write of the merge says OR ABORT: a conflict clause of the table's own (`UNIQUE … ON CONFLICT
+            // REPLACE` / `IGNORE` / `ROLLBACK`) would otherwise settle a collision silently, by arrival order, where
+            // the merge settles it the same way on every device (`writeResolvingUnique`).
+            insertAllSQL = "INSERT OR ABORT INTO " + table + " (" + insertColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: insertColumns.count).joined(separator: ", ") + ")"
             deleteSQL = "DELETE FROM " + table + " WHERE " + whereKey
-            insertNewSQL = "INSERT INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+            insertNewSQL = "INSERT OR ABORT INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: allColumns.count).joined(separator: ", ") + ")" + " ON CONFLICT (" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
         }
     }
@@ -495,7 +498,7 @@ extension Merger {
             let l = c.name.lowercased()
             return r.plan.localName[l] != nil && (r.remote[l] != nil || r.plan.fillers[l] != nil) && (keys.contains(l) || changed.contains(l) || c.notNull)
         }.map(\.name)
-        let sql = "INSERT INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+        let sql = "INSERT OR ABORT INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
             + Array(repeating: "?", count: cols.count).joined(separator: ", ") + ")"
         guard try writeResolvingUnique(r, local, newRow: Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a }),
                                        { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
@@ -529,7 +532,7 @@ extension Merger {
             }
         }
         if !erase.isEmpty {
-            let sql = "UPDATE " + quoteIdentifier(r.table) + " SET " + erase.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ") + " WHERE " + r.plan.whereKey
+            let sql = "UPDATE OR ABORT " + quoteIdentifier(r.table) + " SET " + erase.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ") + " WHERE " + r.plan.whereKey
             try cached(sql).run(r.keyValues)
             report.updated += 1
         }
@@ -646,7 +649,7 @@ extension Merger {
 
     /// Updates `columns` of the row to the incoming values; false when a UNIQUE collision made the remote row lose.
     mutating func update(_ r: RowContext, _ local: LocalRow, columns: [String]) throws -> Bool {
-        let sql = "UPDATE " + quoteIdentifier(r.table) + " SET " + columns.map { quoteIdentifier($0) + " = ?" }.joined(separator: ", ")
+        let sql = "UPDATE OR ABORT " + quoteIdentifier(r.table) + " SET " + columns.map { quoteIdentifier($0) + " = ?" }.joined(separator: ", ")
             + " WHERE " + r.def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
         func newRow() -> [String: SQLValue] {
             var row: [String: SQLValue] = [:]

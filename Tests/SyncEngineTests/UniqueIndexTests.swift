@@ -53,6 +53,37 @@ struct UniqueIndexTests {
         }
     }
 
+    /// A UNIQUE constraint with a conflict clause of its own (REPLACE would delete the other row, IGNORE drop the
+    /// write, each silently and by arrival order): the merge writes with OR ABORT, so the collision is settled by its
+    /// own rule on both devices (the row created first keeps the value), and they end alike.
+    @Test(arguments: ["REPLACE", "IGNORE", "FAIL", "ROLLBACK"])
+    func uniqueConstraintWithAConflictClause_concurrentInsertsConverge(clause: String) throws {
+        let box = try Sandbox("uclause")
+        let url = box.path("base.sqlite")
+        do {
+            let conn = try Connection(path: url.path)
+            try conn.execute("""
+                PRAGMA journal_mode = WAL;
+                CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE ON CONFLICT \(clause), archived INTEGER NOT NULL DEFAULT 0);
+                INSERT INTO people VALUES ('k1', 'ann', 1);
+                PRAGMA wal_checkpoint(TRUNCATE);
+                """)
+        }
+        let a = try box.replica("A", source: url), b = try box.replica("B", source: url)
+        try a.exec("INSERT INTO people VALUES ('k2', 'bob', 0)")
+        let fa = try a.exportFile()
+        tick()
+        try b.exec("INSERT INTO people VALUES ('k3', 'bob', 0)")
+        let fb = try b.exportFile()
+        #expect(a.apply(fb).status == .applied)
+        #expect(b.apply(fa).status == .applied)
+        var diffs = [fa, fb]
+        var rng = SeededGenerator(seed: 2)
+        try exchangeUntilQuiet([a, b], diffs: &diffs, rng: &rng, label: clause)
+        try expectSameData(a, b)
+        #expect(try a.rows("SELECT id FROM people ORDER BY id").map { $0[0] } == [.text("k1"), .text("k2")], "\(clause): k2 was created first")
+    }
+
     @Test func indexSQL_isParsedIntoTermsAndWhere() throws {
         let p = try #require(UniqueIndex.parseIndexSQL("CREATE UNIQUE INDEX \"a(b\" ON \"t(\"( lower(x) , [y,z] DESC, 'q)' || w ) WHERE x > 0 AND (y, z) IS NOT (1, 2)"))
         #expect(p.terms == ["lower(x)", "[y,z]", "'q)' || w"])
