@@ -36,12 +36,12 @@ struct ConvergencePropertyTests {
     }
 
     /// Builds the shared starting database: one table with a TEXT key and three value columns.
-    static func makeBase(in box: Sandbox, uniqueA: Bool, index: String? = nil) throws -> URL {
+    static func makeBase(in box: Sandbox, uniqueA: Bool, index: String? = nil, replaceClause: Bool = false) throws -> URL {
         let url = box.path("base.sqlite")
         let conn = try Connection(path: url.path)
         try conn.execute("""
             PRAGMA journal_mode = WAL;
-            CREATE TABLE items (id TEXT PRIMARY KEY, a TEXT\(uniqueA && index == nil ? " UNIQUE" : ""), b INTEGER, c REAL);
+            CREATE TABLE items (id TEXT PRIMARY KEY, a TEXT\(replaceClause ? " UNIQUE ON CONFLICT REPLACE" : uniqueA && index == nil ? " UNIQUE" : ""), b INTEGER, c REAL);
             \(index ?? "");
             INSERT INTO items VALUES ('k0', 'zero', 0, 0.5), ('k1', 'one', 1, 1.5), ('k2', 'two', 2, NULL);
             PRAGMA wal_checkpoint(TRUNCATE);
@@ -89,6 +89,13 @@ struct ConvergencePropertyTests {
     @Test(arguments: seeds(from: 1000, ci: 20))
     func randomEditsWithUniqueColumn_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
         try run(seed: seed, uniqueA: true)
+    }
+
+    /// The UNIQUE column declares `ON CONFLICT REPLACE`: the merge must settle collisions by its own rule, not by the
+    /// clause (which deleted the other row by arrival order: seed 1505 diverged before every merge write said OR ABORT).
+    @Test(arguments: seeds(from: 1500, ci: 20))
+    func randomEditsWithAUniqueColumnThatReplaces_randomDeliveryWithDuplicates_endIdentical(seed: Int) throws {
+        try run(seed: seed, uniqueA: true, index: "", replaceClause: true)
     }
 
     @Test(arguments: seeds(from: 2000, ci: 30))
@@ -199,10 +206,10 @@ struct ConvergencePropertyTests {
     /// Returns, with `twins`, how many rows the twin with the set paths merged as known rows.
     @discardableResult
     func run(seed: Int, uniqueA: Bool, index: String? = nil, policy: TablePolicy? = nil, skewed: Bool = false, reencode: Bool = false,
-             twins: Bool = false, groupTwins: Bool = false, unexportedEdits: Bool = false, resolver: ConflictResolver? = nil) throws -> Int {
+             twins: Bool = false, groupTwins: Bool = false, unexportedEdits: Bool = false, resolver: ConflictResolver? = nil, replaceClause: Bool = false) throws -> Int {
         var rng = SeededGenerator(seed: UInt64(seed))
         let box = try Sandbox("prop\(seed)")
-        let base = try Self.makeBase(in: box, uniqueA: uniqueA, index: index)
+        let base = try Self.makeBase(in: box, uniqueA: uniqueA, index: index, replaceClause: replaceClause)
         let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base, policies: policy.map { ["items": $0] } ?? [:]) }
         if let resolver { for r in replicas { r.db.setResolver(for: "items", resolver) } }
         if skewed { for r in replicas { try r.db.shiftWallClockForTesting(milliseconds: Int64.random(in: -3_600_000...3_600_000, using: &rng)) } }
