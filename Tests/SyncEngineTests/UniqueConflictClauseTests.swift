@@ -24,64 +24,40 @@ extension BulkKnownRowsTests {
         try w.append(RowChange(table: "notes", operation: .upsert, values: [.text(id), .text("fresh"), .text(extra), .integer(100)], clock: c, born: c))
     }
 
-    /// A delete of n0 merged as a set, then a new row taking n0's value: the set insert collides (it runs first), so
-    /// the per-row merge takes the table.
-    @Test(arguments: ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE", " ON CONFLICT ROLLBACK", " ON CONFLICT FAIL"])
-    func uniqueClause_newRowTakesAValueFreedByAnEarlierDelete(_ clause: String) throws {
-        let box = try Sandbox("unique-clause-0")
-        let born = clock(20_000)
-        let b = try twinsWithNotes(box, count: 20, born: born, sql: Self.uniqueSQL(clause))
-        let w = try writer(box)
-        try w.addTable(Self.notes)
-        try w.append(RowChange(table: "notes", operation: .delete, values: [.text("n0"), .null, .null, .null], clock: clock(1_000), born: born))
-        try newRow(w, id: "new1", extra: "extra 0")
-        try plainUpdates(w, born: born)
-        try b.apply(try w.finish())
+    /// What a diff does to n0 before or after a new row takes n0's UNIQUE value.
+    enum ClauseScenario: String, CaseIterable, Sendable {
+        /// A delete of n0 merged as a set, then the new row: the set insert collides (it runs first), so the per-row
+        /// merge takes the table.
+        case deleteThenNewRow
+        /// A delete of n0 left to the per-row merge (it logs a conflict: "third" edited the body unseen), then the new row.
+        case deleteLeftThenNewRow
+        /// A known update of n0's body left to the per-row merge (it overwrites "third"'s unseen edit), then the new row.
+        case updateLeftThenNewRow
+        /// No row left at all: the new row, then a known update of n0 to the body it has (its clock taken).
+        case newRowThenUpdateOfTheHolder
     }
 
-    /// A delete of n0 left to the per-row merge (it logs a conflict: a body edit of "third" the author had not
-    /// seen), then a new row taking n0's extra value.
-    @Test(arguments: ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE", " ON CONFLICT ROLLBACK", " ON CONFLICT FAIL"])
-    func uniqueClause_deleteLeftToThePerRowMergeThenANewRowWithItsValue(_ clause: String) throws {
-        let box = try Sandbox("unique-clause-1")
+    @Test(arguments: ClauseScenario.allCases, ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE", " ON CONFLICT ROLLBACK", " ON CONFLICT FAIL"])
+    func uniqueClause_newRowTakingTheValueOfARowTheDiffAlsoChanges(_ scenario: ClauseScenario, _ clause: String) throws {
+        let box = try Sandbox("unique-clause")
         let born = clock(20_000)
         let b = try twinsWithNotes(box, count: 20, born: born, sql: Self.uniqueSQL(clause))
-        try thirdDeviceEditsBodies(box, b, rows: 0..<1, clock: clock(10_000, "third"), born: born)
+        if scenario == .deleteLeftThenNewRow || scenario == .updateLeftThenNewRow {
+            try thirdDeviceEditsBodies(box, b, rows: 0..<1, clock: clock(10_000, "third"), born: born)
+        }
         let w = try writer(box)
         try w.addTable(Self.notes)
-        try w.append(RowChange(table: "notes", operation: .delete, values: [.text("n0"), .null, .null, .null], clock: clock(1_000), born: born))
-        try newRow(w, id: "new1", extra: "extra 0")
-        try plainUpdates(w, born: born)
-        try b.apply(try w.finish())
-    }
-
-    /// A known update of n0's body left to the per-row merge (overwrites "third"'s unseen edit: a conflict),
-    /// then a new row taking n0's extra value.
-    @Test(arguments: ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE", " ON CONFLICT ROLLBACK", " ON CONFLICT FAIL"])
-    func uniqueClause_updateLeftToThePerRowMergeThenANewRowWithItsValue(_ clause: String) throws {
-        let box = try Sandbox("unique-clause-2")
-        let born = clock(20_000)
-        let b = try twinsWithNotes(box, count: 20, born: born, sql: Self.uniqueSQL(clause))
-        try thirdDeviceEditsBodies(box, b, rows: 0..<1, clock: clock(10_000, "third"), born: born)
-        let w = try writer(box)
-        try w.addTable(Self.notes)
-        try update(w, 0, [.text("mine 0"), .text("extra 0"), .integer(0)], changed: ["body"], clock: clock(1_000), born: born)
-        try newRow(w, id: "new1", extra: "extra 0")
-        try plainUpdates(w, born: born)
-        try b.apply(try w.finish())
-    }
-
-    /// No row left at all: a new row taking n0's extra value, then a known update of n0 to the value it has
-    /// (taken: its clock recorded, no UPDATE counted).
-    @Test(arguments: ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE", " ON CONFLICT ROLLBACK", " ON CONFLICT FAIL"])
-    func uniqueClause_newRowWithAValueThenAnUpdateOfItsHolder(_ clause: String) throws {
-        let box = try Sandbox("unique-clause-3")
-        let born = clock(20_000)
-        let b = try twinsWithNotes(box, count: 20, born: born, sql: Self.uniqueSQL(clause))
-        let w = try writer(box)
-        try w.addTable(Self.notes)
-        try newRow(w, id: "new1", extra: "extra 0")
-        try update(w, 0, [.text("body 0"), .text("extra 0"), .integer(0)], changed: ["body"], clock: clock(1_000), born: born)
+        switch scenario {
+        case .deleteThenNewRow, .deleteLeftThenNewRow:
+            try w.append(RowChange(table: "notes", operation: .delete, values: [.text("n0"), .null, .null, .null], clock: clock(1_000), born: born))
+            try newRow(w, id: "new1", extra: "extra 0")
+        case .updateLeftThenNewRow:
+            try update(w, 0, [.text("mine 0"), .text("extra 0"), .integer(0)], changed: ["body"], clock: clock(1_000), born: born)
+            try newRow(w, id: "new1", extra: "extra 0")
+        case .newRowThenUpdateOfTheHolder:
+            try newRow(w, id: "new1", extra: "extra 0")
+            try update(w, 0, [.text("body 0"), .text("extra 0"), .integer(0)], changed: ["body"], clock: clock(1_000), born: born)
+        }
         try plainUpdates(w, born: born)
         try b.apply(try w.finish())
     }
