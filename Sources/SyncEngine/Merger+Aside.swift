@@ -39,8 +39,12 @@ extension SyncDatabase {
             let before = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 ?? 0
             // Only values at least as late as the column's value here (or the row's birth: a key re-used since keeps
             // its own row).
+            // A UNIQUE constraint's own conflict clause (REPLACE would delete another row, its captured delete dropped
+            // below) must not act here: the move fails instead, as it does on a plain UNIQUE collision.
+            let createSQL = try db.scalar("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", [.text(def.name)])?.string ?? ""
+            let orAbort = UniqueIndex.hasUniqueConflictClause(createSQL) ? " OR ABORT" : ""
             try db.execute("""
-                UPDATE \(quoteIdentifier(table)) AS o SET \(quoteIdentifier(local)) = a.value
+                UPDATE\(orAbort) \(quoteIdentifier(table)) AS o SET \(quoteIdentifier(local)) = a.value
                 FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
                   LEFT JOIN rtsync_clocks k ON k.tid = a.tid AND k.pk = a.pk AND k.col = ? COLLATE NOCASE
                 WHERE a.tid = ? AND a.col = ? AND a.pk = \(keyExpr) AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)

@@ -22,7 +22,8 @@ extension Merger {
               let remoteDef = reader.tables.first(where: { $0.name == table }) else {
             throw SyncEngineError.diffRejected(file: reader.url.path, reason: "table '\(table)' is neither in this database nor defined by the diff")
         }
-        let plan = TablePlan(info: info, remoteDef: remoteDef)
+        let createSQL = try db.scalar("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", [.text(info.definition.name)])?.string ?? ""
+        let plan = TablePlan(info: info, remoteDef: remoteDef, abortsConflicts: UniqueIndex.hasUniqueConflictClause(createSQL))
         plans[table] = plan
         return plan
     }
@@ -226,9 +227,16 @@ extension Merger {
             return remote
         }
 
-        init(info: TrackedInfo, remoteDef: TableDefinition) {
+        /// " OR ABORT" when the table gives a UNIQUE or PRIMARY KEY constraint a conflict clause of its own (REPLACE,
+        /// IGNORE, …), which would otherwise settle a collision silently, by arrival order, where the merge settles it
+        /// the same way on every device (`writeResolvingUnique`); else "", so that the app's triggers and NOT NULL
+        /// clauses keep their own conflict handling (a statement's OR clause also governs the triggers it fires).
+        let orAbort: String
+
+        init(info: TrackedInfo, remoteDef: TableDefinition, abortsConflicts: Bool = false) {
             self.info = info
             self.remoteDef = remoteDef
+            orAbort = abortsConflicts ? " OR ABORT" : ""
             let def = info.definition
             let translated = SyncDatabase.translatedColumns(remote: remoteDef.columnNames, local: def.columnNames, renames: info.renames)
             remoteLower = zip(remoteDef.columnNames, translated).map { ($1 ?? $0).lowercased() }
@@ -269,13 +277,10 @@ extension Merger {
             let table = quoteIdentifier(def.name)
             whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
             selectSQL = "SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + table + " WHERE " + whereKey
-            // Every write of the merge says OR ABORT: a conflict clause of the table's own (`UNIQUE … ON CONFLICT
-            // REPLACE` / `IGNORE` / `ROLLBACK`) would otherwise settle a collision silently, by arrival order, where
-            // the merge settles it the same way on every device (`writeResolvingUnique`).
-            insertAllSQL = "INSERT OR ABORT INTO " + table + " (" + insertColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+            insertAllSQL = "INSERT" + orAbort + " INTO " + table + " (" + insertColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: insertColumns.count).joined(separator: ", ") + ")"
             deleteSQL = "DELETE FROM " + table + " WHERE " + whereKey
-            insertNewSQL = "INSERT OR ABORT INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+            insertNewSQL = "INSERT" + orAbort + " INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: allColumns.count).joined(separator: ", ") + ")" + " ON CONFLICT (" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
         }
     }
@@ -498,7 +503,7 @@ extension Merger {
             let l = c.name.lowercased()
             return r.plan.localName[l] != nil && (r.remote[l] != nil || r.plan.fillers[l] != nil) && (keys.contains(l) || changed.contains(l) || c.notNull)
         }.map(\.name)
-        let sql = "INSERT OR ABORT INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+        let sql = "INSERT" + r.plan.orAbort + " INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
             + Array(repeating: "?", count: cols.count).joined(separator: ", ") + ")"
         guard try writeResolvingUnique(r, local, newRow: Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a }),
                                        { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
@@ -532,7 +537,7 @@ extension Merger {
             }
         }
         if !erase.isEmpty {
-            let sql = "UPDATE OR ABORT " + quoteIdentifier(r.table) + " SET " + erase.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ") + " WHERE " + r.plan.whereKey
+            let sql = "UPDATE" + r.plan.orAbort + " " + quoteIdentifier(r.table) + " SET " + erase.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ") + " WHERE " + r.plan.whereKey
             try cached(sql).run(r.keyValues)
             report.updated += 1
         }
@@ -649,7 +654,7 @@ extension Merger {
 
     /// Updates `columns` of the row to the incoming values; false when a UNIQUE collision made the remote row lose.
     mutating func update(_ r: RowContext, _ local: LocalRow, columns: [String]) throws -> Bool {
-        let sql = "UPDATE OR ABORT " + quoteIdentifier(r.table) + " SET " + columns.map { quoteIdentifier($0) + " = ?" }.joined(separator: ", ")
+        let sql = "UPDATE" + r.plan.orAbort + " " + quoteIdentifier(r.table) + " SET " + columns.map { quoteIdentifier($0) + " = ?" }.joined(separator: ", ")
             + " WHERE " + r.def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
         func newRow() -> [String: SQLValue] {
             var row: [String: SQLValue] = [:]

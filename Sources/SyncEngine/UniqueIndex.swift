@@ -126,3 +126,72 @@ struct UniqueIndex {
             + " WHERE " + conditions.joined(separator: " AND ") + " LIMIT 1"
     }
 }
+
+extension UniqueIndex {
+    /// Whether a table's `CREATE TABLE` text gives a UNIQUE or PRIMARY KEY constraint a conflict clause of its own
+    /// other than ABORT (`ON CONFLICT REPLACE / IGNORE / FAIL / ROLLBACK`), which SQLite would apply silently to the
+    /// merge's writes. A clause whose constraint is not recognised counts too; one on NOT NULL does not. Quoted
+    /// names, strings and comments are skipped.
+    static func hasUniqueConflictClause(_ createSQL: String) -> Bool {
+        let tokens = sqlTokens(createSQL)
+        var i = 0
+        while i + 2 < tokens.count {
+            defer { i += 1 }
+            guard tokens[i] == "on", tokens[i + 1] == "conflict", ["rollback", "fail", "ignore", "replace"].contains(tokens[i + 2]) else { continue }
+            var j = i - 1
+            while j >= 0, tokens[j] == "asc" || tokens[j] == "desc" { j -= 1 }
+            if j >= 0, tokens[j] == ")" {
+                // A table constraint's column list: back to its opening parenthesis.
+                var depth = 0
+                while j >= 0 {
+                    if tokens[j] == ")" { depth += 1 } else if tokens[j] == "(" { depth -= 1; if depth == 0 { break } }
+                    j -= 1
+                }
+                j -= 1
+            }
+            if j >= 1, tokens[j] == "null", tokens[j - 1] == "not" { continue }
+            return true
+        }
+        return false
+    }
+
+    /// SQL split into lower-cased words and single punctuation characters; quoted parts become one token `"`, and
+    /// comments are dropped.
+    static func sqlTokens(_ sql: String) -> [String] {
+        let bytes = Array(sql.utf8)
+        var tokens: [String] = []
+        var i = 0
+        func at(_ j: Int) -> UInt8 { j < bytes.count ? bytes[j] : 0 }
+        func isWord(_ b: UInt8) -> Bool { b == UInt8(ascii: "_") || b >= 0x80 || (b >= 0x30 && b <= 0x39) || ((b | 0x20) >= 0x61 && (b | 0x20) <= 0x7A) }
+        while i < bytes.count {
+            let b = bytes[i]
+            switch b {
+            case UInt8(ascii: "'"), UInt8(ascii: "\""), UInt8(ascii: "`"), UInt8(ascii: "["):
+                let close = b == UInt8(ascii: "[") ? UInt8(ascii: "]") : b
+                i += 1
+                while i < bytes.count {
+                    if bytes[i] == close { if close != UInt8(ascii: "]") && at(i + 1) == close { i += 2; continue }; break }
+                    i += 1
+                }
+                i += 1
+                tokens.append("\"")
+            case UInt8(ascii: "-") where at(i + 1) == UInt8(ascii: "-"):
+                while i < bytes.count && bytes[i] != 0x0A { i += 1 }
+            case UInt8(ascii: "/") where at(i + 1) == UInt8(ascii: "*"):
+                i += 2
+                while i < bytes.count && !(bytes[i] == UInt8(ascii: "*") && at(i + 1) == UInt8(ascii: "/")) { i += 1 }
+                i += 2
+            case _ where isWord(b):
+                let start = i
+                while i < bytes.count && isWord(bytes[i]) { i += 1 }
+                tokens.append(String(decoding: bytes[start..<i], as: UTF8.self).lowercased())
+            case 0x20, 0x09, 0x0A, 0x0D:
+                i += 1
+            default:
+                tokens.append(String(UnicodeScalar(b)))
+                i += 1
+            }
+        }
+        return tokens
+    }
+}

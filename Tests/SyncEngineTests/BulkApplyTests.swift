@@ -432,7 +432,8 @@ struct BulkApplyTests {
     @Test func privateCopies_areRemovedOnEveryPath() throws {
         let tmp = FileManager.default.temporaryDirectory
         func leftovers() throws -> Set<String> {
-            Set(try FileManager.default.contentsOfDirectory(atPath: tmp.path).filter { $0.hasPrefix("rtsync-apply-") })
+            // This process's folders only (named with its pid): other processes on the machine apply diffs too.
+            Set(try FileManager.default.contentsOfDirectory(atPath: tmp.path).filter { $0.hasPrefix("rtsync-apply-\(getpid())-") })
         }
         let before = try leftovers()
         let box = try Sandbox("rev2-leaks")

@@ -84,6 +84,65 @@ struct UniqueIndexTests {
         #expect(try a.rows("SELECT id FROM people ORDER BY id").map { $0[0] } == [.text("k1"), .text("k2")], "\(clause): k2 was created first")
     }
 
+    /// Which tables the merge writes with OR ABORT: a UNIQUE or PRIMARY KEY conflict clause other than ABORT, on a
+    /// column or a table constraint (a clause on NOT NULL, or text in names, strings and comments, does not count).
+    @Test func uniqueConflictClause_isFoundOnUniqueAndPrimaryKeyConstraintsOnly() {
+        let yes = ["CREATE TABLE t(id TEXT PRIMARY KEY, a TEXT UNIQUE ON CONFLICT REPLACE)",
+                   "CREATE TABLE t(id TEXT PRIMARY KEY, a TEXT, b INT, UNIQUE (a, \"b\") ON CONFLICT IGNORE)",
+                   "CREATE TABLE t(id INTEGER PRIMARY KEY DESC ON CONFLICT REPLACE, a TEXT)",
+                   "CREATE TABLE t(id TEXT, a TEXT NOT NULL ON CONFLICT REPLACE DEFAULT '' UNIQUE ON CONFLICT FAIL, PRIMARY KEY(id))",
+                   "create table t(id text primary key, a text constraint u unique on conflict rollback)"]
+        let no = ["CREATE TABLE t(id TEXT PRIMARY KEY, a TEXT UNIQUE)",
+                  "CREATE TABLE t(id TEXT PRIMARY KEY, a TEXT UNIQUE ON CONFLICT ABORT)",
+                  "CREATE TABLE t(id TEXT PRIMARY KEY, a TEXT NOT NULL ON CONFLICT REPLACE DEFAULT 'x')",
+                  "CREATE TABLE t(id TEXT PRIMARY KEY, \"on conflict replace\" TEXT, b TEXT DEFAULT 'unique on conflict ignore')",
+                  "CREATE TABLE t(id TEXT PRIMARY KEY, a TEXT /* UNIQUE ON CONFLICT REPLACE */, b -- unique on conflict ignore\n TEXT)"]
+        for sql in yes { #expect(UniqueIndex.hasUniqueConflictClause(sql), "\(sql)") }
+        for sql in no { #expect(!UniqueIndex.hasUniqueConflictClause(sql), "\(sql)") }
+    }
+
+    /// Without such a clause the merge's writes say no OR, so the app's triggers keep their own conflict handling
+    /// (an OR clause on a statement governs the triggers it fires): a trigger that keeps a name index with
+    /// INSERT OR REPLACE and counts with INSERT OR IGNORE works during apply as for the app's own writes, and a NULL
+    /// for a NOT NULL ON CONFLICT REPLACE column takes the default on both devices.
+    @Test func appTriggersAndNotNullClauses_keepTheirConflictHandlingDuringApply() throws {
+        let box = try Sandbox("trigger-or")
+        let url = box.path("base.sqlite")
+        do {
+            let conn = try Connection(path: url.path)
+            try conn.execute("""
+                PRAGMA journal_mode = WAL;
+                CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE, nick TEXT NOT NULL ON CONFLICT REPLACE DEFAULT 'none');
+                CREATE TABLE names(name TEXT PRIMARY KEY, id TEXT);
+                CREATE TABLE counts(name TEXT PRIMARY KEY, n INTEGER);
+                CREATE TRIGGER people_names AFTER INSERT ON people BEGIN
+                  INSERT OR REPLACE INTO names VALUES (NEW.name, NEW.id);
+                  INSERT OR IGNORE INTO counts VALUES (NEW.name, 1);
+                END;
+                CREATE TRIGGER people_renamed AFTER UPDATE OF name ON people BEGIN
+                  INSERT OR REPLACE INTO names VALUES (NEW.name, NEW.id);
+                  INSERT OR IGNORE INTO counts VALUES (NEW.name, 1);
+                END;
+                INSERT INTO names VALUES ('bob', 'old');
+                INSERT INTO counts VALUES ('bob', 7);
+                PRAGMA wal_checkpoint(TRUNCATE);
+                """)
+        }
+        let a = try box.replica("A", source: url), b = try box.replica("B", source: url)
+        try a.exec("INSERT INTO people VALUES ('k1', 'bob', 'b')")
+        try a.exec("INSERT INTO people VALUES ('k2', 'ann', NULL)")
+        #expect(try a.value("SELECT nick FROM people WHERE id = 'k2'") == .text("none"))
+        let first = try a.exportFile()
+        let r = b.apply(first)
+        #expect(r.status == .applied, "\(r.reason ?? "")")
+        #expect(try b.rows("SELECT name, id FROM names ORDER BY name") == [[.text("ann"), .text("k2")], [.text("bob"), .text("k1")]])
+        #expect(try b.value("SELECT n FROM counts WHERE name = 'bob'") == .integer(7))
+        try a.exec("UPDATE people SET name = 'cy' WHERE id = 'k2'")
+        #expect(b.apply(try a.exportFile()).status == .applied)
+        #expect(try b.value("SELECT id FROM names WHERE name = 'cy'") == .text("k2"))
+        try expectSameData(a, b)
+    }
+
     @Test func indexSQL_isParsedIntoTermsAndWhere() throws {
         let p = try #require(UniqueIndex.parseIndexSQL("CREATE UNIQUE INDEX \"a(b\" ON \"t(\"( lower(x) , [y,z] DESC, 'q)' || w ) WHERE x > 0 AND (y, z) IS NOT (1, 2)"))
         #expect(p.terms == ["lower(x)", "[y,z]", "'q)' || w"])
