@@ -181,30 +181,7 @@ extension Merger {
     /// "collated_at" does not count). A backstop: every comparison over the attached diff names its collation or
     /// compares values that carry none.
     static func declaresCollation(_ sql: String) -> Bool {
-        let bytes = Array(sql.utf8)
-        var outside: [UInt8] = []
-        var i = 0
-        func at(_ j: Int) -> UInt8 { j < bytes.count ? bytes[j] : 0 }
-        while i < bytes.count {
-            let byte = bytes[i]
-            var close: [UInt8]?
-            switch byte {
-            case UInt8(ascii: "'"), UInt8(ascii: "\""), UInt8(ascii: "`"): close = [byte]
-            case UInt8(ascii: "["): close = [UInt8(ascii: "]")]
-            case UInt8(ascii: "-") where at(i + 1) == UInt8(ascii: "-"): close = [0x0A]
-            case UInt8(ascii: "/") where at(i + 1) == UInt8(ascii: "*"): close = [UInt8(ascii: "*"), UInt8(ascii: "/")]; i += 1
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"): outside.append(byte + 0x20)
-            default: outside.append(byte)
-            }
-            i += 1
-            if let close {
-                // Skip to the end of the quoted part or comment (a doubled quote ends one part and opens the next).
-                while i < bytes.count, !(bytes[i] == close[0] && (close.count == 1 || at(i + 1) == close[1])) { i += 1 }
-                i += close.count
-                outside.append(0x20)
-            }
-        }
-        return String(decoding: outside, as: UTF8.self).contains("collate")
+        UniqueIndex.sqlTokens(sql).contains("collate")
     }
 
     /// The SQL that reads one carried table of the attached diff for the bulk writes.
