@@ -219,9 +219,10 @@ extension Merger {
             arguments.append(.text(m.text))
             maskCases += " WHEN r.changed = ?\(6 + i) COLLATE BINARY THEN \(m.mask)"
         }
-        // A list that matches none of the texts read above (it cannot, unless the file compares otherwise): NULL,
-        // and the whole table goes to the per-row merge.
-        maskCases += " ELSE NULL END"
+        // Every upsert's list is one of these texts: they were read from the same rows by bytes (`DISTINCT … COLLATE
+        // BINARY`; a declared collation once folded two spellings into one, and the rows of the other matched none),
+        // all TEXT, at most 64, and each is compared by bytes here.
+        maskCases += " ELSE 0 END"
 
         // Level 1: each row of the table with its local row, bookkeeping and the recorded clocks of candidates.
         // The local key must be stored as the incoming one is (same storage class and bytes, so the same key text).
@@ -327,7 +328,7 @@ extension Merger {
         // that the per-row merge would convert, or that names a local row stored in other bytes (a NOCASE key), might
         // name the same row as another key of the diff.
         let cls = """
-            CASE WHEN NOT keyok OR chm IS NULL THEN 0 WHEN here AND NOT keysame THEN 0
+            CASE WHEN NOT keyok THEN 0 WHEN here AND NOT keysame THEN 0
                  WHEN cells OR stray OR held THEN \(leftUpsert == 4 ? "4" : "(CASE WHEN op = 'upsert' COLLATE BINARY THEN \(leftUpsert) ELSE 4 END)") \(fkRow) \(wholeKnownRow)
                  WHEN op = 'upsert' COLLATE BINARY THEN CASE WHEN NOT here THEN (CASE WHEN NOT hasmeta AND coalesce(isnew, 0) THEN \(newRowClass) ELSE \(leftUpsert) END)
                                                              WHEN (\(knownUpdate)) THEN 2 ELSE \(leftUpsert) END
