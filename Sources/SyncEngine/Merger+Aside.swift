@@ -41,8 +41,7 @@ extension SyncDatabase {
             // its own row).
             // A UNIQUE constraint's own conflict clause (REPLACE would delete another row, its captured delete dropped
             // below) must not act here: the move fails instead, as it does on a plain UNIQUE collision.
-            let createSQL = try db.scalar("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", [.text(def.name)])?.string ?? ""
-            let orAbort = UniqueIndex.hasUniqueConflictClause(createSQL) ? " OR ABORT" : ""
+            let orAbort = try UniqueIndex.hasUniqueConflictClause(table: def.name, in: db) ? " OR ABORT" : ""
             try db.execute("""
                 UPDATE\(orAbort) \(quoteIdentifier(table)) AS o SET \(quoteIdentifier(local)) = a.value
                 FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk

@@ -37,11 +37,13 @@ extension Merger {
         var columns = Set<String>()
         for index in try db.rows("SELECT name, partial FROM pragma_index_list(?, 'main') WHERE \"unique\" = 1 AND origin <> 'pk'", [.text(table)]) {
             guard let name = index[0].string, index[1].int64 == 0 else { return nil }
-            for term in try db.rows("SELECT cid, name FROM pragma_index_xinfo(?, 'main') WHERE key = 1", [.text(name)]) {
-                // cid -2 is an expression. A generated column (not among the columns the merge reads) changes with
-                // the columns it is made of, which are not known here.
-                guard let cid = term[0].int64, cid >= 0, let column = term[1].string,
-                      try db.scalar("SELECT hidden FROM pragma_table_xinfo(?, 'main') WHERE cid = ?", [.text(table), .integer(cid)])?.int64 == 0 else { return nil }
+            // cid -2 is an expression. A generated column (hidden: not among the columns the merge reads) changes with
+            // the columns it is made of, which are not known here.
+            for term in try db.rows("""
+                SELECT x.name, t.hidden FROM pragma_index_xinfo(?1, 'main') AS x LEFT JOIN pragma_table_xinfo(?2, 'main') AS t ON t.cid = x.cid
+                WHERE x.key = 1
+                """, [.text(name), .text(table)]) {
+                guard let column = term[0].string, term[1].int64 == 0 else { return nil }
                 columns.insert(column.lowercased())
             }
         }

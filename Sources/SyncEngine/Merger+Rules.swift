@@ -22,8 +22,7 @@ extension Merger {
               let remoteDef = reader.tables.first(where: { $0.name == table }) else {
             throw SyncEngineError.diffRejected(file: reader.url.path, reason: "table '\(table)' is neither in this database nor defined by the diff")
         }
-        let createSQL = try db.scalar("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", [.text(info.definition.name)])?.string ?? ""
-        let plan = TablePlan(info: info, remoteDef: remoteDef, abortsConflicts: UniqueIndex.hasUniqueConflictClause(createSQL))
+        let plan = TablePlan(info: info, remoteDef: remoteDef, abortsConflicts: try UniqueIndex.hasUniqueConflictClause(table: info.definition.name, in: db))
         plans[table] = plan
         return plan
     }

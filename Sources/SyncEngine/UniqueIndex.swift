@@ -155,6 +155,11 @@ extension UniqueIndex {
         return false
     }
 
+    /// `hasUniqueConflictClause` of table `table` of the main database, as its `CREATE TABLE` text declares it.
+    static func hasUniqueConflictClause(table: String, in db: Connection) throws -> Bool {
+        hasUniqueConflictClause(try db.scalar("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", [.text(table)])?.string ?? "")
+    }
+
     /// SQL split into lower-cased words and single punctuation characters; quoted parts become one token `"`, and
     /// comments are dropped.
     static func sqlTokens(_ sql: String) -> [String] {

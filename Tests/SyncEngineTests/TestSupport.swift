@@ -257,6 +257,13 @@ struct Twins {
         return (a, b)
     }
 
+    /// `apply(_:)`, and how many rows the twin with the set paths merged as known rows meanwhile.
+    func applyCountingSetRows(_ file: URL, sourceLocation: SourceLocation = #_sourceLocation) throws -> (bulk: ApplyReport, perRow: ApplyReport, setRows: Int) {
+        let before = bulk.db.bulkKnownRowsMerged
+        let r = try apply(file, sourceLocation: sourceLocation)
+        return (r.bulk, r.perRow, bulk.db.bulkKnownRowsMerged - before)
+    }
+
     /// Every table with bookkeeping, the times of applying and logging blanked, plus the triggers. (The clock of a
     /// change captured while applying, a collision's loser deleted, is taken when it is made: it is blanked too.)
     static func comparableDump(_ r: Replica) throws -> [String: TableDump] {
