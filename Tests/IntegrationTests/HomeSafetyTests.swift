@@ -155,7 +155,7 @@ struct ConcurrentSyncCLITests {
         let inbound = root.appendingPathComponent("bucket").appendingPathComponent(user).appendingPathComponent("inbound")
         var sent = 0
         for name in hsNames(inbound) where DiffFile.diffID(fromFileName: name) != nil {
-            let file = try ltDiffFile(inbound.appendingPathComponent(name))
+            let file = try ltDiffFile(inbound.appendingPathComponent(name), scratch: dir)
             if try ltScalar(file, "SELECT count(*) FROM sqlite_schema WHERE name = 'things'")?.int64 == 1 {
                 sent += Int(try ltScalar(file, "SELECT count(*) FROM things WHERE id LIKE 'c%-%'")?.int64 ?? 0)
             }
@@ -414,7 +414,7 @@ struct SyncSignalTests {
         #expect(try SyncDatabase(path: home.database.path).pendingChangeCount() == 0)
         let inbound = root.appendingPathComponent("bucket").appendingPathComponent(user).appendingPathComponent("inbound")
         let sent = try hsNames(inbound).filter { DiffFile.diffID(fromFileName: $0) != nil }.reduce(0) { total, name in
-            let file = try ltDiffFile(inbound.appendingPathComponent(name))
+            let file = try ltDiffFile(inbound.appendingPathComponent(name), scratch: dir)
             return total + Int(try ltScalar(file, "SELECT count(*) FROM sqlite_schema WHERE name = 'things'")?.int64 == 1
                         ? (try ltScalar(file, "SELECT count(*) FROM things WHERE id LIKE 'big-%'")?.int64 ?? 0) : 0)
         }

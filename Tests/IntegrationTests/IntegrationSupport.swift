@@ -66,11 +66,12 @@ func ltAppTables(_ path: URL) throws -> [String: [String]] {
 }
 
 /// One scalar from a database file.
-/// A diff object read straight from a bucket folder, as the SQLite file it carries: expanded into a new temp file
-/// when it travelled compressed (`DiffTransport`), the file itself otherwise.
-func ltDiffFile(_ url: URL) throws -> URL {
+/// A diff object read straight from a bucket folder, as the SQLite file it carries: expanded into a new file in
+/// `scratch` (the test's own folder, removed with it) when it travelled compressed (`DiffTransport`), the file
+/// itself otherwise.
+func ltDiffFile(_ url: URL, scratch: TemporaryDirectory) throws -> URL {
     guard DiffTransport.isCompressed(file: url) else { return url }
-    let out = FileManager.default.temporaryDirectory.appendingPathComponent("rtsync-lt-expanded-\(UUID().uuidString)-\(url.lastPathComponent)")
+    let out = scratch.file("expanded-\(UUID().uuidString)-\(url.lastPathComponent)")
     try DiffTransport.expand(try Data(contentsOf: url), name: url.path, limit: DiffLimits.default.maxFileBytes, to: out)
     return out
 }
@@ -213,16 +214,22 @@ struct LTMoto: Sendable {
 /// Child processes to terminate when the test process exits normally (the watchdogs cover crashes).
 enum LTChildren {
     nonisolated(unsafe) static var pids: [pid_t] = []
+    nonisolated(unsafe) static var folders: [URL] = []
     nonisolated(unsafe) static var installed = false
     static let lock = NSLock()
 
-    static func register(_ process: Process) {
+    /// Terminates `process` at exit and then removes `folder` (a server's storage), if given.
+    static func register(_ process: Process, removing folder: URL? = nil) {
         lock.lock()
         defer { lock.unlock() }
         pids.append(process.processIdentifier)
+        if let folder { folders.append(folder) }
         if !installed {
             installed = true
-            atexit { for pid in LTChildren.pids { kill(pid, SIGTERM) } }
+            atexit {
+                for pid in LTChildren.pids { kill(pid, SIGTERM) }
+                for folder in LTChildren.folders { try? FileManager.default.removeItem(at: folder) }
+            }
         }
     }
 }

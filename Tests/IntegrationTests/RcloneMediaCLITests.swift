@@ -35,7 +35,7 @@ struct LTRclone: Sendable {
         let keys = LTRclone(endpoint: URL(string: "http://127.0.0.1:\(port)")!).environment
         let process = try startWatchedServer(rclone, ["serve", "s3", "--auth-key", "\(keys["AWS_ACCESS_KEY_ID"]!),\(keys["AWS_SECRET_ACCESS_KEY"]!)",
                                                       "--addr", "127.0.0.1:\(port)", "--config", "/dev/null", root.path], log: log)
-        LTChildren.register(process)
+        LTChildren.register(process, removing: root)
         try await waitForPort(port, seconds: 30, log: log)
         return LTRclone(endpoint: URL(string: "http://127.0.0.1:\(port)")!)
     }
