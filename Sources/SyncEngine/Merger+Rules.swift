@@ -782,7 +782,10 @@ extension Merger {
                 for (c, v) in zip(fk.columns, childValues) {
                     try log(r, local, column: c, localValue: .null, remoteValue: v, localClock: Merger.unexported, winner: "local", reason: reason)
                 }
-                try cached("UPDATE " + quoteIdentifier(r.table) + " SET " + fk.columns.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ")
+                // OR ABORT, as SQLite runs its own FK actions (https://sqlite.org/foreignkeys.html#fk_actions): a column's
+                // or index's conflict clause must not settle it, e.g. `NOT NULL ON CONFLICT REPLACE` would file the row
+                // under the column default where a device that got the delete after the row fails the diff (NOT NULL).
+                try cached("UPDATE OR ABORT " + quoteIdentifier(r.table) + " SET " + fk.columns.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ")
                            + " WHERE " + whereKey).run(r.keyValues)
                 try captureDecision(tid: r.info.table.id, key: local.key, op: 2, mask: Self.changeMask(r.info, columns: fk.columns), after: r.change.latestClock)
             } else {

@@ -74,7 +74,13 @@ extension SyncDatabase {
 
     /// Re-applies the losing value of a conflict as a new local change (captured and exported like any edit,
     /// so it wins everywhere after the next sync). A refused delete is restored by deleting the row.
-    /// - Throws: `SyncEngineError.cannotRestore` when the row no longer exists.
+    ///
+    /// The value is written with `UPDATE OR ABORT`, whatever conflict clause the table declares: when another row
+    /// now holds the value in a UNIQUE constraint (or the value breaks another constraint), the restore fails and
+    /// changes nothing, rather than `ON CONFLICT REPLACE` deleting that other row or `IGNORE` dropping the write.
+    /// Which row should give way is the user's call: the error names the row holding the value; change that row,
+    /// then restore again.
+    /// - Throws: `SyncEngineError.cannotRestore` when the row no longer exists or the value breaks a constraint.
     public func restoreConflict(id: Int64) throws {
         let record = try conflict(id: id)
         try locked {
@@ -92,8 +98,12 @@ extension SyncDatabase {
                     guard def.columnIndex(record.column) != nil else {
                         throw SyncEngineError.cannotRestore(id: id, reason: "column '\(record.column)' no longer exists")
                     }
-                    try db.execute("UPDATE " + quoteIdentifier(def.name) + " SET " + quoteIdentifier(record.column) + " = ? WHERE " + whereKey,
-                                   [record.losingValue] + keys)
+                    do {
+                        try db.execute("UPDATE OR ABORT " + quoteIdentifier(def.name) + " SET " + quoteIdentifier(record.column) + " = ? WHERE " + whereKey,
+                                       [record.losingValue] + keys)
+                    } catch let e as SQLiteError where e.isConstraintViolation {
+                        throw SyncEngineError.cannotRestore(id: id, reason: restoreRefusal(e, def: def, record: record, keys: keys))
+                    }
                     if db.changes == 0 {
                         throw SyncEngineError.cannotRestore(id: id, reason: "row \(record.key) of '\(def.name)' no longer exists")
                     }
@@ -101,6 +111,30 @@ extension SyncDatabase {
                 try db.execute("UPDATE rtsync_conflicts SET restored = 1 WHERE id = ?", [.integer(id)])
             }
         }
+    }
+
+    /// Why writing `record`'s losing value into its row failed with `error`, naming the row that holds the value
+    /// when a unique index is the reason. Runs in the restore's transaction, after the aborted statement; a lookup
+    /// that fails leaves the holder unnamed.
+    func restoreRefusal(_ error: SQLiteError, def: TableDefinition, record: ConflictRecord, keys: [SQLValue]) -> String {
+        var literal = record.losingValue.sqlLiteral
+        if literal.count > 80 { literal = String(literal.prefix(77)) + "..." }
+        let what = "writing \(literal) into column '\(record.column)' of '\(def.name)' row \(record.key) fails (\(error.message)); nothing was changed"
+        guard error.isUniqueViolation else { return what + ": change the row so that the value fits, then restore again" }
+        let whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
+        if let i = def.columnIndex(record.column),
+           var row = try? db.rows("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name)
+                                  + " WHERE " + whereKey, keys).first {
+            row[i] = record.losingValue
+            for index in (try? UniqueIndex.read(db, table: def.name)) ?? [] {
+                let sql = index.collisionSQL(table: def.name, columns: def.columnNames, keys: def.primaryKeyColumns)
+                if let holder = try? db.rows(sql, row + keys).first {
+                    return what + ": row \(holder.map(\.sqlLiteral).joined(separator: ",")) holds it in UNIQUE (\(index.label.joined(separator: ", "))); "
+                        + "change or delete that row's value first, then restore again"
+                }
+            }
+        }
+        return what + ": another row holds the value; change that row first, then restore again"
     }
 
     /// Marks open conflict entries resolved whose losing value is the row's value now: a restore made on another

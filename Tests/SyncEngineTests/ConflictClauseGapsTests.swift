@@ -1,0 +1,91 @@
+import Foundation
+import RTSQLite
+@testable import SyncEngine
+import Testing
+
+/// Two writes outside the merge's own inserts and updates that a table's conflict clauses could steer: the merge's
+/// hand-written `ON DELETE SET NULL` (a child arriving after its parent was deleted here) and restoring a conflict's
+/// losing value. Each must behave as plain SQLite's ABORT would: no other row deleted, no write dropped or changed
+/// behind the caller's back.
+@Suite("Conflict clauses: FK SET NULL and conflict restore")
+struct ConflictClauseGapsTests {
+    static func makeBase(in box: Sandbox, _ sql: String) throws -> URL {
+        let url = box.path("base.sqlite")
+        let conn = try Connection(path: url.path)
+        try conn.execute("PRAGMA journal_mode = WAL;\n" + sql + ";\nPRAGMA wal_checkpoint(TRUNCATE);")
+        return url
+    }
+
+    // MARK: - (1) ON DELETE SET NULL carried out by the merge
+
+    /// A reference declared `NOT NULL ON CONFLICT REPLACE DEFAULT 'inbox'` with `ON DELETE SET NULL`: SQLite's own
+    /// action runs as OR ABORT, so deleting a referenced folder fails (NOT NULL) rather than moving the note to
+    /// 'inbox'. A adds a note in 'work' while B deletes 'work'. A gets the delete (SQLite's action: rejected); B gets
+    /// the note after its delete (the merge's action) and must do the same, not file the note under 'inbox'.
+    @Test func setNullOnNotNullOnConflictReplaceReference_childAfterParentDelete_failsLikeSQLitesOwnAction() throws {
+        let box = try Sandbox("gap-fk")
+        let base = try Self.makeBase(in: box, """
+            CREATE TABLE folders(id TEXT PRIMARY KEY NOT NULL, name TEXT);
+            CREATE TABLE notes(id TEXT PRIMARY KEY NOT NULL, body TEXT,
+                folder TEXT NOT NULL ON CONFLICT REPLACE DEFAULT 'inbox' REFERENCES folders(id) ON DELETE SET NULL);
+            INSERT INTO folders VALUES ('inbox', 'Inbox'), ('work', 'Work');
+            """)
+        let a = try box.replica("A", source: base), b = try box.replica("B", source: base)
+        try a.exec("INSERT INTO notes VALUES ('n1', 'hello', 'work')")
+        let fa = try a.exportFile()
+        tick()
+        try b.exec("DELETE FROM folders WHERE id = 'work'")
+        let fb = try b.exportFile()
+        let bBefore = try b.dump()
+
+        let atA = a.apply(fb)
+        #expect(atA.status == .rejected, "SQLite's own SET NULL: \(atA.status) \(atA.reason ?? "")")
+        #expect(atA.reason?.contains("NOT NULL") == true, "\(atA.reason ?? "")")
+
+        let atB = b.apply(fa)
+        #expect(atB.status == atA.status, "the merge's SET NULL: \(atB.status) \(atB.reason ?? "")")
+        #expect(atB.reason?.contains("NOT NULL") == true, "\(atB.reason ?? "")")
+        #expect(try b.rows("SELECT folder FROM notes WHERE id = 'n1'").isEmpty, "the note was filed under the column default")
+        #expect(try b.dump() == bBefore)
+    }
+
+    // MARK: - (2) Restoring a losing value another row now holds
+
+    /// k1's name: A wrote 'carl', B 'dora' later (B wins; A logs 'carl'). Then A gives 'carl' to k2 and restores the
+    /// entry. Whatever the UNIQUE constraint's own clause, the restore fails with a message naming the table, column,
+    /// value and the row holding it; k2 is not deleted (REPLACE), the restore not dropped as if done (IGNORE), nothing
+    /// changes and the entry stays open. Once k2 lets go of 'carl' the restore succeeds and reaches B.
+    @Test(arguments: ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE", " ON CONFLICT FAIL", " ON CONFLICT ROLLBACK"])
+    func restoringAValueAnotherRowHolds_failsNamingTheHolder_andChangesNothing(clause: String) throws {
+        let box = try Sandbox("gap-restore")
+        let base = try Self.makeBase(in: box, """
+            CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE\(clause), note TEXT);
+            INSERT INTO people VALUES ('k1', 'ann', NULL), ('k2', 'bob', NULL);
+            """)
+        let a = try box.replica("A", source: base), b = try box.replica("B", source: base)
+        try exchangeConcurrentEdits(a, "UPDATE people SET name = 'carl' WHERE id = 'k1'", then: b, "UPDATE people SET name = 'dora' WHERE id = 'k1'")
+        let entry = try #require(try a.conflicts(table: "people").first { $0.losingValue == .text("carl") })
+        try a.exec("UPDATE people SET name = 'carl' WHERE id = 'k2'")
+        let before = try a.fullDump()
+
+        var thrown: Error?
+        do { try a.db.restoreConflict(id: entry.id) } catch { thrown = error }
+        let message = thrown.map { "\($0)" } ?? "no error"
+        guard case .cannotRestore(let id, _)? = thrown as? SyncEngineError else {
+            Issue.record("clause '\(clause)': expected cannotRestore, got \(message)")
+            #expect(try a.rows("SELECT id, name FROM people ORDER BY id") == [[.text("k1"), .text("dora")], [.text("k2"), .text("carl")]])
+            return
+        }
+        #expect(id == entry.id)
+        for part in ["'people'", "'name'", "'carl'", "'k2'"] { #expect(message.contains(part), "\(clause): \(message)") }
+        let after = try a.fullDump()
+        #expect(after == before, "\(clause): \(firstDifference(before, after) ?? "")")
+        #expect(try a.db.conflict(id: entry.id).restored == false)
+
+        try a.exec("UPDATE people SET name = 'eve' WHERE id = 'k2'")
+        try a.db.restoreConflict(id: entry.id)
+        #expect(try a.rows("SELECT id, name FROM people ORDER BY id") == [[.text("k1"), .text("carl")], [.text("k2"), .text("eve")]])
+        #expect(b.apply(try a.exportFile()).status == .applied)
+        try expectSameData(a, b)
+    }
+}
