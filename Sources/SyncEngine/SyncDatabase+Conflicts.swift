@@ -75,7 +75,7 @@ extension SyncDatabase {
     /// Re-applies the losing value of a conflict as a new local change (captured and exported like any edit,
     /// so it wins everywhere after the next sync). A refused delete is restored by deleting the row.
     ///
-    /// The value is written with `UPDATE OR ABORT`, whatever conflict clause the table declares: when another row
+    /// The value is written as with `UPDATE OR ABORT`, whatever conflict clause the table declares: when another row
     /// now holds the value in a UNIQUE constraint (or the value breaks another constraint), the restore fails and
     /// changes nothing, rather than `ON CONFLICT REPLACE` deleting that other row or `IGNORE` dropping the write.
     /// Which row should give way is the user's call: the error names the row holding the value; change that row,
@@ -98,8 +98,12 @@ extension SyncDatabase {
                     guard def.columnIndex(record.column) != nil else {
                         throw SyncEngineError.cannotRestore(id: id, reason: "column '\(record.column)' no longer exists")
                     }
+                    // OR ABORT only where the table declares a clause of its own, as the merge does: the statement's OR
+                    // clause also governs the app's triggers it fires (an audit trigger's `INSERT OR REPLACE` must keep
+                    // working); without a clause SQLite's default is ABORT already.
+                    let orAbort = try UniqueIndex.hasUniqueConflictClause(table: def.name, in: db) ? " OR ABORT" : ""
                     do {
-                        try db.execute("UPDATE OR ABORT " + quoteIdentifier(def.name) + " SET " + quoteIdentifier(record.column) + " = ? WHERE " + whereKey,
+                        try db.execute("UPDATE" + orAbort + " " + quoteIdentifier(def.name) + " SET " + quoteIdentifier(record.column) + " = ? WHERE " + whereKey,
                                        [record.losingValue] + keys)
                     } catch let e as SQLiteError where e.isConstraintViolation {
                         throw SyncEngineError.cannotRestore(id: id, reason: restoreRefusal(e, def: def, record: record, keys: keys))

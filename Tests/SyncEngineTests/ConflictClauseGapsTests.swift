@@ -88,4 +88,26 @@ struct ConflictClauseGapsTests {
         #expect(b.apply(try a.exportFile()).status == .applied)
         try expectSameData(a, b)
     }
+
+    /// A restore is a local edit: the app's own triggers keep their conflict handling. An audit trigger's
+    /// `INSERT OR REPLACE` into a table that already holds the row must still replace it (a restore written with
+    /// `OR ABORT` in a table without a clause of its own would make the trigger's REPLACE fail).
+    @Test func restoringIntoATableWhoseTriggerReplaces_keepsTheTriggersConflictHandling() throws {
+        let box = try Sandbox("gap-restore-trigger")
+        let base = try Self.makeBase(in: box, """
+            CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE, note TEXT);
+            CREATE TABLE audit(id TEXT PRIMARY KEY NOT NULL, last TEXT);
+            INSERT INTO people VALUES ('k1', 'ann', NULL), ('k2', 'bob', NULL);
+            INSERT INTO audit VALUES ('k1', 'ann');
+            CREATE TRIGGER people_audit AFTER UPDATE OF name ON people BEGIN
+                INSERT OR REPLACE INTO audit(id, last) VALUES (new.id, new.name);
+            END;
+            """)
+        let a = try box.replica("A", source: base), b = try box.replica("B", source: base)
+        try exchangeConcurrentEdits(a, "UPDATE people SET name = 'carl' WHERE id = 'k1'", then: b, "UPDATE people SET name = 'dora' WHERE id = 'k1'")
+        let entry = try #require(try a.conflicts(table: "people").first { $0.losingValue == .text("carl") })
+        try a.db.restoreConflict(id: entry.id)
+        #expect(try a.rows("SELECT name FROM people WHERE id = 'k1'") == [[.text("carl")]])
+        #expect(try a.rows("SELECT last FROM audit WHERE id = 'k1'") == [[.text("carl")]])
+    }
 }
