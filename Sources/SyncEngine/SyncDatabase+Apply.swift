@@ -91,7 +91,8 @@ extension SyncDatabase {
                 // Bookkeeping is installed once (track does it); only a never-tracked database needs it here.
                 if !grouped, (try? requireTracked()) == nil { try db.transaction { try installBookkeeping() } }
                 // The two skips below read no row to merge: check the content first, as a merge would.
-                if try db.scalar("SELECT 1 FROM rtsync_applied WHERE diff_id = ?", [.text(meta.id.string)]) != nil {
+                let appliedSQL = "SELECT 1 FROM rtsync_applied WHERE diff_id = ?"
+                if try (group.map { try $0.scalar(db, appliedSQL, [.text(meta.id.string)]) } ?? db.scalar(appliedSQL, [.text(meta.id.string)])) != nil {
                     try reader.forEachChange { _ in }
                     report.status = .skipped
                     report.reason = "already applied"
@@ -121,7 +122,7 @@ extension SyncDatabase {
                             try db.execute("DELETE FROM rtsync_held_cells WHERE held_id = ?", [.integer(id)])
                             try db.execute("DELETE FROM rtsync_held WHERE id = ?", [.integer(id)])
                         }
-                        try upgradeBookkeeping()
+                        if group?.bookkeepingCurrent != true { try upgradeBookkeeping() }
                         var merger = try Merger(db: db, reader: reader, ownSite: ownSite, resolvers: resolvers, report: report)
                         merger.bulkAllowed = copy != nil
                         merger.knownRowsAllowed = bulkApplyKnownRows
@@ -279,6 +280,8 @@ struct Merger {
     }
 
     mutating func run() throws {
+        // Compiled statements the group keeps (by SQL text; SQLite compiles one again itself after a schema change).
+        if let group { statements = group.statements }
         publishedHLC = try group?.publishedHLC ?? db.scalar("SELECT published_hlc FROM rtsync_site")?.int64 ?? 0
         group?.publishedHLC = publishedHLC
         // No honest author can have seen changes of this device that it never published: a `seen` beyond them
@@ -308,8 +311,7 @@ struct Merger {
         // the change log it also makes to its copy (`captureDecision`, `purgePending`).
         if let before = group?.pending, !schemaChanged { pending = before } else { try loadPending() }
         if let group {
-            // Compiled statements, and the plans of tables carried again with the same definition.
-            statements = group.statements
+            // The plans of tables carried again with the same definition.
             if !schemaChanged {
                 for remoteDef in reader.tables { if let p = group.plans[remoteDef.name], p.remoteDef == remoteDef { plans[remoteDef.name] = p } }
             }
@@ -332,16 +334,16 @@ struct Merger {
                 try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
             }
         }
-        try db.execute("INSERT INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at, inserted, updated, deleted, conflicts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        try cached("INSERT INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at, inserted, updated, deleted, conflicts) VALUES (?,?,?,?,?,?,?,?,?,?,?)").run(
                        [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
                         meta.sequenceFirst.map { .integer($0) } ?? .null, meta.sequenceLast.map { .integer($0) } ?? .null, .text(now),
                         .integer(Int64(report.inserted)), .integer(Int64(report.updated)), .integer(Int64(report.deleted)), .integer(Int64(report.conflicts))])
         // Move the local clock past everything seen, so later local edits win over what was just applied.
         // A clock more than a day ahead of our wall time is not followed (a badly skewed or hostile device).
         if maxRemoteHLC > 0 {
-            try db.execute("UPDATE rtsync_site SET hlc = max(hlc, ?)", [.integer(maxRemoteHLC)])
-            try db.execute("INSERT INTO rtsync_seen(site, hlc) VALUES (?, ?) ON CONFLICT(site) DO UPDATE SET hlc = max(hlc, excluded.hlc)",
-                           [.text(meta.authorSite), .integer(maxRemoteHLC)])
+            try cached("UPDATE rtsync_site SET hlc = max(hlc, ?)").run([.integer(maxRemoteHLC)])
+            try cached("INSERT INTO rtsync_seen(site, hlc) VALUES (?, ?) ON CONFLICT(site) DO UPDATE SET hlc = max(hlc, excluded.hlc)")
+                .run([.text(meta.authorSite), .integer(maxRemoteHLC)])
         }
     }
 
@@ -362,7 +364,7 @@ struct Merger {
             let current = changed ? nil : known
             // SQLite matches table and column names case-insensitively: use the local spelling throughout.
             var def = incoming
-            if let localName = try db.scalar("SELECT name FROM sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE", [.text(incoming.name)])?.string {
+            if let localName = try cachedScalar("SELECT name FROM sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE", [.text(incoming.name)])?.string {
                 def.name = localName
             }
             let knownInfo = current?[def.name]
@@ -431,9 +433,9 @@ struct Merger {
 
     /// Rows shared read-only with the diff's author (when it is another user).
     mutating func loadReadOnlyShares() throws {
-        let ownUser = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
+        let ownUser = try cachedScalar("SELECT user_id FROM rtsync_site")?.string ?? ""
         guard meta.authorUser != ownUser, !meta.authorUser.isEmpty,
-              try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'rtsync_shares'") != nil else { return }
+              try cachedScalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'rtsync_shares'") != nil else { return }
         for r in try db.rows("SELECT tid, pk FROM rtsync_shares WHERE to_user = ? AND permission = 'read-only'", [.text(meta.authorUser)]) {
             if let tid = r[0].int64, let pk = r[1].string { readOnlyShares.insert(RowKey(tid, pk)) }
         }
@@ -470,6 +472,14 @@ struct Merger {
         let s = try db.prepare(sql)
         statements[sql] = s
         return s
+    }
+
+    /// The first column of the first row of a cached statement, reset before returning (no read stays open).
+    mutating func cachedScalar(_ sql: String, _ arguments: [SQLValue] = []) throws -> SQLValue? {
+        let s = try cached(sql)
+        try s.bind(arguments)
+        defer { s.reset() }
+        return try s.step() ? s.column(0) : nil
     }
 
     /// The row key text the capture triggers make with SQLite's `quote()`: built here for integers, text

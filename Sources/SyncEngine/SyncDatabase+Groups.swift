@@ -46,6 +46,10 @@ final class ApplyGroupState {
     /// Statements the merges compiled, by SQL text (SQLite compiles one again itself when the schema changed).
     var statements: [String: Statement] = [:]
 
+    /// Whether a diff of the group was merged and released: the bookkeeping is at this version (`upgradeBookkeeping`
+    /// ran inside the group's transaction).
+    var bookkeepingCurrent = false
+
     /// Takes what a diff merged and released to its savepoint leaves.
     func carry(_ c: Carried) {
         tracked = c.tracked
@@ -54,6 +58,17 @@ final class ApplyGroupState {
         statements = c.statements
         triggersDropped = true
         merged = true
+        bookkeepingCurrent = true
+    }
+
+    /// `db.scalar(sql, arguments)` through a statement the group keeps (reset before returning, so no read stays
+    /// open): the same few questions are asked of every diff of a group.
+    func scalar(_ db: Connection, _ sql: String, _ arguments: [SQLValue] = []) throws -> SQLValue? {
+        let statement: Statement
+        if let kept = statements[sql] { statement = kept } else { statement = try db.prepare(sql); statements[sql] = statement }
+        try statement.bind(arguments)
+        defer { statement.reset() }
+        return try statement.step() ? statement.column(0) : nil
     }
 
     /// After a diff rolled back to its savepoint: nothing it may have changed is known any more (the savepoint
@@ -63,6 +78,7 @@ final class ApplyGroupState {
         pending = nil
         plans = [:]
         triggersDropped = false
+        bookkeepingCurrent = false
     }
 }
 
