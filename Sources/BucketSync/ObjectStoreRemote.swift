@@ -50,6 +50,22 @@ public struct ObjectStoreRemote: RemoteStore {
         }
     }
 
+    /// Reads a listed object into memory when the store does not encrypt on the client (an `EncryptingStore` has
+    /// its own download path for plain shares and key checks: nil, files only) and it is no larger than `limit`.
+    /// Fails like ``download(_:to:)`` when the bytes are not the listed size or are client-side ciphertext.
+    public func contents(of object: RemoteObject, limit: Int64) async throws -> Data? {
+        guard !(store is EncryptingStore), object.size <= limit else { return nil }
+        return try await mapped(object.key) {
+            let data = try await store.get(key: object.key, range: nil, ifMatch: nil)
+            guard Int64(data.count) == object.size else {
+                throw RemoteStoreError.failed(key: object.key, reason: "download has the wrong size: got \(data.count) bytes, the bucket lists \(object.size); nothing was installed")
+            }
+            // As `refuseUnexpectedCiphertext`: an encrypted object where this store encrypts nothing.
+            if data.starts(with: EncryptionFormat.magic) { throw EncryptionError.encryptionOff(object: object.key) }
+            return data
+        }
+    }
+
     public func upload(file: URL, key: String, ifAbsent: Bool) async throws {
         try await mapped(key) {
             if ifAbsent {

@@ -314,6 +314,18 @@ public final class DiffReader: @unchecked Sendable {
         }
     }
 
+    /// The author user a diff file's metadata names, read without any of the checks `init` makes; nil when it cannot
+    /// be read so (not a plain file, not a database, no single metadata row). For routing a file only (a sync sends
+    /// a diff of its own user straight to apply, which checks all of it): never act on anything else it says.
+    public static func peekAuthorUser(of url: URL) -> String? {
+        var info = stat()
+        guard stat(url.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+              let db = try? Connection(path: immutableURI(for: url.path), mode: .readOnly, uri: true),
+              (try? db.hardenForUntrustedInput()) != nil,
+              let rows = try? db.rows("SELECT author_user FROM rtsync_meta NOT INDEXED LIMIT 2"), rows.count == 1 else { return nil }
+        return rows[0].first?.string
+    }
+
     /// A read-only, immutable URI for `path` (no locks, no journal or WAL files are opened or created).
     package static func immutableURI(for path: String) -> String { fileURI(for: path, query: "mode=ro&immutable=1") }
 

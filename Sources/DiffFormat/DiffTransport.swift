@@ -158,6 +158,43 @@ public enum DiffTransport {
         return problem
     }
 
+    /// Installs the bytes of a diff object read into memory as the diff file `file`, as ``install(_:as:name:limit:)``
+    /// does with a downloaded file: expanded when compressed, written as they came otherwise (and when they do not
+    /// expand, so that apply quarantines them with the reason). One new file, renamed into place when complete.
+    /// - Returns: the reason it did not expand, or nil.
+    @discardableResult
+    public static func install(_ data: Data, as file: URL, name: String, limit: Int64 = DiffLimits.default.maxFileBytes) throws -> String? {
+        let partial = URL(fileURLWithPath: file.path + ".expanding")
+        var problem: String?
+        if isCompressed(data) {
+            do {
+                try expand(data, name: name, limit: limit, to: partial)
+                try move(partial, to: file)
+                return nil
+            } catch let e as DiffFormatError {
+                unlink(partial.path)
+                guard case .badCompression = e else { throw e }
+                problem = e.reason
+            }
+        }
+        let fd = open(partial.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw DiffFormatError.writeFailed(file: partial.path, reason: String(cString: strerror(errno))) }
+        let written = data.withUnsafeBytes { raw -> Bool in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0 { if errno == EINTR { continue }; return false }
+                offset += n
+            }
+            return true
+        }
+        let reason = written ? nil : String(cString: strerror(errno))
+        close(fd)
+        if let reason { unlink(partial.path); throw DiffFormatError.writeFailed(file: partial.path, reason: reason) }
+        try move(partial, to: file)
+        return problem
+    }
+
     /// Renames `source` over `target` (one atomic step on the same filesystem).
     static func move(_ source: URL, to target: URL) throws {
         guard rename(source.path, target.path) == 0 else {

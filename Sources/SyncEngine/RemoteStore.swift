@@ -55,6 +55,10 @@ public protocol RemoteStore: Sendable {
     func download(key: String, to file: URL) async throws
     /// Downloads a listed object into a local file, installing it only when it has the size the listing gave.
     func download(_ object: RemoteObject, to file: URL) async throws
+    /// The bytes of a listed object of at most `limit` bytes, read into memory with the size the listing gave (no
+    /// staging file: a catch-up's hundreds of small diffs); nil when this store delivers objects only through
+    /// ``download(_:to:)`` (the default).
+    func contents(of object: RemoteObject, limit: Int64) async throws -> Data?
     /// Uploads a local file; with `ifAbsent`, fails with `RemoteStoreError.alreadyExists` when the key exists.
     func upload(file: URL, key: String, ifAbsent: Bool) async throws
     /// Deletes an object (no error when it is already gone).
@@ -78,6 +82,8 @@ public protocol RemoteStore: Sendable {
 extension RemoteStore {
     /// No client-side encryption.
     public var encryptedPrefixes: [String] { [] }
+    /// Objects only through files.
+    public func contents(of object: RemoteObject, limit: Int64) async throws -> Data? { nil }
 }
 
 extension RemoteStore {

@@ -100,6 +100,10 @@ public struct Syncer: Sendable {
     public var lockWait: TimeInterval = 30
     /// Most diffs downloaded at the same time.
     public var downloadConcurrency = 8
+    /// Diff objects up to this size are read into memory and written once, expanded, into the inbox (larger ones,
+    /// and those of a store that delivers only files, go through a staging file): a catch-up makes one new file per
+    /// diff instead of two.
+    public var inMemoryDownloadLimit: Int64 = 4 << 20
     /// Most small diffs applied in one transaction (`SyncDatabase.applyGroupLimit`); 1 applies each alone.
     public var applyGroupLimit = 256
     /// Asked at safe points (between phases, diffs and uploads, and every few hundred rows of an export), as is the
@@ -317,7 +321,7 @@ public struct Syncer: Sendable {
                 // arrive in. Once a stop is asked for, no new one starts; those under way finish.
                 let locals = wanted.map { home.inbox.appendingPathComponent(String($0.key.dropFirst(inbound.count)), isDirectory: false) }
                 var outcomes = [DownloadOutcome](repeating: .notStarted, count: wanted.count)
-                let (remote, retry) = (self.remote, self.retry)
+                let (remote, retry, inMemoryLimit) = (self.remote, self.retry, self.inMemoryDownloadLimit)
                 await withTaskGroup(of: (Int, DownloadOutcome).self) { group in
                     var next = 0, running = 0
                     while true {
@@ -328,13 +332,18 @@ public struct Syncer: Sendable {
                             let (obj, local) = (wanted[i], locals[i])
                             step(SyncProgress(phase: .download, itemsDone: i, itemsTotal: wanted.count, item: local.lastPathComponent))
                             group.addTask {
-                                // Diffs travel compressed (DiffTransport): fetched beside the inbox file, expanded into
-                                // it (one that does not expand is installed as it came, and apply quarantines it).
-                                let staging = local.deletingLastPathComponent().appendingPathComponent(".\(local.lastPathComponent).incoming", isDirectory: false)
-                                defer { try? FileManager.default.removeItem(at: staging) }
+                                // Diffs travel compressed (DiffTransport): read into memory when the store can (a small
+                                // diff of a plain store), else fetched beside the inbox file; then expanded into it
+                                // (one that does not expand is installed as it came, and apply quarantines it).
                                 do {
-                                    try await retry.run { try await remote.download(obj, to: staging) }
-                                    try DiffTransport.install(staging, as: local, name: obj.key)
+                                    if let data = try await retry.run({ try await remote.contents(of: obj, limit: inMemoryLimit) }) {
+                                        try DiffTransport.install(data, as: local, name: obj.key)
+                                    } else {
+                                        let staging = local.deletingLastPathComponent().appendingPathComponent(".\(local.lastPathComponent).incoming", isDirectory: false)
+                                        defer { try? FileManager.default.removeItem(at: staging) }
+                                        try await retry.run { try await remote.download(obj, to: staging) }
+                                        try DiffTransport.install(staging, as: local, name: obj.key)
+                                    }
                                     return (i, .downloaded)
                                 } catch {
                                     return (i, .failed("\(obj.key): \(error)"))
@@ -376,9 +385,11 @@ public struct Syncer: Sendable {
             for url in toApply {
                 // A file that does not open as a diff goes to apply, which reports and quarantines it.
                 // Fully validated here: requests and other users' shares are recorded before (or without) apply.
-                // A diff of this user, with signatures not required, needs only its metadata here (apply checks
-                // every row and the digest as it merges); a signature, another user's share or a request is
-                // judged on a reader that has checked them all.
+                // A diff of this user, with signatures not required, goes to apply on the author its metadata names,
+                // read without opening a checked reader (apply opens it and checks all of it, every row and the
+                // digest as it merges); a signature, another user's share or a request is judged on a reader that
+                // has checked them all.
+                if !settings.requireSignatures, DiffReader.peekAuthorUser(of: url) == user { accepted.append(url); continue }
                 guard var reader = try? DiffReader(url: url, rowValidation: .whileReading) else { accepted.append(url); continue }
                 if settings.requireSignatures || reader.metadata.authorUser != user {
                     guard let full = try? DiffReader(url: url) else { accepted.append(url); continue }

@@ -70,4 +70,38 @@ struct DiffTransportTests {
         let said = bad { _ = try DiffReader(url: installed) }
         #expect(said?.contains(installed.path) == true, "\(said ?? "no error")")
     }
+
+    /// The in-memory install (a sync's small downloads) gives the same file as the staging-file install: expanded,
+    /// as it came when uncompressed, and as it came when damaged (the reader then says why); no partial file is left.
+    @Test func bytesInMemory_installLikeAStagingFile() throws {
+        let dir = try TemporaryDirectory()
+        let url = try writeItemsDiff(in: dir.url, rowCount: 3, expectedRows: 3)
+        let original = try Data(contentsOf: url)
+        let packed = try DiffTransport.compress(original, name: "x")
+        var damaged = packed
+        for i in 30..<50 { damaged[i] ^= 0x5A }
+        for (label, bytes, expected, problem) in [("compressed", packed, original, false), ("plain", original, original, false),
+                                                  ("damaged", damaged, damaged, true)] {
+            let folder = dir.file(label)
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            let installed = folder.appendingPathComponent(url.lastPathComponent)
+            let reason = try DiffTransport.install(bytes, as: installed, name: "obj")
+            #expect((reason != nil) == problem, "\(label): \(reason ?? "nil")")
+            #expect(try Data(contentsOf: installed) == expected, "\(label)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path) == [url.lastPathComponent], "\(label): only the diff is left")
+            if problem {
+                let said = bad { _ = try DiffReader(url: installed) }
+                #expect(said?.contains(installed.path) == true, "\(said ?? "no error")")
+            } else {
+                #expect(try DiffReader(url: installed).counts.values.reduce(0) { $0 + $1.upserts } == 3)
+            }
+        }
+        // A bomb is not expanded: installed as it came (small), with the reason, for apply to quarantine.
+        let bomb = try DiffTransport.compress(Data(repeating: 0, count: 200_000), name: "b")
+        let target = dir.file("bomb.sqlite")
+        let reason = try DiffTransport.install(bomb, as: target, name: "user/inbound/bomb.sqlite", limit: 50_000)
+        #expect(reason?.contains("bomb") == true, "\(reason ?? "nil")")
+        #expect(try Data(contentsOf: target) == bomb)
+        #expect(!FileManager.default.fileExists(atPath: target.path + ".expanding"))
+    }
 }
