@@ -141,7 +141,7 @@ public enum DiffTransport {
         let fm = FileManager.default
         var problem: String?
         if isCompressed(file: staging) {
-            let expanded = URL(fileURLWithPath: file.path + ".expanding")
+            let expanded = URL(fileURLWithPath: file.path + ".expanding", isDirectory: false)
             do {
                 let data = try Data(contentsOf: staging, options: .mappedIfSafe)
                 try expand(data, name: name, limit: limit, to: expanded)
@@ -164,7 +164,7 @@ public enum DiffTransport {
     /// - Returns: the reason it did not expand, or nil.
     @discardableResult
     public static func install(_ data: Data, as file: URL, name: String, limit: Int64 = DiffLimits.default.maxFileBytes) throws -> String? {
-        let partial = URL(fileURLWithPath: file.path + ".expanding")
+        let partial = URL(fileURLWithPath: file.path + ".expanding", isDirectory: false)
         var problem: String?
         if isCompressed(data) {
             do {
