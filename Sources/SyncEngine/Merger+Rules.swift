@@ -782,10 +782,13 @@ extension Merger {
                 for (c, v) in zip(fk.columns, childValues) {
                     try log(r, local, column: c, localValue: .null, remoteValue: v, localClock: Merger.unexported, winner: "local", reason: reason)
                 }
-                // OR ABORT, as SQLite runs its own FK actions (https://sqlite.org/foreignkeys.html#fk_actions): a column's
-                // or index's conflict clause must not settle it, e.g. `NOT NULL ON CONFLICT REPLACE` would file the row
-                // under the column default where a device that got the delete after the row fails the diff (NOT NULL).
-                try cached("UPDATE OR ABORT " + quoteIdentifier(r.table) + " SET " + fk.columns.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ")
+                // A declared SET NULL says OR ABORT, as SQLite runs its own FK actions (https://sqlite.org/foreignkeys.html#fk_actions):
+                // a column's or index's conflict clause must not settle it, e.g. `NOT NULL ON CONFLICT REPLACE` would file
+                // the row under the column default where a device that got the delete after the row fails the diff
+                // (NOT NULL). A RESTRICT / NO ACTION key the merge turns into SET NULL (`mergeAction`) says nothing, as
+                // `dropReferences` does in the other arrival order: the OR clause also governs the app's triggers.
+                let orAbort = fk.onDelete.uppercased() == "SET NULL" ? " OR ABORT" : ""
+                try cached("UPDATE" + orAbort + " " + quoteIdentifier(r.table) + " SET " + fk.columns.map { quoteIdentifier($0) + " = NULL" }.joined(separator: ", ")
                            + " WHERE " + whereKey).run(r.keyValues)
                 try captureDecision(tid: r.info.table.id, key: local.key, op: 2, mask: Self.changeMask(r.info, columns: fk.columns), after: r.change.latestClock)
             } else {

@@ -207,8 +207,10 @@ public struct Syncer: Sendable {
         // diffs applied since (this run holds the lock, so none of them is another run's).
         if !dryRun {
             report.cleanedUp = HomeDebris.clean(home, olderThan: debrisAge)
-            for name in (try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? [] where name.hasPrefix(".") && name.contains(".sqlite.incoming") {
-                // A diff download cut short before it was expanded into the inbox (and its resume files).
+            for name in (try? fm.contentsOfDirectory(atPath: home.inbox.path)) ?? []
+            where (name.hasPrefix(".") && name.contains(".sqlite.incoming")) || name.hasSuffix(".sqlite.expanding") {
+                // A diff download cut short before it was expanded into the inbox (and its resume files), or while
+                // it was being written there (`DiffTransport.install` renames it into place only when complete).
                 let url = home.inbox.appendingPathComponent(name)
                 if (try? fm.removeItem(at: url)) != nil { report.cleanedUp.append(url.path) }
             }

@@ -60,8 +60,9 @@ enum LTTransportScenarios {
         ]
         for bomb in bombs { _ = try await a.remote.store.put(key: inbound + bomb.name, data: bomb.data, ifNoneMatch: true) }
 
-        // What a download killed before its expansion leaves in the inbox: the next run removes it.
-        let leftovers = [".\(KSUID.generate().string).sqlite.incoming", ".\(KSUID.generate().string).sqlite.incoming.partial"]
+        // What a download killed before or during its expansion leaves in the inbox: the next run removes it.
+        let leftovers = [".\(KSUID.generate().string).sqlite.incoming", ".\(KSUID.generate().string).sqlite.incoming.partial",
+                         "\(KSUID.generate().string).sqlite.expanding"]
         try FileManager.default.createDirectory(at: b.home.inbox, withIntermediateDirectories: true)
         for name in leftovers { try Data("cut short".utf8).write(to: b.home.inbox.appendingPathComponent(name)) }
 

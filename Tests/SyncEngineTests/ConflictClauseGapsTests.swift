@@ -110,4 +110,45 @@ struct ConflictClauseGapsTests {
         #expect(try a.rows("SELECT name FROM people WHERE id = 'k1'") == [[.text("carl")]])
         #expect(try a.rows("SELECT last FROM audit WHERE id = 'k1'") == [[.text("carl")]])
     }
+
+    // MARK: - (3) A RESTRICT key the merge turns into SET NULL, in both arrival orders
+
+    static func device(_ name: String, _ box: Sandbox, _ base: URL) throws -> Replica {
+        let r = try Replica(name: name, source: base, in: box, user: "user-1", track: false)
+        _ = try r.db.track(tables: ["folders", "notes"])
+        try r.db.setUserID("user-1")
+        return r
+    }
+
+    /// notes.folder REFERENCES folders (NO ACTION, nullable: the merge turns it into SET NULL); an app trigger keeps a
+    /// "last changed" row with `INSERT OR REPLACE` in an untracked table. A adds a note in 'work' while B deletes
+    /// 'work'. A gets the delete (`dropReferences` sets the note's folder NULL), B gets the note after its delete
+    /// (`applyDeleteActionsForDeletedParents` does): both must apply it and end alike. Saying `OR ABORT` there (right for
+    /// a declared SET NULL, as SQLite's own action does) made the trigger's REPLACE fail on B only, and B quarantined
+    /// A's diff (found by a review; fails without the fix).
+    @Test func restrictKeyTurnedSetNull_sameOutcomeInBothOrders() throws {
+        let box = try Sandbox("review-fk-order")
+        let base = try Self.makeBase(in: box, """
+            CREATE TABLE folders(id TEXT PRIMARY KEY NOT NULL, name TEXT);
+            CREATE TABLE notes(id TEXT PRIMARY KEY NOT NULL, body TEXT, folder TEXT REFERENCES folders(id));
+            CREATE TABLE app_state(k TEXT PRIMARY KEY NOT NULL, v TEXT);
+            CREATE TRIGGER notes_touched AFTER UPDATE OF folder ON notes BEGIN
+                INSERT OR REPLACE INTO app_state(k, v) VALUES ('notes_changed', new.id);
+            END;
+            INSERT INTO app_state VALUES ('notes_changed', '');
+            INSERT INTO folders VALUES ('inbox', 'Inbox'), ('work', 'Work');
+            """)
+        let a = try Self.device("A", box, base), b = try Self.device("B", box, base)
+        try a.exec("INSERT INTO notes VALUES ('n1', 'hello', 'work')")
+        let fa = try a.exportFile()
+        tick()
+        try b.exec("DELETE FROM folders WHERE id = 'work'")
+        let fb = try b.exportFile()
+
+        let atA = a.apply(fb)
+        let atB = b.apply(fa)
+        #expect(atA.status == atB.status, "A (child first, then delete): \(atA.status) \(atA.reason ?? ""); B (delete first, then child): \(atB.status) \(atB.reason ?? "")")
+        #expect(atB.status == .applied, "B: \(atB.status) \(atB.reason ?? "")")
+        #expect(try a.rows("SELECT id, folder FROM notes") == b.rows("SELECT id, folder FROM notes"))
+    }
 }
