@@ -56,7 +56,9 @@ public struct ObjectStoreRemote: RemoteStore {
     public func contents(of object: RemoteObject, limit: Int64) async throws -> Data? {
         guard !(store is EncryptingStore), object.size <= limit else { return nil }
         return try await mapped(object.key) {
-            let data = try await store.get(key: object.key, range: nil, ifMatch: nil)
+            // A local folder's object is read at most one byte past the listed size (a file grown since the listing
+            // fails the size check without being read whole); S3 answers the whole object with its checksum.
+            let data = try await store.get(key: object.key, range: isLocal ? ByteRange(start: 0, end: object.size) : nil, ifMatch: nil)
             guard Int64(data.count) == object.size else {
                 throw RemoteStoreError.failed(key: object.key, reason: "download has the wrong size: got \(data.count) bytes, the bucket lists \(object.size); nothing was installed")
             }

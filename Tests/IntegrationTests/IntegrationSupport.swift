@@ -145,6 +145,10 @@ final class LTFaultyRemote: RemoteStore, @unchecked Sendable {
 
     func list(prefix: String) async throws -> [RemoteObject] { try await run(.list, prefix) { try await $0.list(prefix: prefix) } }
     func download(key: String, to file: URL) async throws { try await run(.download, key) { try await $0.download(key: key, to: file) } }
+    /// A sync's in-memory download of a small diff counts (and fails) as a download.
+    func contents(of object: RemoteObject, limit: Int64) async throws -> Data? {
+        try await run(.download, object.key) { try await $0.contents(of: object, limit: limit) }
+    }
     func upload(file: URL, key: String, ifAbsent: Bool) async throws { try await run(.upload, key) { try await $0.upload(file: file, key: key, ifAbsent: ifAbsent) } }
     func delete(key: String) async throws { try await run(.delete, key) { try await $0.delete(key: key) } }
 }

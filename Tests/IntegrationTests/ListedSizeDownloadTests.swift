@@ -16,7 +16,7 @@ struct ShortDownloadStore: ObjectStore {
     func get(key: String, range: ByteRange?, ifMatch: String?) async throws -> Data {
         let data = try await base.get(key: key, range: range, ifMatch: ifMatch)
         // Whole diffs read into memory (a sync's small downloads) come back short too.
-        return range == nil && key.contains("/inbound/") ? data.prefix(data.count / 2) : data
+        return (range?.start ?? 0) == 0 && key.contains("/inbound/") ? data.prefix(data.count / 2) : data
     }
     func download(key: String, to fileURL: URL) async throws -> ObjectInfo {
         let data = try await base.get(key: key)
