@@ -8,12 +8,7 @@ import Testing
 @Suite("Capture triggers")
 struct CaptureTriggerTests {
     /// A database with the given tables, WAL mode, from which replicas are copied.
-    static func base(_ box: Sandbox, _ ddl: String) throws -> URL {
-        let url = box.path("base.sqlite")
-        let conn = try Connection(path: url.path)
-        try conn.execute("PRAGMA journal_mode = WAL;\n" + ddl + "\nPRAGMA wal_checkpoint(TRUNCATE);")
-        return url
-    }
+    static func base(_ box: Sandbox, _ ddl: String) throws -> URL { try box.baseDatabase(ddl) }
 
     static func tid(_ r: Replica, _ table: String) throws -> Int64 {
         try #require(try r.value("SELECT tid FROM rtsync_tracked WHERE name = ?", [.text(table)])?.int64)

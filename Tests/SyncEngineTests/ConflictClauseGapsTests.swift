@@ -9,13 +9,6 @@ import Testing
 /// behind the caller's back.
 @Suite("Conflict clauses: FK SET NULL and conflict restore")
 struct ConflictClauseGapsTests {
-    static func makeBase(in box: Sandbox, _ sql: String) throws -> URL {
-        let url = box.path("base.sqlite")
-        let conn = try Connection(path: url.path)
-        try conn.execute("PRAGMA journal_mode = WAL;\n" + sql + ";\nPRAGMA wal_checkpoint(TRUNCATE);")
-        return url
-    }
-
     // MARK: - (1) ON DELETE SET NULL carried out by the merge
 
     /// A reference declared `NOT NULL ON CONFLICT REPLACE DEFAULT 'inbox'` with `ON DELETE SET NULL`: SQLite's own
@@ -24,7 +17,7 @@ struct ConflictClauseGapsTests {
     /// the note after its delete (the merge's action) and must do the same, not file the note under 'inbox'.
     @Test func setNullOnNotNullOnConflictReplaceReference_childAfterParentDelete_failsLikeSQLitesOwnAction() throws {
         let box = try Sandbox("gap-fk")
-        let base = try Self.makeBase(in: box, """
+        let base = try box.baseDatabase("""
             CREATE TABLE folders(id TEXT PRIMARY KEY NOT NULL, name TEXT);
             CREATE TABLE notes(id TEXT PRIMARY KEY NOT NULL, body TEXT,
                 folder TEXT NOT NULL ON CONFLICT REPLACE DEFAULT 'inbox' REFERENCES folders(id) ON DELETE SET NULL);
@@ -58,7 +51,7 @@ struct ConflictClauseGapsTests {
     @Test(arguments: ["", " ON CONFLICT REPLACE", " ON CONFLICT IGNORE", " ON CONFLICT FAIL", " ON CONFLICT ROLLBACK"])
     func restoringAValueAnotherRowHolds_failsNamingTheHolder_andChangesNothing(clause: String) throws {
         let box = try Sandbox("gap-restore")
-        let base = try Self.makeBase(in: box, """
+        let base = try box.baseDatabase("""
             CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE\(clause), note TEXT);
             INSERT INTO people VALUES ('k1', 'ann', NULL), ('k2', 'bob', NULL);
             """)
@@ -94,7 +87,7 @@ struct ConflictClauseGapsTests {
     /// `OR ABORT` in a table without a clause of its own would make the trigger's REPLACE fail).
     @Test func restoringIntoATableWhoseTriggerReplaces_keepsTheTriggersConflictHandling() throws {
         let box = try Sandbox("gap-restore-trigger")
-        let base = try Self.makeBase(in: box, """
+        let base = try box.baseDatabase("""
             CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE, note TEXT);
             CREATE TABLE audit(id TEXT PRIMARY KEY NOT NULL, last TEXT);
             INSERT INTO people VALUES ('k1', 'ann', NULL), ('k2', 'bob', NULL);
@@ -128,7 +121,7 @@ struct ConflictClauseGapsTests {
     /// A's diff (found by a review; fails without the fix).
     @Test func restrictKeyTurnedSetNull_sameOutcomeInBothOrders() throws {
         let box = try Sandbox("review-fk-order")
-        let base = try Self.makeBase(in: box, """
+        let base = try box.baseDatabase("""
             CREATE TABLE folders(id TEXT PRIMARY KEY NOT NULL, name TEXT);
             CREATE TABLE notes(id TEXT PRIMARY KEY NOT NULL, body TEXT, folder TEXT REFERENCES folders(id));
             CREATE TABLE app_state(k TEXT PRIMARY KEY NOT NULL, v TEXT);

@@ -35,6 +35,15 @@ final class Sandbox: @unchecked Sendable {
 
     func path(_ name: String) -> URL { url.appendingPathComponent(name) }
 
+    /// `base.sqlite` made of `ddl` (statements separated by `;`), in WAL mode and checkpointed: replicas are
+    /// copied from it.
+    func baseDatabase(_ ddl: String) throws -> URL {
+        let url = path("base.sqlite")
+        let conn = try Connection(path: url.path)
+        try conn.execute("PRAGMA journal_mode = WAL;\n" + ddl + ";\nPRAGMA wal_checkpoint(TRUNCATE);")
+        return url
+    }
+
     /// Makes a replica from a fixture (copied, never used in place).
     func replica(_ name: String, fixture: String, user: String? = nil, policies: [String: TablePolicy] = [:]) throws -> Replica {
         try Replica(name: name, source: fixtureURL(fixture), in: self, user: user ?? "user-\(name)", policies: policies)
