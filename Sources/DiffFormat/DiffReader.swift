@@ -317,7 +317,7 @@ public final class DiffReader: @unchecked Sendable {
     /// The author user a diff file's metadata names, read without any of the checks `init` makes; nil when it cannot
     /// be read so (not a plain file, not a database, no single metadata row). For routing a file only (a sync sends
     /// a diff of its own user straight to apply, which checks all of it): never act on anything else it says.
-    public static func peekAuthorUser(of url: URL) -> String? {
+    package static func peekAuthorUser(of url: URL) -> String? {
         var info = stat()
         guard stat(url.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
               let db = try? Connection(path: immutableURI(for: url.path), mode: .readOnly, uri: true),
