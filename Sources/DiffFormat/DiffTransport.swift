@@ -158,7 +158,7 @@ public enum DiffTransport {
         return problem
     }
 
-    /// Installs the bytes of a diff object read into memory as the diff file `file`, as ``install(_:as:name:limit:)``
+    /// Installs the bytes of a diff object read into memory as the diff file `file`, as ``install(_:as:name:limit:)-(URL,_,_,_)``
     /// does with a downloaded file: expanded when compressed, written as they came otherwise (and when they do not
     /// expand, so that apply quarantines them with the reason). One new file, renamed into place when complete.
     /// - Returns: the reason it did not expand, or nil.
