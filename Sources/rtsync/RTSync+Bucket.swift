@@ -106,7 +106,7 @@ extension RTSync.Bucket {
             try await reportingBucketErrors {
                 let (store, prefix) = try options.store(for: prefix, creating: false)
                 let objects = try await store.listAll(prefix: prefix)
-                if json { return try printJSON(objects) }
+                if json { return printJSON(objects) }
                 let formatter = ISO8601DateFormatter()
                 for object in objects {
                     let date = object.lastModified.map { formatter.string(from: $0) } ?? "-"
@@ -141,7 +141,7 @@ extension RTSync.Bucket {
                 let display = ProgressDisplay(enabled: progressOptions.enabled(json: json))
                 display.set("download \(key)")
                 let info = try await display.run { try await store.download(key: key, to: URL(fileURLWithPath: path), expecting: listed) }
-                if json { try printJSON(info) } else { print("downloaded \(info.size) bytes to \(path)") }
+                if json { printJSON(info) } else { print("downloaded \(info.size) bytes to \(path)") }
             }
         }
     }
@@ -184,7 +184,7 @@ extension RTSync.Bucket {
                 } else {
                     info = try await display.run { try await store.put(key: target, fileURL: url) }
                 }
-                if json { try printJSON(info) } else { print("uploaded \(info.size) bytes to \(target) (etag \(info.etag))") }
+                if json { printJSON(info) } else { print("uploaded \(info.size) bytes to \(target) (etag \(info.etag))") }
             }
         }
     }

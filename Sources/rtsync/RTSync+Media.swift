@@ -325,7 +325,7 @@ extension RTSync.Media {
                     }
                     // A ranged read of a URL not in the cache fetched only its chunks and cached nothing (no result).
                     if json {
-                        if let result { try printJSON([result]) } else { try printJSON([["url": urls[0], "status": "ranged"]]) }
+                        if let result { printJSON([result]) } else { printJSON([["url": urls[0], "status": "ranged"]]) }
                     } else {
                         print("\(result?.status.rawValue ?? "ranged")\t\(target.path)\t\(urls[0])\t\(plain.count) bytes decrypted")
                     }
@@ -337,7 +337,7 @@ extension RTSync.Media {
                     results.append(result)
                     if !json { display.printAbove("\(result.status.rawValue)\t\(result.fileURL.path)\t\(result.url)") }
                 }
-                if json { try printJSON(results) }
+                if json { printJSON(results) }
             }
         }
     }
