@@ -44,42 +44,32 @@ struct UniqueIndex {
     }
 
     /// The indexed terms (ASC / DESC dropped) and the WHERE clause of a `CREATE [UNIQUE] INDEX` statement as
-    /// SQLite stores it, or nil when it does not have that shape. Quotes, brackets and comments are skipped over.
+    /// SQLite stores it, or nil when it does not have that shape. Quotes, brackets and comments are skipped over
+    /// (`sqlPieces`); each term keeps its text as written.
     static func parseIndexSQL(_ sql: String) -> (terms: [String], whereSQL: String?)? {
-        let chars = Array(sql)
-        var i = 0
+        let bytes = Array(sql.utf8)
+        func text(_ range: Range<Int>) -> String { String(decoding: bytes[range], as: UTF8.self) }
         var depth = 0
-        var start: Int?
-        var termStart = 0
+        var termStart: Int?
         var terms: [String] = []
         var end: Int?
-        func skipQuoted(_ close: Character) { i += 1; while i < chars.count { if chars[i] == close { if close != "]" && i + 1 < chars.count && chars[i + 1] == close { i += 2; continue }; break }; i += 1 } }
-        while i < chars.count, end == nil {
-            let c = chars[i]
-            switch c {
-            case "'", "\"", "`": skipQuoted(c)
-            case "[": skipQuoted("]")
-            case "-" where i + 1 < chars.count && chars[i + 1] == "-":
-                while i < chars.count && chars[i] != "\n" { i += 1 }
-            case "/" where i + 1 < chars.count && chars[i + 1] == "*":
-                i += 2
-                while i + 1 < chars.count && !(chars[i] == "*" && chars[i + 1] == "/") { i += 1 }
-                i += 1
-            case "(":
+        for piece in sqlPieces(bytes) where piece.kind == .punctuation {
+            switch bytes[piece.range.lowerBound] {
+            case UInt8(ascii: "("):
                 depth += 1
-                if depth == 1 && start == nil { start = i; termStart = i + 1 }
-            case ")":
+                if depth == 1 && termStart == nil { termStart = piece.range.upperBound }
+            case UInt8(ascii: ")"):
                 depth -= 1
-                if depth == 0, start != nil {
-                    terms.append(String(chars[termStart..<i]))
-                    end = i
+                if depth == 0, let from = termStart {
+                    terms.append(text(from..<piece.range.lowerBound))
+                    end = piece.range.lowerBound
                 }
-            case "," where depth == 1 && start != nil:
-                terms.append(String(chars[termStart..<i]))
-                termStart = i + 1
+            case UInt8(ascii: ",") where depth == 1 && termStart != nil:
+                terms.append(text(termStart!..<piece.range.lowerBound))
+                termStart = piece.range.upperBound
             default: break
             }
-            i += 1
+            if end != nil { break }
         }
         guard let end else { return nil }
         let cleaned = terms.map { term -> String in
@@ -91,7 +81,7 @@ struct UniqueIndex {
             return t
         }
         guard !cleaned.contains(where: \.isEmpty) else { return nil }
-        let rest = String(chars[(end + 1)...]).trimmingCharacters(in: .whitespacesAndNewlines)
+        let rest = text((end + 1)..<bytes.count).trimmingCharacters(in: .whitespacesAndNewlines)
         if rest.isEmpty { return (cleaned, nil) }
         guard rest.uppercased().hasPrefix("WHERE"), rest.count > 5 else { return nil }
         let after = rest.index(rest.startIndex, offsetBy: 5)
@@ -164,12 +154,31 @@ extension UniqueIndex {
     /// comments are dropped.
     static func sqlTokens(_ sql: String) -> [String] {
         let bytes = Array(sql.utf8)
-        var tokens: [String] = []
+        return sqlPieces(bytes).map { piece in
+            switch piece.kind {
+            case .word: return String(decoding: bytes[piece.range], as: UTF8.self).lowercased()
+            case .quoted: return "\""
+            case .punctuation: return String(UnicodeScalar(bytes[piece.range.lowerBound]))
+            }
+        }
+    }
+
+    /// One piece of SQL text, by its UTF-8 byte range: a word, a quoted part (a string, or a name in `"…"`, `` `…` ``
+    /// or `[…]`; a doubled quote stays inside), or one other character. Whitespace and comments are not pieces.
+    struct SQLPiece {
+        enum Kind { case word, quoted, punctuation }
+        var kind: Kind
+        var range: Range<Int>
+    }
+
+    /// The pieces of SQL text given as UTF-8 bytes, in order (an unterminated quote or comment runs to the end).
+    static func sqlPieces(_ bytes: [UInt8]) -> [SQLPiece] {
+        var pieces: [SQLPiece] = []
         var i = 0
         func at(_ j: Int) -> UInt8 { j < bytes.count ? bytes[j] : 0 }
         func isWord(_ b: UInt8) -> Bool { b == UInt8(ascii: "_") || b >= 0x80 || (b >= 0x30 && b <= 0x39) || ((b | 0x20) >= 0x61 && (b | 0x20) <= 0x7A) }
         while i < bytes.count {
-            let b = bytes[i]
+            let b = bytes[i], start = i
             switch b {
             case UInt8(ascii: "'"), UInt8(ascii: "\""), UInt8(ascii: "`"), UInt8(ascii: "["):
                 let close = b == UInt8(ascii: "[") ? UInt8(ascii: "]") : b
@@ -178,25 +187,24 @@ extension UniqueIndex {
                     if bytes[i] == close { if close != UInt8(ascii: "]") && at(i + 1) == close { i += 2; continue }; break }
                     i += 1
                 }
-                i += 1
-                tokens.append("\"")
+                i = min(i + 1, bytes.count)
+                pieces.append(SQLPiece(kind: .quoted, range: start..<i))
             case UInt8(ascii: "-") where at(i + 1) == UInt8(ascii: "-"):
                 while i < bytes.count && bytes[i] != 0x0A { i += 1 }
             case UInt8(ascii: "/") where at(i + 1) == UInt8(ascii: "*"):
                 i += 2
                 while i < bytes.count && !(bytes[i] == UInt8(ascii: "*") && at(i + 1) == UInt8(ascii: "/")) { i += 1 }
-                i += 2
+                i = min(i + 2, bytes.count)
             case _ where isWord(b):
-                let start = i
                 while i < bytes.count && isWord(bytes[i]) { i += 1 }
-                tokens.append(String(decoding: bytes[start..<i], as: UTF8.self).lowercased())
+                pieces.append(SQLPiece(kind: .word, range: start..<i))
             case 0x20, 0x09, 0x0A, 0x0D:
                 i += 1
             default:
-                tokens.append(String(UnicodeScalar(b)))
                 i += 1
+                pieces.append(SQLPiece(kind: .punctuation, range: start..<i))
             }
         }
-        return tokens
+        return pieces
     }
 }
