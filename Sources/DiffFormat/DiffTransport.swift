@@ -99,17 +99,8 @@ public enum DiffTransport {
                 }
                 total += Int64(produced)
                 if total > Int64(declared) { throw bad("expands past the \(declared) bytes its header declares (refused, as a compression bomb)") }
-                if produced > 0, fd >= 0 {
-                    let ok = buffer.withUnsafeBytes { raw -> Bool in
-                        var offset = 0
-                        while offset < produced {
-                            let n = write(fd, raw.baseAddress! + offset, produced - offset)
-                            if n < 0 { if errno == EINTR { continue }; return false }
-                            offset += n
-                        }
-                        return true
-                    }
-                    if !ok { throw DiffFormatError.writeFailed(file: output?.path ?? name, reason: String(cString: strerror(errno))) }
+                if produced > 0, fd >= 0, !buffer.withUnsafeBytes({ writeAll(fd, UnsafeRawBufferPointer(rebasing: $0.prefix(produced))) }) {
+                    throw DiffFormatError.writeFailed(file: output?.path ?? name, reason: String(cString: strerror(errno)))
                 }
                 switch status {
                 case Z_STREAM_END:
@@ -138,21 +129,10 @@ public enum DiffTransport {
     /// - Returns: the reason it did not expand, or nil.
     @discardableResult
     public static func install(_ staging: URL, as file: URL, name: String, limit: Int64 = DiffLimits.default.maxFileBytes) throws -> String? {
-        let fm = FileManager.default
         var problem: String?
         if isCompressed(file: staging) {
-            let expanded = URL(fileURLWithPath: file.path + ".expanding", isDirectory: false)
-            do {
-                let data = try Data(contentsOf: staging, options: .mappedIfSafe)
-                try expand(data, name: name, limit: limit, to: expanded)
-                try move(expanded, to: file)
-                try? fm.removeItem(at: staging)
-                return nil
-            } catch let e as DiffFormatError {
-                try? fm.removeItem(at: expanded)
-                guard case .badCompression = e else { throw e }
-                problem = e.reason
-            }
+            problem = try expandIntoPlace(try Data(contentsOf: staging, options: .mappedIfSafe), as: file, name: name, limit: limit)
+            if problem == nil { unlink(staging.path); return nil }
         }
         try move(staging, to: file)
         return problem
@@ -164,35 +144,48 @@ public enum DiffTransport {
     /// - Returns: the reason it did not expand, or nil.
     @discardableResult
     public static func install(_ data: Data, as file: URL, name: String, limit: Int64 = DiffLimits.default.maxFileBytes) throws -> String? {
-        let partial = URL(fileURLWithPath: file.path + ".expanding", isDirectory: false)
         var problem: String?
         if isCompressed(data) {
-            do {
-                try expand(data, name: name, limit: limit, to: partial)
-                try move(partial, to: file)
-                return nil
-            } catch let e as DiffFormatError {
-                unlink(partial.path)
-                guard case .badCompression = e else { throw e }
-                problem = e.reason
-            }
+            problem = try expandIntoPlace(data, as: file, name: name, limit: limit)
+            if problem == nil { return nil }
         }
+        let partial = partialFile(for: file)
         let fd = open(partial.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw DiffFormatError.writeFailed(file: partial.path, reason: String(cString: strerror(errno))) }
-        let written = data.withUnsafeBytes { raw -> Bool in
-            var offset = 0
-            while offset < raw.count {
-                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n < 0 { if errno == EINTR { continue }; return false }
-                offset += n
-            }
-            return true
-        }
-        let reason = written ? nil : String(cString: strerror(errno))
+        let reason = data.withUnsafeBytes { writeAll(fd, $0) } ? nil : String(cString: strerror(errno))
         close(fd)
         if let reason { unlink(partial.path); throw DiffFormatError.writeFailed(file: partial.path, reason: reason) }
         try move(partial, to: file)
         return problem
+    }
+
+    /// Where a diff file is written before it is renamed into place (a sync removes one a killed run left).
+    static func partialFile(for file: URL) -> URL { URL(fileURLWithPath: file.path + ".expanding", isDirectory: false) }
+
+    /// Expands the compressed `data` into `file` through its partial file, renamed into place when complete: nil;
+    /// or, when the bytes do not expand (`.badCompression`), the reason, with nothing left behind.
+    static func expandIntoPlace(_ data: Data, as file: URL, name: String, limit: Int64) throws -> String? {
+        let partial = partialFile(for: file)
+        do {
+            try expand(data, name: name, limit: limit, to: partial)
+            try move(partial, to: file)
+            return nil
+        } catch let e as DiffFormatError {
+            unlink(partial.path)
+            guard case .badCompression = e else { throw e }
+            return e.reason
+        }
+    }
+
+    /// Writes all of `bytes` to `fd` (retrying interrupted and partial writes); false with `errno` set on failure.
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let n = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if n < 0 { if errno == EINTR { continue }; return false }
+            offset += n
+        }
+        return true
     }
 
     /// Renames `source` over `target` (one atomic step on the same filesystem).

@@ -467,19 +467,11 @@ struct Merger {
     }
 
     /// Statements are cached by text; SQLite re-prepares them itself if the schema changes.
-    mutating func cached(_ sql: String) throws -> Statement {
-        if let s = statements[sql] { s.reset(); return s }
-        let s = try db.prepare(sql)
-        statements[sql] = s
-        return s
-    }
+    mutating func cached(_ sql: String) throws -> Statement { try db.kept(sql, in: &statements) }
 
     /// The first column of the first row of a cached statement, reset before returning (no read stays open).
     mutating func cachedScalar(_ sql: String, _ arguments: [SQLValue] = []) throws -> SQLValue? {
-        let s = try cached(sql)
-        try s.bind(arguments)
-        defer { s.reset() }
-        return try s.step() ? s.column(0) : nil
+        try db.scalar(sql, arguments, keptIn: &statements)
     }
 
     /// The row key text the capture triggers make with SQLite's `quote()`: built here for integers, text

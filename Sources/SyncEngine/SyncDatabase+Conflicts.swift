@@ -106,7 +106,7 @@ extension SyncDatabase {
                         try db.execute("UPDATE" + orAbort + " " + quoteIdentifier(def.name) + " SET " + quoteIdentifier(record.column) + " = ? WHERE " + whereKey,
                                        [record.losingValue] + keys)
                     } catch let e as SQLiteError where e.isConstraintViolation {
-                        throw SyncEngineError.cannotRestore(id: id, reason: restoreRefusal(e, def: def, record: record, keys: keys))
+                        throw SyncEngineError.cannotRestore(id: id, reason: restoreRefusal(e, def: def, record: record, keys: keys, whereKey: whereKey))
                     }
                     if db.changes == 0 {
                         throw SyncEngineError.cannotRestore(id: id, reason: "row \(record.key) of '\(def.name)' no longer exists")
@@ -117,15 +117,14 @@ extension SyncDatabase {
         }
     }
 
-    /// Why writing `record`'s losing value into its row failed with `error`, naming the row that holds the value
-    /// when a unique index is the reason. Runs in the restore's transaction, after the aborted statement; a lookup
-    /// that fails leaves the holder unnamed.
-    func restoreRefusal(_ error: SQLiteError, def: TableDefinition, record: ConflictRecord, keys: [SQLValue]) -> String {
+    /// Why writing `record`'s losing value into its row (`keys`, matched by `whereKey`) failed with `error`, naming the
+    /// row that holds the value when a unique index is the reason. Runs in the restore's transaction, after the
+    /// aborted statement; a lookup that fails leaves the holder unnamed.
+    func restoreRefusal(_ error: SQLiteError, def: TableDefinition, record: ConflictRecord, keys: [SQLValue], whereKey: String) -> String {
         var literal = record.losingValue.sqlLiteral
         if literal.count > 80 { literal = String(literal.prefix(77)) + "..." }
         let what = "writing \(literal) into column '\(record.column)' of '\(def.name)' row \(record.key) fails (\(error.message)); nothing was changed"
         guard error.isUniqueViolation else { return what + ": change the row so that the value fits, then restore again" }
-        let whereKey = def.primaryKeyColumns.map { quoteIdentifier($0) + " = ?" }.joined(separator: " AND ")
         if let i = def.columnIndex(record.column),
            var row = try? db.rows("SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + " FROM " + quoteIdentifier(def.name)
                                   + " WHERE " + whereKey, keys).first {

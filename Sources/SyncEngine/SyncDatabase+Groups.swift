@@ -64,11 +64,7 @@ final class ApplyGroupState {
     /// `db.scalar(sql, arguments)` through a statement the group keeps (reset before returning, so no read stays
     /// open): the same few questions are asked of every diff of a group.
     func scalar(_ db: Connection, _ sql: String, _ arguments: [SQLValue] = []) throws -> SQLValue? {
-        let statement: Statement
-        if let kept = statements[sql] { statement = kept } else { statement = try db.prepare(sql); statements[sql] = statement }
-        try statement.bind(arguments)
-        defer { statement.reset() }
-        return try statement.step() ? statement.column(0) : nil
+        try db.scalar(sql, arguments, keptIn: &statements)
     }
 
     /// After a diff rolled back to its savepoint: nothing it may have changed is known any more (the savepoint
@@ -194,5 +190,24 @@ extension SyncDatabase {
             try? db.execute("RELEASE rtsync_group_diff")
             throw error
         }
+    }
+}
+
+extension Connection {
+    /// The statement compiled for `sql` kept in `kept` (by its text), reset; compiled and kept there the first time.
+    /// SQLite compiles a kept statement again itself when the schema changed.
+    func kept(_ sql: String, in kept: inout [String: Statement]) throws -> Statement {
+        if let statement = kept[sql] { statement.reset(); return statement }
+        let statement = try prepare(sql)
+        kept[sql] = statement
+        return statement
+    }
+
+    /// `scalar(sql, arguments)` through a statement kept in `kept`, reset before returning (no read stays open).
+    func scalar(_ sql: String, _ arguments: [SQLValue], keptIn kept: inout [String: Statement]) throws -> SQLValue? {
+        let statement = try self.kept(sql, in: &kept)
+        try statement.bind(arguments)
+        defer { statement.reset() }
+        return try statement.step() ? statement.column(0) : nil
     }
 }

@@ -37,16 +37,11 @@ struct ConvergencePropertyTests {
 
     /// Builds the shared starting database: one table with a TEXT key and three value columns.
     static func makeBase(in box: Sandbox, uniqueA: Bool, index: String? = nil, replaceClause: Bool = false) throws -> URL {
-        let url = box.path("base.sqlite")
-        let conn = try Connection(path: url.path)
-        try conn.execute("""
-            PRAGMA journal_mode = WAL;
+        try box.baseDatabase("""
             CREATE TABLE items (id TEXT PRIMARY KEY, a TEXT\(replaceClause ? " UNIQUE ON CONFLICT REPLACE" : uniqueA && index == nil ? " UNIQUE" : ""), b INTEGER, c REAL);
             \(index ?? "");
-            INSERT INTO items VALUES ('k0', 'zero', 0, 0.5), ('k1', 'one', 1, 1.5), ('k2', 'two', 2, NULL);
-            PRAGMA wal_checkpoint(TRUNCATE);
+            INSERT INTO items VALUES ('k0', 'zero', 0, 0.5), ('k1', 'one', 1, 1.5), ('k2', 'two', 2, NULL)
             """)
-        return url
     }
 
     /// One random local edit: insert a missing key, or update some columns of / delete an existing one.

@@ -8,16 +8,11 @@ import Testing
 @Suite("Unique indexes: partial, expressions, collations")
 struct UniqueIndexTests {
     static func makeBase(in box: Sandbox, index: String) throws -> URL {
-        let url = box.path("base.sqlite")
-        let conn = try Connection(path: url.path)
-        try conn.execute("""
-            PRAGMA journal_mode = WAL;
+        try box.baseDatabase("""
             CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT, archived INTEGER NOT NULL DEFAULT 0);
             \(index);
-            INSERT INTO people VALUES ('k1', 'ann', 1);
-            PRAGMA wal_checkpoint(TRUNCATE);
+            INSERT INTO people VALUES ('k1', 'ann', 1)
             """)
-        return url
     }
 
     /// Two devices add a person whose name collides through the index; after an exchange both keep the one created
@@ -59,16 +54,10 @@ struct UniqueIndexTests {
     @Test(arguments: ["REPLACE", "IGNORE", "FAIL", "ROLLBACK"])
     func uniqueConstraintWithAConflictClause_concurrentInsertsConverge(clause: String) throws {
         let box = try Sandbox("uclause")
-        let url = box.path("base.sqlite")
-        do {
-            let conn = try Connection(path: url.path)
-            try conn.execute("""
-                PRAGMA journal_mode = WAL;
-                CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE ON CONFLICT \(clause), archived INTEGER NOT NULL DEFAULT 0);
-                INSERT INTO people VALUES ('k1', 'ann', 1);
-                PRAGMA wal_checkpoint(TRUNCATE);
-                """)
-        }
+        let url = try box.baseDatabase("""
+            CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE ON CONFLICT \(clause), archived INTEGER NOT NULL DEFAULT 0);
+            INSERT INTO people VALUES ('k1', 'ann', 1)
+            """)
         let a = try box.replica("A", source: url), b = try box.replica("B", source: url)
         try a.exec("INSERT INTO people VALUES ('k2', 'bob', 0)")
         let fa = try a.exportFile()
@@ -107,27 +96,21 @@ struct UniqueIndexTests {
     /// for a NOT NULL ON CONFLICT REPLACE column takes the default on both devices.
     @Test func appTriggersAndNotNullClauses_keepTheirConflictHandlingDuringApply() throws {
         let box = try Sandbox("trigger-or")
-        let url = box.path("base.sqlite")
-        do {
-            let conn = try Connection(path: url.path)
-            try conn.execute("""
-                PRAGMA journal_mode = WAL;
-                CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE, nick TEXT NOT NULL ON CONFLICT REPLACE DEFAULT 'none');
-                CREATE TABLE names(name TEXT PRIMARY KEY, id TEXT);
-                CREATE TABLE counts(name TEXT PRIMARY KEY, n INTEGER);
-                CREATE TRIGGER people_names AFTER INSERT ON people BEGIN
-                  INSERT OR REPLACE INTO names VALUES (NEW.name, NEW.id);
-                  INSERT OR IGNORE INTO counts VALUES (NEW.name, 1);
-                END;
-                CREATE TRIGGER people_renamed AFTER UPDATE OF name ON people BEGIN
-                  INSERT OR REPLACE INTO names VALUES (NEW.name, NEW.id);
-                  INSERT OR IGNORE INTO counts VALUES (NEW.name, 1);
-                END;
-                INSERT INTO names VALUES ('bob', 'old');
-                INSERT INTO counts VALUES ('bob', 7);
-                PRAGMA wal_checkpoint(TRUNCATE);
-                """)
-        }
+        let url = try box.baseDatabase("""
+            CREATE TABLE people(id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE, nick TEXT NOT NULL ON CONFLICT REPLACE DEFAULT 'none');
+            CREATE TABLE names(name TEXT PRIMARY KEY, id TEXT);
+            CREATE TABLE counts(name TEXT PRIMARY KEY, n INTEGER);
+            CREATE TRIGGER people_names AFTER INSERT ON people BEGIN
+              INSERT OR REPLACE INTO names VALUES (NEW.name, NEW.id);
+              INSERT OR IGNORE INTO counts VALUES (NEW.name, 1);
+            END;
+            CREATE TRIGGER people_renamed AFTER UPDATE OF name ON people BEGIN
+              INSERT OR REPLACE INTO names VALUES (NEW.name, NEW.id);
+              INSERT OR IGNORE INTO counts VALUES (NEW.name, 1);
+            END;
+            INSERT INTO names VALUES ('bob', 'old');
+            INSERT INTO counts VALUES ('bob', 7)
+            """)
         let a = try box.replica("A", source: url), b = try box.replica("B", source: url)
         try a.exec("INSERT INTO people VALUES ('k1', 'bob', 'b')")
         try a.exec("INSERT INTO people VALUES ('k2', 'ann', NULL)")
