@@ -476,6 +476,9 @@ package final class DiffRow {
     /// Whether carried column `column` is TEXT equal to `text`.
     package func isText(_ column: Int, equalTo text: String) -> Bool { carried.columnIsText(column, equalTo: text) }
 
+    /// Whether carried column `column` is TEXT holding a NUL byte.
+    package func isTextWithNUL(_ column: Int) -> Bool { carried.columnIsTextWithNUL(column) }
+
     /// Carried column `column` as a Swift value.
     package func value(_ column: Int) -> SQLValue { carried.column(column) }
 

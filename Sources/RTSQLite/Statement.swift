@@ -150,6 +150,12 @@ public final class Statement {
         }
     }
 
+    /// Whether column `index` of the current row is TEXT holding a NUL byte (read as stored, no Swift string made).
+    public func columnIsTextWithNUL(_ index: Int) -> Bool {
+        guard columnType(index) == .text else { return false }
+        return withColumnBytes(index) { $0.contains(0) }
+    }
+
     /// Binds column `column` of `source`'s current row to the 1-based parameter `index`, as it is stored
     /// (no conversion to a Swift value and back). `source` may belong to another connection of this thread.
     public func bind(columnOf source: Statement, _ column: Int, at index: Int) throws {

@@ -1,8 +1,20 @@
+import Foundation
 import RTSQLite
 
-/// Row keys in the bookkeeping tables are SQLite `quote()` texts joined by commas, e.g. `'abc',3`:
-/// computed by the triggers in plain SQL, decoded here to look rows up by their key columns.
+/// Row keys in the bookkeeping tables are SQLite `quote()` texts joined by commas, e.g. `'abc',3`, except that
+/// TEXT holding a NUL byte is `J` and its `json_quote()` (`SyncDatabase.keyValueText`): computed by the triggers
+/// in plain SQL, decoded here to look rows up by their key columns.
 enum KeyCodec {
+    /// The key text of one value, as `SyncDatabase.keyValueText` makes it in SQL; nil where that is SQLite's own
+    /// formatting (a REAL, text holding a NUL byte): ask SQLite.
+    static func exactText(_ value: SQLValue) -> String? {
+        switch value {
+        case .real: return nil
+        case .text(let t) where t.utf8.contains(0): return nil
+        default: return value.sqlLiteral
+        }
+    }
+
     /// Decodes a key text into its values; nil when malformed.
     static func decode(_ text: String) -> [SQLValue]? {
         let c = Array(text.utf8)
@@ -25,6 +37,13 @@ enum KeyCodec {
                 guard let end = c[(i + 2)...].firstIndex(of: UInt8(ascii: "'")),
                       let bytes = [UInt8](hexString: String(decoding: c[(i + 2)..<end], as: UTF8.self)) else { return nil }
                 out.append(.blob(bytes))
+                i = end + 1
+            } else if c[i] == UInt8(ascii: "J") && i + 1 < c.count && c[i + 1] == UInt8(ascii: "\"") {
+                // A JSON string: up to the first quote not escaped by a backslash.
+                var end = i + 2
+                while end < c.count && c[end] != UInt8(ascii: "\"") { end += c[end] == UInt8(ascii: "\\") ? 2 : 1 }
+                guard end < c.count, let text = try? JSONDecoder().decode(String.self, from: Data(c[(i + 1)...end])) else { return nil }
+                out.append(.text(text))
                 i = end + 1
             } else {
                 let end = c[i...].firstIndex(of: UInt8(ascii: ",")) ?? c.count

@@ -193,7 +193,9 @@ extension Merger {
         /// Whether a row is new by its own content: one clock for the whole row (born == clock, no cell
         /// clocks), and for owner-only tables owned by the author.
         let isNew: String
-        /// Its key text, as the capture triggers make it: quote() of each key column, joined by commas.
+        /// Its key text, as the capture triggers make it: quote() of each key column, joined by commas. (A key
+        /// holding a NUL byte has another form, `SyncDatabase.keyValueText`: the row check sends such a diff to the
+        /// per-row merge, `BackgroundRowCheck.KeyHoldsNUL`.)
         let keyText: String
         /// ?1 is the author's site, ?2 the author's user.
         let arguments: [SQLValue]
@@ -312,11 +314,23 @@ final class BackgroundRowCheck: @unchecked Sendable {
         thread.start()
     }
 
+    /// A key of the diff is TEXT holding a NUL byte: its key text is not `quote()`'s, which the set paths use; the
+    /// per-row merge takes the diff (not a fault of the file).
+    struct KeyHoldsNUL: Error {}
+
     private func run(clockLimit: Int64) {
         let author = reader.metadata.authorSite, file = reader.url.path
         var latest: Int64 = 0
+        var keyPositions: [Int64: [Int]] = [:]
         do {
             try reader.forEachRow { row in
+                let keys = keyPositions[row.tableID] ?? {
+                    let names = row.table.columnNames
+                    let positions = row.table.primaryKeyColumns.compactMap { names.firstIndex(of: $0) }
+                    keyPositions[row.tableID] = positions
+                    return positions
+                }()
+                if keys.contains(where: row.isTextWithNUL) { throw KeyHoldsNUL() }
                 // The clocks the per-row merge checks, in its order.
                 func note(_ clock: Clock) throws {
                     if let e = Merger.clockError(clock, table: row.table.name, limit: clockLimit, file: file) { throw e }

@@ -182,12 +182,13 @@ extension Merger {
             let unclaim: Statement
         }
 
-        /// The statements of `insertNew` (key text built by `quote()` from the bound key columns).
+        /// The statements of `insertNew` (key text built in SQL from the bound key columns, as the triggers build it).
         func fastStatements(_ db: Connection) throws -> FastStatements {
             if let fast { return fast }
             let keyCount = keyLower.count
+            let utf8 = try SyncDatabase.storesUTF8(db)
             func key(from first: Int) -> String {
-                (0..<keyCount).map { "quote(?\(first + $0))" }.joined(separator: " || ',' || ")
+                (0..<keyCount).map { SyncDatabase.keyValueText("?\(first + $0)", utf8: utf8) }.joined(separator: " || ',' || ")
             }
             let made = FastStatements(
                 claim: try db.prepare("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?1, \(key(from: 4)), ?2, ?3, NULL, NULL) ON CONFLICT(tid, pk) DO NOTHING"),

@@ -474,22 +474,14 @@ struct Merger {
         try db.scalar(sql, arguments, keptIn: &statements)
     }
 
-    /// The row key text the capture triggers make with SQLite's `quote()`: built here for integers, text
-    /// and blobs (whose `quote()` form is exact), asked of SQLite for REALs (whose formatting is SQLite's own)
-    /// and for text holding a NUL byte (which `quote()` ends at).
+    /// The row key text the capture triggers make (`SyncDatabase.keyValueText`): built here for integers,
+    /// text and blobs, asked of SQLite for REALs and text holding a NUL byte (SQLite's own formatting).
     mutating func keyText(_ values: [SQLValue]) throws -> String {
-        func exact(_ v: SQLValue) -> Bool {
-            switch v {
-            case .real: return false
-            case .text(let t): return !t.utf8.contains(0)
-            default: return true
-            }
-        }
-        if values.count == 1, exact(values[0]) { return values[0].sqlLiteral }
-        if values.allSatisfy(exact) {
-            return values.map(\.sqlLiteral).joined(separator: ",")
-        }
-        let s = try cached("SELECT " + (1...values.count).map { "quote(?\($0))" }.joined(separator: " || ',' || "))
+        if values.count == 1, let text = KeyCodec.exactText(values[0]) { return text }
+        let texts = values.map(KeyCodec.exactText)
+        if !texts.contains(nil) { return texts.map { $0! }.joined(separator: ",") }
+        let utf8 = try SyncDatabase.storesUTF8(db)
+        let s = try cached("SELECT " + (1...values.count).map { SyncDatabase.keyValueText("?\($0)", utf8: utf8) }.joined(separator: " || ',' || "))
         try s.bind(values)
         _ = try s.step()
         return s.column(0).string ?? ""

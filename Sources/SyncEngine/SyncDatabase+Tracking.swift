@@ -243,9 +243,25 @@ extension SyncDatabase {
     /// SQL text that encodes a row's key like `quote(k1) || ',' || quote(k2)`, from `NEW` or `OLD`.
     /// A rowid-alias key (`INTEGER PRIMARY KEY`) always holds an integer, whose `quote()` text is its
     /// decimal digits: there `CAST(k AS TEXT)` gives the same text without the cost of `quote()`.
-    static func keyExpression(_ keys: [String], row: String, rowidAlias: Bool = false) -> String {
+    static func keyExpression(_ keys: [String], row: String, rowidAlias: Bool = false, in db: Connection) throws -> String {
         if rowidAlias, keys.count == 1 { return "CAST(\(row).\(quoteIdentifier(keys[0])) AS TEXT)" }
-        return keys.map { "quote(\(row).\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
+        let utf8 = try storesUTF8(db)
+        return keys.map { keyValueText("\(row).\(quoteIdentifier($0))", utf8: utf8) }.joined(separator: " || ',' || ")
+    }
+
+    /// SQL text of one key value in a key text: `quote(x)`, except for TEXT holding a NUL byte, which `quote()`
+    /// ends at (`'k'` for both `k` and `k` NUL `x`: two rows, one key text): `J` and its `json_quote()` there
+    /// (`J"k\u0000x"`), a form `quote()` never makes, the same in every text encoding (`KeyCodec` decodes both).
+    /// In a UTF-8 database the NUL is looked for in the stored bytes (a third of the cost of searching the text;
+    /// in UTF-16 every ASCII character has a zero byte).
+    static func keyValueText(_ x: String, utf8: Bool) -> String {
+        let nul = utf8 ? "instr(CAST(\(x) AS BLOB), x'00') AND typeof(\(x)) = 'text'" : "typeof(\(x)) = 'text' AND instr(\(x), char(0))"
+        return "CASE WHEN \(nul) THEN 'J' || json_quote(\(x)) ELSE quote(\(x)) END"
+    }
+
+    /// Whether the main database stores text as UTF-8 (`keyValueText`).
+    static func storesUTF8(_ db: Connection) throws -> Bool {
+        try db.scalar("PRAGMA main.encoding")?.string == "UTF-8"
     }
 
     /// Whether the single-column primary key of `def` is the table's rowid (an `INTEGER PRIMARY KEY`):
@@ -268,8 +284,8 @@ extension SyncDatabase {
         let t = quoteIdentifier(def.name)
         let keys = def.primaryKeyColumns
         let rowidAlias = try hasRowidAliasKey(db, def)
-        let newKey = Self.keyExpression(keys, row: "NEW", rowidAlias: rowidAlias)
-        let oldKey = Self.keyExpression(keys, row: "OLD", rowidAlias: rowidAlias)
+        let newKey = try Self.keyExpression(keys, row: "NEW", rowidAlias: rowidAlias, in: db)
+        let oldKey = try Self.keyExpression(keys, row: "OLD", rowidAlias: rowidAlias, in: db)
         let sameKey = keys.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ")
         let keyNames = Set(keys.map { $0.lowercased() })
         let nonKeyColumns = def.columnNames.filter { !keyNames.contains($0.lowercased()) }
@@ -309,7 +325,7 @@ extension SyncDatabase {
         }
         sql += """
             CREATE TRIGGER rtsync_rep_\(tid) BEFORE INSERT ON \(t) WHEN \(taken.joined(separator: " OR ")) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(Self.keyExpression(keys, row: "o", rowidAlias: rowidAlias)), 3, NULL, \(clock)
+              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(try Self.keyExpression(keys, row: "o", rowidAlias: rowidAlias, in: db)), 3, NULL, \(clock)
                 FROM \(t) AS o WHERE \(probes.joined(separator: " OR ")); END;
 
             """
@@ -420,7 +436,7 @@ extension SyncDatabase {
                 guard let table = try? trackTable(db, name, policy: nil), let def = try TableDefinition.read(table: name, from: db) else { continue }
                 changed = true
                 let rowidAlias = try hasRowidAliasKey(db, def)
-                try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(table.id), \(keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: rowidAlias)), 1, NULL, \(captureClockSQL) FROM \(quoteIdentifier(name)) AS o")
+                try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(table.id), \(try keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: rowidAlias, in: db)), 1, NULL, \(captureClockSQL) FROM \(quoteIdentifier(name)) AS o")
             }
         }
         return changed

@@ -160,7 +160,7 @@ public final class SyncDatabase: @unchecked Sendable {
     /// One-time repairs of bookkeeping written by earlier versions, each recorded in `rtsync_upgrades` once done
     /// (one indexed lookup when there is nothing to do). Runs from `track`, before every export and every apply.
     func upgradeBookkeeping() throws {
-        if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'edit-clocks'")) != nil { return }
+        if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'nul-key-text'")) != nil { return }
         try db.execute("CREATE TABLE IF NOT EXISTS rtsync_upgrades(name TEXT PRIMARY KEY) WITHOUT ROWID")
         if try db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'clock-rows'") == nil {
             // Every key with column clocks has an rtsync_rows entry (born 0 when its birth is unknown): apply's short
@@ -169,26 +169,36 @@ public final class SyncDatabase: @unchecked Sendable {
             try db.execute("INSERT OR IGNORE INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks")
             try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('clock-rows')")
         }
-        // Changes carry the clock of when they were made. Earlier versions stamped them at export: their
-        // triggers are re-made, and changes they captured get clocks from now on, in capture order (their
-        // edit times are unknown, and export time was what they would have had).
-        // Columns later versions added to the bookkeeping tables, with what an existing row takes.
-        let added: [(table: String, column: String, definition: String, fill: String?)] = [
-            ("rtsync_changes", "hlc", "INTEGER NOT NULL DEFAULT 0", nil),
-            ("rtsync_site", "published_hlc", "INTEGER NOT NULL DEFAULT 0", "hlc"),
-            ("rtsync_site", "last_diff_id", "TEXT", nil),
-            ("rtsync_site", "track_all", "INTEGER NOT NULL DEFAULT 0", nil),
-            ("rtsync_tracked", "sync_defaults", "TEXT", nil),
-        ]
-        for c in added where try db.scalar("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", [.text(c.table), .text(c.column)]) == nil {
-            try db.execute("ALTER TABLE \(c.table) ADD COLUMN \(c.column) \(c.definition)")
-            if let fill = c.fill { try db.execute("UPDATE \(c.table) SET \(c.column) = \(fill)") }
+        if try db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'edit-clocks'") == nil {
+            // Changes carry the clock of when they were made. Earlier versions stamped them at export: their
+            // triggers are re-made (below), and changes they captured get clocks from now on, in capture order (their
+            // edit times are unknown, and export time was what they would have had).
+            // Columns later versions added to the bookkeeping tables, with what an existing row takes.
+            let added: [(table: String, column: String, definition: String, fill: String?)] = [
+                ("rtsync_changes", "hlc", "INTEGER NOT NULL DEFAULT 0", nil),
+                ("rtsync_site", "published_hlc", "INTEGER NOT NULL DEFAULT 0", "hlc"),
+                ("rtsync_site", "last_diff_id", "TEXT", nil),
+                ("rtsync_site", "track_all", "INTEGER NOT NULL DEFAULT 0", nil),
+                ("rtsync_tracked", "sync_defaults", "TEXT", nil),
+            ]
+            for c in added where try db.scalar("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", [.text(c.table), .text(c.column)]) == nil {
+                try db.execute("ALTER TABLE \(c.table) ADD COLUMN \(c.column) \(c.definition)")
+                if let fill = c.fill { try db.execute("UPDATE \(c.table) SET \(c.column) = \(fill)") }
+            }
+            try db.execute("UPDATE rtsync_changes SET hlc = (SELECT max(hlc + 1, \(Self.wallClockSQL)) FROM rtsync_site) + (seq - (SELECT min(seq) FROM rtsync_changes)) WHERE hlc = 0")
+            try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('edit-clocks')")
         }
-        try db.execute("UPDATE rtsync_changes SET hlc = (SELECT max(hlc + 1, \(Self.wallClockSQL)) FROM rtsync_site) + (seq - (SELECT min(seq) FROM rtsync_changes)) WHERE hlc = 0")
+        // A TEXT key holding a NUL byte has a key text of its own since (`keyValueText`); earlier triggers logged
+        // such a row under the key text of its prefix, so it was never sent as itself: triggers re-made, and each
+        // such row logged once as an insert now.
         for info in try Self.loadTracked(db).values {
             try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
+            let def = info.definition
+            guard try !Self.hasRowidAliasKey(db, def) else { continue }
+            let hasNUL = def.primaryKeyColumns.map { "(typeof(o.\(quoteIdentifier($0))) = 'text' AND instr(o.\(quoteIdentifier($0)), char(0)))" }.joined(separator: " OR ")
+            try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(info.table.id), \(try Self.keyExpression(def.primaryKeyColumns, row: "o", in: db)), 1, NULL, \(Self.captureClockSQL) FROM main.\(quoteIdentifier(def.name)) AS o WHERE \(hasNUL)")
         }
-        try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('edit-clocks')")
+        try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('nul-key-text')")
     }
 
     /// A new diff id for a file this site writes, later than every id it wrote before, also across processes

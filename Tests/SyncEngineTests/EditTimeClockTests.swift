@@ -196,7 +196,7 @@ struct EditTimeClockTests {
         try c1.exec("""
             CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE ON "items" WHEN OLD."id" IS NEW."id" BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols) VALUES (\(tid), quote(NEW."id"), 2, (OLD."a" IS NOT NEW."a") << 1); END;
-            DELETE FROM rtsync_upgrades WHERE name = 'edit-clocks';
+            DELETE FROM rtsync_upgrades WHERE name IN ('edit-clocks', 'nul-key-text');
             """)
         try c1.exec("UPDATE items SET a = 'old trigger' WHERE id = 'k0'")
         try c1.exec("UPDATE items SET a = 'old trigger too' WHERE id = 'k1'")
