@@ -480,7 +480,7 @@ struct Merger {
         if values.count == 1, let text = KeyCodec.exactText(values[0]) { return text }
         let texts = values.map(KeyCodec.exactText)
         if !texts.contains(nil) { return texts.map { $0! }.joined(separator: ",") }
-        let utf8 = try SyncDatabase.storesUTF8(db)
+        let utf8 = try cachedScalar("PRAGMA main.encoding")?.string == "UTF-8"
         let s = try cached("SELECT " + (1...values.count).map { SyncDatabase.keyValueText("?\($0)", utf8: utf8) }.joined(separator: " || ',' || "))
         try s.bind(values)
         _ = try s.step()
