@@ -161,6 +161,19 @@ public final class SyncDatabase: @unchecked Sendable {
     /// (one indexed lookup when there is nothing to do). Runs from `track`, before every export and every apply.
     func upgradeBookkeeping() throws {
         if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'nul-key-text'")) != nil { return }
+        // All or nothing, also where the caller has no transaction open (another connection's writes between dropping
+        // and re-making a table's triggers would go unrecorded).
+        try db.execute("SAVEPOINT rtsync_upgrade")
+        do {
+            try runUpgrades()
+            try db.execute("RELEASE rtsync_upgrade")
+        } catch {
+            try? db.execute("ROLLBACK TO rtsync_upgrade; RELEASE rtsync_upgrade")
+            throw error
+        }
+    }
+
+    private func runUpgrades() throws {
         try db.execute("CREATE TABLE IF NOT EXISTS rtsync_upgrades(name TEXT PRIMARY KEY) WITHOUT ROWID")
         if try db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'clock-rows'") == nil {
             // Every key with column clocks has an rtsync_rows entry (born 0 when its birth is unknown): apply's short
@@ -189,14 +202,34 @@ public final class SyncDatabase: @unchecked Sendable {
             try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('edit-clocks')")
         }
         // A TEXT key holding a NUL byte has a key text of its own since (`keyValueText`); earlier triggers logged
-        // such a row under the key text of its prefix, so it was never sent as itself: triggers re-made, and each
-        // such row logged once as an insert now.
+        // such a row under the key text of its prefix, so it was never sent as itself. Triggers re-made; each such row
+        // gets the bookkeeping of a row that predates tracking (born unknown) and is logged once as an update of all
+        // its columns with the least clock, so that it reaches devices that lack it while any real edit, here or
+        // elsewhere, wins over it (every device that has it does the same). An insert an earlier trigger logged under
+        // the prefix's key text is dropped where it can only be such a row's: the prefix's row is known here and no
+        // delete of it is logged (inserting the prefix itself again needs one).
         for info in try Self.loadTracked(db).values {
             try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
-            let def = info.definition
+            let def = info.definition, tid = info.table.id, keys = def.primaryKeyColumns
             guard try !Self.hasRowidAliasKey(db, def) else { continue }
-            let hasNUL = def.primaryKeyColumns.map { "(typeof(o.\(quoteIdentifier($0))) = 'text' AND instr(o.\(quoteIdentifier($0)), char(0)))" }.joined(separator: " OR ")
-            try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(info.table.id), \(try Self.keyExpression(def.primaryKeyColumns, row: "o", in: db)), 1, NULL, \(Self.captureClockSQL) FROM main.\(quoteIdentifier(def.name)) AS o WHERE \(hasNUL)")
+            let table = "main." + quoteIdentifier(def.name)
+            let hasNUL = keys.map { "(typeof(o.\(quoteIdentifier($0))) = 'text' AND instr(o.\(quoteIdentifier($0)), char(0)))" }.joined(separator: " OR ")
+            guard try db.scalar("SELECT 1 FROM \(table) AS o WHERE \(hasNUL) LIMIT 1") != nil else { continue }
+            let oldKey = keys.map { "quote(o.\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
+            try db.execute("""
+                DELETE FROM rtsync_changes WHERE tid = \(tid) AND op = 1 AND pk IN (SELECT \(oldKey) FROM \(table) AS o WHERE \(hasNUL))
+                  AND pk IN (SELECT pk FROM rtsync_rows WHERE tid = \(tid) AND del_hlc IS NULL)
+                  AND NOT EXISTS (SELECT 1 FROM rtsync_changes AS x WHERE x.tid = \(tid) AND x.pk = rtsync_changes.pk AND x.op = 3)
+                """)
+            let key = try Self.keyExpression(keys, row: "o", in: db)
+            try db.execute("INSERT OR IGNORE INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT \(tid), \(key), 0, '' FROM \(table) AS o WHERE \(hasNUL)")
+            let keyNames = Set(keys.map { $0.lowercased() })
+            let others = def.columnNames.indices.filter { !keyNames.contains(def.columnNames[$0].lowercased()) }
+            // The mask `changeMask` makes for an update of every non-key column (a table of key columns only: an insert).
+            let mask: SQLValue = def.columnNames.count <= 62 ? .integer(others.reduce(Int64(0)) { $0 | (Int64(1) << Int64($1)) })
+                : .text(String(def.columnNames.indices.map { others.contains($0) ? "1" : "0" }))
+            try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(key), ?, ?, 1 FROM \(table) AS o WHERE \(hasNUL)",
+                           [.integer(others.isEmpty ? 1 : 2), others.isEmpty ? .null : mask])
         }
         try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('nul-key-text')")
     }
