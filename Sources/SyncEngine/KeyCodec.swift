@@ -5,10 +5,14 @@ import RTSQLite
 /// TEXT holding a NUL byte is `J` and its `json_quote()` (`SyncDatabase.keyValueText`): computed by the triggers
 /// in plain SQL, decoded here to look rows up by their key columns.
 enum KeyCodec {
-    /// The key text of one value, as `SyncDatabase.keyValueText` makes it in SQL; nil where that is SQLite's own
-    /// formatting (a REAL, text holding a NUL byte): ask SQLite.
-    static func exactText(_ value: SQLValue) -> String? {
+    /// The key text of one value, as `SyncDatabase.keyValueText` makes it in SQL (`number`: its `numbers`); nil where
+    /// that is SQLite's own formatting (a REAL, text holding a NUL byte): ask SQLite.
+    static func exactText(_ value: SQLValue, number: Bool = false) -> String? {
         switch value {
+        case .real(let d) where number:
+            // SQLite's `x = CAST(x AS INTEGER)`: an integral value in the INTEGER range (-0.0 included).
+            if d == d.rounded(.towardZero), let i = Int64(exactly: d) { return String(i) }
+            return nil
         case .real: return nil
         case .text(let t) where t.utf8.contains(0): return nil
         default: return value.sqlLiteral

@@ -35,7 +35,7 @@ extension SyncDatabase {
                   let def = try TableDefinition.read(table: table, from: db),
                   let local = def.columnNames.first(where: { $0.lowercased() == col.lowercased() })
                     ?? translatedColumns(remote: [col], local: def.columnNames, renames: renames[tid]?.all ?? [])[0] else { continue }
-            let keyExpr = try keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: try hasRowidAliasKey(db, def), in: db)
+            let keyExpr = try keyExpression(def, row: "o", rowidAlias: try hasRowidAliasKey(db, def), in: db)
             let before = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 ?? 0
             // Only values at least as late as the column's value here (or the row's birth: a key re-used since keeps
             // its own row).

@@ -193,9 +193,9 @@ extension Merger {
         /// Whether a row is new by its own content: one clock for the whole row (born == clock, no cell
         /// clocks), and for owner-only tables owned by the author.
         let isNew: String
-        /// Its key text, as the capture triggers make it: quote() of each key column, joined by commas. (A key
-        /// holding a NUL byte has another form, `SyncDatabase.keyValueText`: the row check sends such a diff to the
-        /// per-row merge, `BackgroundRowCheck.KeyHoldsNUL`.)
+        /// Its key text, as the capture triggers make it (`SyncDatabase.keyValueText`): quote() of each key column,
+        /// joined by commas, an integral REAL as its INTEGER in a column that keeps them apart. (A key holding a NUL
+        /// byte has another form: the row check sends such a diff to the per-row merge, `BackgroundRowCheck.KeyHoldsNUL`.)
         let keyText: String
         /// ?1 is the author's site, ?2 the author's user.
         let arguments: [SQLValue]
@@ -207,7 +207,12 @@ extension Merger {
             let d = Merger.attachedDiff
             let remoteNames = plan.remoteDef.columnNames
             func carried(_ position: Int) -> String { BulkTable.carried(plan, position) }
-            keyText = (plan.fastKeyPositions ?? []).map { "quote(\(carried($0)))" }.joined(separator: " || ',' || ")
+            let numbers = SyncDatabase.numberKeys(plan.info.definition)
+            keyText = (plan.fastKeyPositions ?? []).enumerated().map { i, position in
+                let x = carried(position)
+                // A column that keeps INTEGER and REAL apart: an integral REAL has the equal INTEGER's text.
+                return i < numbers.count && numbers[i] ? "CASE WHEN typeof(\(x)) = 'real' AND \(x) = CAST(\(x) AS INTEGER) THEN CAST(CAST(\(x) AS INTEGER) AS TEXT) ELSE quote(\(x)) END" : "quote(\(x))"
+            }.joined(separator: " || ',' || ")
             let alias = DiffFile.rowidAlias(for: remoteNames) ?? "rowid"
             // NOT INDEXED: only the tables' own b-trees are read (an index in the file could hold other values).
             from = "FROM \(d).rtsync_rows AS r NOT INDEXED JOIN \(d).\(quoteIdentifier(plan.remoteDef.name)) AS c NOT INDEXED ON c.\(alias) = r.rid "

@@ -48,7 +48,7 @@ extension Merger {
                 select.reset()
                 for row in rows {
                     let keyValues = def.primaryKeyIndexes.map { row[$0] }
-                    let key = try keyText(keyValues)
+                    let key = try keyText(keyValues, of: def)
                     guard seen.insert(RowKey(child.table.id, key)).inserted else { continue }
                     out.append(DeleteAction(info: child, keyValues: keyValues, key: key, values: row, action: action, columns: fk.columns, parentTable: parent.table.name))
                     if action == "CASCADE" { out += try pendingDeleteActions(parent: child, values: row, depth: depth + 1, seen: &seen) }

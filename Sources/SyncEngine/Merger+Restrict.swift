@@ -120,7 +120,7 @@ extension Merger {
             for row in rows {
                 let keyValues = childDef.primaryKeyIndexes.map { row[$0] }
                 if let child {
-                    let k = try keyText(keyValues)
+                    let k = try keyText(keyValues, of: childDef)
                     guard seen.insert(RowKey(child.table.id, k)).inserted else { continue }
                     out.append(DeleteAction(info: child, keyValues: keyValues, key: k, values: row, action: action, columns: key.columns,
                                             parentTable: parent.table.name, declared: key.action))

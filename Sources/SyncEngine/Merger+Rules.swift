@@ -104,7 +104,7 @@ extension Merger {
         if let ownerPosition = plan.ownerPosition, !row.isText(ownerPosition, equalTo: meta.authorUser) { return false }
         let tid = info.table.id
         if !pending.isEmpty || !readOnlyShares.isEmpty {
-            let tk = RowKey(tid, try keyText(keyPositions.map { row.value($0) }))
+            let tk = RowKey(tid, try keyText(keyPositions.map { row.value($0) }, of: info.definition))
             if pending[tk] != nil || readOnlyShares.contains(tk) { return false }
         }
         let statements = try plan.fastStatements(db)
@@ -139,7 +139,7 @@ extension Merger {
         guard needsClocks || plan.hasDeleteActions else { return true }
         let change = plan.localized(row.change)
         let keyValues = keyPositions.map { change.values[$0] }
-        let key = try keyText(keyValues)
+        let key = try keyText(keyValues, of: info.definition)
         let remote = plan.remoteValues(change)
         let r = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         if needsClocks { try setColumnClocks(r, key, columns: r.changedColumns, clearFirst: true) }
@@ -186,9 +186,9 @@ extension Merger {
         func fastStatements(_ db: Connection) throws -> FastStatements {
             if let fast { return fast }
             let keyCount = keyLower.count
-            let utf8 = try SyncDatabase.storesUTF8(db)
+            let utf8 = try SyncDatabase.storesUTF8(db), numbers = SyncDatabase.numberKeys(info.definition)
             func key(from first: Int) -> String {
-                (0..<keyCount).map { SyncDatabase.keyValueText("?\(first + $0)", utf8: utf8) }.joined(separator: " || ',' || ")
+                (0..<keyCount).map { SyncDatabase.keyValueText("?\(first + $0)", utf8: utf8, numbers: $0 < numbers.count && numbers[$0]) }.joined(separator: " || ',' || ")
             }
             let made = FastStatements(
                 claim: try db.prepare("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site, del_hlc, del_site) VALUES (?1, \(key(from: 4)), ?2, ?3, NULL, NULL) ON CONFLICT(tid, pk) DO NOTHING"),
@@ -770,7 +770,7 @@ extension Merger {
             if parentExists { continue }
             // The parent's key text, with its values in the parent's key order.
             let byName = Dictionary(zip(referenced.map { $0.lowercased() }, childValues), uniquingKeysWith: { a, _ in a })
-            let parentKey = try keyText(parentKeys.map { byName[$0.lowercased()] ?? .null })
+            let parentKey = try keyText(parentKeys.map { byName[$0.lowercased()] ?? .null }, of: parent.definition)
             let tombstone = try cached("SELECT del_hlc IS NOT NULL FROM rtsync_rows WHERE tid = ? AND pk = ?")
             try tombstone.bind([.integer(parent.table.id), .text(parentKey)])
             let hasTombstone = try tombstone.step() && tombstone.column(0).int64 == 1

@@ -476,12 +476,14 @@ struct Merger {
 
     /// The row key text the capture triggers make (`SyncDatabase.keyValueText`): built here for integers,
     /// text and blobs, asked of SQLite for REALs and text holding a NUL byte (SQLite's own formatting).
-    mutating func keyText(_ values: [SQLValue]) throws -> String {
-        if values.count == 1, let text = KeyCodec.exactText(values[0]) { return text }
-        let texts = values.map(KeyCodec.exactText)
+    /// `values` are the key of a row of `def`, in key order.
+    mutating func keyText(_ values: [SQLValue], of def: TableDefinition) throws -> String {
+        if values.count == 1, !values[0].isReal, let text = KeyCodec.exactText(values[0]) { return text }
+        let numbers = values.contains(where: \.isReal) ? SyncDatabase.numberKeys(def) : Array(repeating: false, count: values.count)
+        let texts = values.indices.map { KeyCodec.exactText(values[$0], number: $0 < numbers.count && numbers[$0]) }
         if !texts.contains(nil) { return texts.map { $0! }.joined(separator: ",") }
         let utf8 = try cachedScalar("PRAGMA main.encoding")?.string == "UTF-8"
-        let s = try cached("SELECT " + (1...values.count).map { SyncDatabase.keyValueText("?\($0)", utf8: utf8) }.joined(separator: " || ',' || "))
+        let s = try cached("SELECT " + (1...values.count).map { SyncDatabase.keyValueText("?\($0)", utf8: utf8, numbers: $0 <= numbers.count && numbers[$0 - 1]) }.joined(separator: " || ',' || "))
         try s.bind(values)
         _ = try s.step()
         return s.column(0).string ?? ""
@@ -489,7 +491,7 @@ struct Merger {
 
     mutating func localRow(_ info: TrackedInfo, keyValues: [SQLValue], plan: TablePlan) throws -> LocalRow {
         let def = info.definition
-        let key = try keyText(keyValues)
+        let key = try keyText(keyValues, of: def)
         let tid = info.table.id
         let select = try cached(plan.selectSQL)
         try select.bind(keyValues)

@@ -186,7 +186,7 @@ extension SyncDatabase {
                 }
                 let asideNames = def.columnNames.dropFirst(local.columns.count)
                 try writer.addTable(def)
-                let keyExpr = try keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: try hasRowidAliasKey(s, def), in: s)
+                let keyExpr = try keyExpression(def, row: "o", rowidAlias: try hasRowidAliasKey(s, def), in: s)
                 let rows = try s.prepare("SELECT \(keyExpr), " + local.columnNames.map { "o." + quoteIdentifier($0) }.joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " AS o")
                 while try rows.step() {
                     let all = rows.row()

@@ -60,7 +60,7 @@ extension SyncDatabase {
             guard let info = tracked[table] else { throw SyncEngineError.noSuchTable(table: table) }
             let def = info.definition
             var sql = "SELECT " + def.columnNames.map(quoteIdentifier).joined(separator: ", ") + ", "
-                + (try Self.keyExpression(def.primaryKeyColumns, row: "t", in: db)) + " FROM " + quoteIdentifier(table) + " AS t"
+                + (try Self.keyExpression(def, row: "t", in: db)) + " FROM " + quoteIdentifier(table) + " AS t"
             if let filter, !filter.isEmpty { sql += " WHERE " + filter }
             let rows: [[SQLValue]]
             do { rows = try db.rows(sql, arguments) } catch let e as SQLiteError {

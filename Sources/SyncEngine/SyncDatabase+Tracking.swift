@@ -243,10 +243,21 @@ extension SyncDatabase {
     /// SQL text that encodes a row's key like `quote(k1) || ',' || quote(k2)`, from `NEW` or `OLD`.
     /// A rowid-alias key (`INTEGER PRIMARY KEY`) always holds an integer, whose `quote()` text is its
     /// decimal digits: there `CAST(k AS TEXT)` gives the same text without the cost of `quote()`.
-    static func keyExpression(_ keys: [String], row: String, rowidAlias: Bool = false, in db: Connection) throws -> String {
+    static func keyExpression(_ def: TableDefinition, row: String, rowidAlias: Bool = false, in db: Connection) throws -> String {
+        let keys = def.primaryKeyColumns
         if rowidAlias, keys.count == 1 { return "CAST(\(row).\(quoteIdentifier(keys[0])) AS TEXT)" }
         let utf8 = try storesUTF8(db)
-        return keys.map { keyValueText("\(row).\(quoteIdentifier($0))", utf8: utf8) }.joined(separator: " || ',' || ")
+        return zip(keys, numberKeys(def)).map { keyValueText("\(row).\(quoteIdentifier($0))", utf8: utf8, numbers: $1) }.joined(separator: " || ',' || ")
+    }
+
+    /// For each primary key column of `def`, whether it may hold both an INTEGER and a REAL that SQLite takes for one
+    /// key (`1` and `1.0`, `0` and `-0.0`): a column without a type or with BLOB affinity converts neither, nor does
+    /// `ANY` in a STRICT table. (Other affinities store an integral REAL as an INTEGER, or every number as a REAL.)
+    static func numberKeys(_ def: TableDefinition) -> [Bool] {
+        def.primaryKeyColumns.map { name in
+            let type = def.columns.first { $0.name == name }?.type ?? ""
+            return KeyAffinity(declaredType: type) == .blob || type.trimmingCharacters(in: .whitespaces).uppercased() == "ANY"
+        }
     }
 
     /// SQL text of one key value in a key text: `quote(x)`, except for TEXT holding a NUL byte, which `quote()`
@@ -254,9 +265,12 @@ extension SyncDatabase {
     /// (`J"k\u0000x"`), a form `quote()` never makes, the same in every text encoding (`KeyCodec` decodes both).
     /// In a UTF-8 database the NUL is looked for in the stored bytes (a third of the cost of searching the text;
     /// in UTF-16 every ASCII character has a zero byte).
-    static func keyValueText(_ x: String, utf8: Bool) -> String {
+    /// With `numbers` (a column that keeps INTEGER and REAL apart, `numberKeys`), an integral REAL has the text of
+    /// the equal INTEGER, as SQLite finds one row for both (`KeyCodec.exactText` likewise).
+    static func keyValueText(_ x: String, utf8: Bool, numbers: Bool = false) -> String {
         let nul = utf8 ? "instr(CAST(\(x) AS BLOB), x'00') AND typeof(\(x)) = 'text'" : "typeof(\(x)) = 'text' AND instr(\(x), char(0))"
-        return "CASE WHEN \(nul) THEN 'J' || json_quote(\(x)) ELSE quote(\(x)) END"
+        let number = numbers ? "WHEN typeof(\(x)) = 'real' AND \(x) = CAST(\(x) AS INTEGER) THEN CAST(CAST(\(x) AS INTEGER) AS TEXT) " : ""
+        return "CASE \(number)WHEN \(nul) THEN 'J' || json_quote(\(x)) ELSE quote(\(x)) END"
     }
 
     /// Whether the main database stores text as UTF-8 (`keyValueText`).
@@ -284,8 +298,8 @@ extension SyncDatabase {
         let t = quoteIdentifier(def.name)
         let keys = def.primaryKeyColumns
         let rowidAlias = try hasRowidAliasKey(db, def)
-        let newKey = try Self.keyExpression(keys, row: "NEW", rowidAlias: rowidAlias, in: db)
-        let oldKey = try Self.keyExpression(keys, row: "OLD", rowidAlias: rowidAlias, in: db)
+        let newKey = try Self.keyExpression(def, row: "NEW", rowidAlias: rowidAlias, in: db)
+        let oldKey = try Self.keyExpression(def, row: "OLD", rowidAlias: rowidAlias, in: db)
         let sameKey = keys.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ")
         let keyNames = Set(keys.map { $0.lowercased() })
         let nonKeyColumns = def.columnNames.filter { !keyNames.contains($0.lowercased()) }
@@ -325,7 +339,7 @@ extension SyncDatabase {
         }
         sql += """
             CREATE TRIGGER rtsync_rep_\(tid) BEFORE INSERT ON \(t) WHEN \(taken.joined(separator: " OR ")) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(try Self.keyExpression(keys, row: "o", rowidAlias: rowidAlias, in: db)), 3, NULL, \(clock)
+              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(try Self.keyExpression(def, row: "o", rowidAlias: rowidAlias, in: db)), 3, NULL, \(clock)
                 FROM \(t) AS o WHERE \(probes.joined(separator: " OR ")); END;
 
             """
@@ -436,7 +450,7 @@ extension SyncDatabase {
                 guard let table = try? trackTable(db, name, policy: nil), let def = try TableDefinition.read(table: name, from: db) else { continue }
                 changed = true
                 let rowidAlias = try hasRowidAliasKey(db, def)
-                try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(table.id), \(try keyExpression(def.primaryKeyColumns, row: "o", rowidAlias: rowidAlias, in: db)), 1, NULL, \(captureClockSQL) FROM \(quoteIdentifier(name)) AS o")
+                try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(table.id), \(try keyExpression(def, row: "o", rowidAlias: rowidAlias, in: db)), 1, NULL, \(captureClockSQL) FROM \(quoteIdentifier(name)) AS o")
             }
         }
         return changed

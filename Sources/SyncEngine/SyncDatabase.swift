@@ -221,7 +221,7 @@ public final class SyncDatabase: @unchecked Sendable {
                   AND pk IN (SELECT pk FROM rtsync_rows WHERE tid = \(tid) AND del_hlc IS NULL)
                   AND NOT EXISTS (SELECT 1 FROM rtsync_changes AS x WHERE x.tid = \(tid) AND x.pk = rtsync_changes.pk AND x.op = 3)
                 """)
-            let key = try Self.keyExpression(keys, row: "o", in: db)
+            let key = try Self.keyExpression(def, row: "o", in: db)
             try db.execute("INSERT OR IGNORE INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT \(tid), \(key), 0, '' FROM \(table) AS o WHERE \(hasNUL)")
             let keyNames = Set(keys.map { $0.lowercased() })
             let others = def.columnNames.indices.filter { !keyNames.contains(def.columnNames[$0].lowercased()) }

@@ -154,7 +154,7 @@ struct NulKeyTextTests {
             let sql = "SELECT " + (1...values.count).map { SyncDatabase.keyValueText("?\($0)", utf8: utf8) }.joined(separator: " || ',' || ")
             let text = try #require(try db.scalar(sql, values)?.string)
             #expect(KeyCodec.decode(text) == values, "\(text)")
-            let exact = values.map(KeyCodec.exactText)
+            let exact = values.map { KeyCodec.exactText($0) }
             if !exact.contains(nil) { #expect(text == exact.map { $0! }.joined(separator: ",")) }
             #expect(exact.contains(nil) == values.contains { $0.string?.utf8.contains(0) == true })
         }
