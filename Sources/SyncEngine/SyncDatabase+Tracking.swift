@@ -254,10 +254,12 @@ extension SyncDatabase {
     /// key (`1` and `1.0`, `0` and `-0.0`): a column without a type or with BLOB affinity converts neither, nor does
     /// `ANY` in a STRICT table. (Other affinities store an integral REAL as an INTEGER, or every number as a REAL.)
     static func numberKeys(_ def: TableDefinition) -> [Bool] {
-        def.primaryKeyColumns.map { name in
-            let type = def.columns.first { $0.name == name }?.type ?? ""
-            return KeyAffinity(declaredType: type) == .blob || type.trimmingCharacters(in: .whitespaces).uppercased() == "ANY"
-        }
+        def.primaryKeyColumns.map { name in keepsNumbersApart(def.columns.first { $0.name == name }?.type ?? "") }
+    }
+
+    /// Whether a column declared `type` stores an INTEGER and an equal REAL as they are (`numberKeys`).
+    static func keepsNumbersApart(_ type: String) -> Bool {
+        KeyAffinity(declaredType: type) == .blob || type.trimmingCharacters(in: .whitespaces).uppercased() == "ANY"
     }
 
     /// SQL text of one key value in a key text: `quote(x)`, except for TEXT holding a NUL byte, which `quote()`
@@ -347,7 +349,7 @@ extension SyncDatabase {
         if !nonKeyColumns.isEmpty {
             sql += """
                 CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE ON \(t) WHEN \(sameKey) BEGIN
-                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 2, \(Self.changeMask(def.columnNames, keys: keyNames)), \(clock)); END;
+                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 2, \(Self.changeMask(def, keys: keyNames)), \(clock)); END;
                 """
         }
         try db.execute(sql)
@@ -357,8 +359,16 @@ extension SyncDatabase {
     /// column i) for up to 62 columns, else a text of '0'/'1' characters. Decoded by `changedPositions`.
     /// Key columns are always '0' there (an update that changes the key is recorded as delete + insert),
     /// so they are not compared.
-    static func changeMask(_ columns: [String], keys: Set<String>) -> String {
-        func same(_ c: String) -> String { "OLD.\(quoteIdentifier(c)) IS NEW.\(quoteIdentifier(c))" }
+    /// A value counts as changed when its bytes change, whatever the column's collation (`'abc'` to `'ABC'` in a
+    /// NOCASE column is an edit to send), and, in a column that keeps INTEGER and REAL apart, its storage class
+    /// (`1` to `1.0`).
+    static func changeMask(_ def: TableDefinition, keys: Set<String>) -> String {
+        let columns = def.columnNames
+        let apart = Set(def.columns.filter { keepsNumbersApart($0.type) }.map(\.name))
+        func same(_ c: String) -> String {
+            let q = quoteIdentifier(c)
+            return apart.contains(c) ? "(OLD.\(q) IS NEW.\(q) COLLATE BINARY AND typeof(OLD.\(q)) = typeof(NEW.\(q)))" : "OLD.\(q) IS NEW.\(q) COLLATE BINARY"
+        }
         if columns.count <= 62 {
             let bits = columns.enumerated().filter { !keys.contains($0.element.lowercased()) }
                 .map { "CASE WHEN \(same($0.element)) THEN 0 ELSE \(Int64(1) << $0.offset) END" }
