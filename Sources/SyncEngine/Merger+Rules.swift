@@ -384,7 +384,7 @@ extension Merger {
             if rc <= lc, Self.supersededKnowingly(rc, base: local.clocks[c.lowercased()] ?? local.born) { continue }
             let byClock = rc > lc
             var remoteWins = byClock
-            if lv != rv, isConcurrent(lc), let resolver = resolvers[r.table] {
+            if !lv.isStoredLike(rv), isConcurrent(lc), let resolver = resolvers[r.table] {
                 switch resolver(ConflictContext(table: r.table, key: local.key, column: c, localValue: lv, remoteValue: rv,
                                                 localClock: lc == Merger.unexported ? nil : lc, remoteClock: rc)) {
                 case .acceptRemote: remoteWins = true
@@ -576,7 +576,7 @@ extension Merger {
         let cols = r.allColumns
         for c in cols {
             guard let li = r.index(c) else { continue }
-            if local.values![li] != r.value(c) {
+            if !local.values![li].isStoredLike(r.value(c)) {
                 try log(r, local, column: c, localValue: local.values![li], remoteValue: r.value(c), localClock: localClock(local, c), winner: "remote", reason: reason)
             }
         }
@@ -595,7 +595,7 @@ extension Merger {
         for c in columns {
             guard let li = r.index(c) else { continue }
             let lc = localClock(local, c)
-            if values[li] != r.value(c) {
+            if !values[li].isStoredLike(r.value(c)) {
                 changedAny = true
                 if logAll || isConcurrent(lc) {
                     try log(r, local, column: c, localValue: values[li], remoteValue: r.value(c), localClock: lc, winner: "remote",
@@ -615,7 +615,7 @@ extension Merger {
     mutating func refuse(_ r: RowContext, _ local: LocalRow, columns: [String], reason: String) throws {
         for c in columns {
             let lv = local.values.flatMap { v in r.index(c).map { v[$0] } } ?? .null
-            if local.values != nil && lv == r.value(c) { continue }
+            if local.values != nil && lv.isStoredLike(r.value(c)) { continue }
             try log(r, local, column: c, localValue: lv, remoteValue: r.value(c), localClock: localClock(local, c), winner: "local", reason: reason)
         }
     }

@@ -11,3 +11,12 @@ public typealias SQLValue = RTSQLite.SQLValue
 /// the SQL it ran (bound values are not shown); `isUniqueViolation` and `isForeignKeyViolation` say which constraint
 /// failed.
 public typealias SQLiteError = RTSQLite.SQLiteError
+
+extension SQLValue {
+    /// Whether `other` is stored as this value is: text by its bytes (Swift's `==` takes the NFC and NFD spellings
+    /// of a text for one, which SQLite stores, compares and syncs as two), other values by `==`.
+    func isStoredLike(_ other: SQLValue) -> Bool {
+        if case .text(let a) = self, case .text(let b) = other { return a.utf8.elementsEqual(b.utf8) }
+        return self == other
+    }
+}

@@ -68,4 +68,23 @@ struct CollatedValueCaptureTests {
         try a.exec("UPDATE people SET name = 'alice', n = 1, code = 'x' WHERE id = 'p1'")
         #expect(try a.export() == nil)
     }
+
+    /// 'café' in NFC edited to its NFD spelling (other bytes, the same text to Swift's `==`): captured (bytes
+    /// differ) and written on the receiving device, by the per-row merge and the set paths alike (the merge compared
+    /// values with Swift's `==` and left the NFC bytes in place).
+    @Test func nfcToNFD_isWrittenOnTheOtherDevice() throws {
+        let box = try Sandbox("capture-nfd")
+        let rows = (0..<300).map { "('q\($0)', 'caf\u{E9} \($0)', 'c', \($0), 0.5)" }.joined(separator: ", ")
+        let base = try box.baseDatabase(Self.ddl + "; INSERT INTO people VALUES " + rows)
+        let a = try box.replica("a", source: base), b = try box.replica("b", source: base)
+        let twins = try Twins(box, b)
+        // One row (a small diff), then every row (over the set paths' threshold).
+        try a.exec("UPDATE people SET name = ? WHERE id = 'q1'", [.text("cafe\u{301} 1")])
+        try twins.apply(try a.exportFile())
+        try a.exec("UPDATE people SET name = replace(name, ?, ?)", [.text("caf\u{E9}"), .text("cafe\u{301}")])
+        try twins.apply(try a.exportFile())
+        let sql = "SELECT id, hex(name) FROM people ORDER BY id"
+        #expect(try twins.bulk.rows(sql) == a.rows(sql))
+        #expect(try twins.perRow.rows(sql) == a.rows(sql))
+    }
 }
