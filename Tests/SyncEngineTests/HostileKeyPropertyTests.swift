@@ -255,38 +255,12 @@ struct HostileKeyPropertyTests {
                 }
                 if let e = try r.export() { diffs.append(URL(fileURLWithPath: e.file)) }
             }
-            // Each replica receives a random part of what exists so far (the rest arrives later), in random order,
-            // some twice; one time in three as one batch through `apply(diffs:)` (small diffs grouped).
-            for r in replicas {
-                let some = diffs.filter { _ in Bool.random(using: &rng) }
-                if Int.random(in: 0..<3, using: &rng) == 0 {
-                    var batch = some
-                    for _ in 0..<Int.random(in: 0...2, using: &rng) { if let f = some.randomElement(using: &rng) { batch.append(f) } }
-                    batch.shuffle(using: &rng)
-                    let reports = r.db.apply(diffs: batch, quarantine: r.quarantine)
-                    for (f, report) in zip(batch, reports) { check(r, f, report) }
-                    grouped += 1
-                } else {
-                    deliverRandomly(some, to: r, rng: &rng, label: label, onApply: check)
-                }
-            }
+            grouped += try deliverRandomParts(diffs, to: replicas, rng: &rng, label: label, onApply: check)
         }
         try exchangeUntilQuiet(replicas, diffs: &diffs, rng: &rng, label: label, onApply: check)
-
-        #expect(problems.isEmpty, "\(label): diffs not applied: \(problems)")
-        for r in replicas {
-            #expect(try r.db.pendingChangeCount() == 0, "\(label): \(r.name) still has changes to send")
-            let quarantined = (try? FileManager.default.contentsOfDirectory(atPath: r.quarantine.path)) ?? []
-            #expect(quarantined.isEmpty, "\(label): \(r.name) quarantined \(quarantined)")
-        }
         // Every replica holds the same rows, by bytes and storage class.
-        let reference = try Self.exactDump(replicas[0])
+        try expectQuietAndIdentical(replicas, problems: problems, tables: Self.tables, label: label, exactDump: Self.exactDump)
         for r in replicas.dropFirst() {
-            let d = try Self.exactDump(r)
-            for t in Self.tables where d[t] != reference[t] {
-                let a = Set(reference[t] ?? []), b = Set(d[t] ?? [])
-                Issue.record("\(label): \(t) differs: only on A \(a.subtracting(b).sorted()), only on \(r.name) \(b.subtracting(a).sorted())")
-            }
             // As `expectSameData`, naming only the first difference (the dumps hold long values).
             let x = try replicas[0].dump(), y = try r.dump()
             let same = x == y

@@ -262,41 +262,16 @@ struct HostileValuePropertyTests {
                 }
                 if let e = try r.export() { diffs.append(URL(fileURLWithPath: e.file)) }
             }
-            for r in replicas {
-                let some = diffs.filter { _ in Bool.random(using: &rng) }
-                // Half the time the app writes between the export and the apply: local edits not yet exported when
-                // the diffs arrive (they go out with the next round's export).
+            // Half the time the app writes between the export and the apply: local edits not yet exported when the
+            // diffs arrive (they go out with the next round's export).
+            grouped += try deliverRandomParts(diffs, to: replicas, rng: &rng, label: label, before: { r, rng in
                 if Bool.random(using: &rng) {
                     for _ in 0..<Int.random(in: 0...2, using: &rng) { try Self.randomEdit(r, &rng, tag: "\(r.name)\(round)here", counters: &lookalikes) }
                 }
-                if Int.random(in: 0..<3, using: &rng) == 0 {
-                    var batch = some
-                    for _ in 0..<Int.random(in: 0...2, using: &rng) { if let f = some.randomElement(using: &rng) { batch.append(f) } }
-                    batch.shuffle(using: &rng)
-                    let reports = r.db.apply(diffs: batch, quarantine: r.quarantine)
-                    for (f, report) in zip(batch, reports) { check(r, f, report) }
-                    grouped += 1
-                } else {
-                    deliverRandomly(some, to: r, rng: &rng, label: label, onApply: check)
-                }
-            }
+            }, onApply: check)
         }
         try exchangeUntilQuiet(replicas, diffs: &diffs, rng: &rng, label: label, onApply: check)
-
-        #expect(problems.isEmpty, "\(label): diffs not applied: \(problems)")
-        for r in replicas {
-            #expect(try r.db.pendingChangeCount() == 0, "\(label): \(r.name) still has changes to send")
-            let quarantined = (try? FileManager.default.contentsOfDirectory(atPath: r.quarantine.path)) ?? []
-            #expect(quarantined.isEmpty, "\(label): \(r.name) quarantined \(quarantined)")
-        }
-        let reference = try Self.exactDump(replicas[0])
-        for r in replicas.dropFirst() {
-            let d = try Self.exactDump(r)
-            for t in Self.tables where d[t] != reference[t] {
-                let a = Set(reference[t] ?? []), b = Set(d[t] ?? [])
-                Issue.record("\(label): \(t) differs: only on A \(a.subtracting(b).sorted().map(Self.short)), only on \(r.name) \(b.subtracting(a).sorted().map(Self.short))")
-            }
-        }
+        try expectQuietAndIdentical(replicas, problems: problems, tables: Self.tables, label: label, exactDump: Self.exactDump, short: Self.short)
         let big = diffs.filter { ((try? FileManager.default.attributesOfItem(atPath: $0.path)[.size] as? Int) ?? 0) >= 64 * 1024 }.count
         Self.counters.add { c in
             c.seeds += 1

@@ -419,3 +419,49 @@ func reencodingKeys(_ file: URL, into directory: URL, rng: inout SeededGenerator
     }
     return try writer.finish()
 }
+
+// MARK: - Hostile-input properties
+
+/// One round of a chaos run's delivery: each replica receives a random part of `diffs` (the rest arrives later), in
+/// random order, some twice; one time in three as one batch through `apply(diffs:)` (small diffs grouped).
+/// `before` runs first for each replica (the app writing between syncs). Returns how many batches were grouped.
+func deliverRandomParts(_ diffs: [URL], to replicas: [Replica], rng: inout SeededGenerator, label: String,
+                        before: ((Replica, inout SeededGenerator) throws -> Void)? = nil,
+                        onApply check: @escaping (Replica, URL, ApplyReport) -> Void) throws -> Int {
+    var grouped = 0
+    for r in replicas {
+        let some = diffs.filter { _ in Bool.random(using: &rng) }
+        try before?(r, &rng)
+        if Int.random(in: 0..<3, using: &rng) == 0 {
+            var batch = some
+            for _ in 0..<Int.random(in: 0...2, using: &rng) { if let f = some.randomElement(using: &rng) { batch.append(f) } }
+            batch.shuffle(using: &rng)
+            let reports = r.db.apply(diffs: batch, quarantine: r.quarantine)
+            for (f, report) in zip(batch, reports) { check(r, f, report) }
+            grouped += 1
+        } else {
+            deliverRandomly(some, to: r, rng: &rng, label: label, onApply: check)
+        }
+    }
+    return grouped
+}
+
+/// The end of a chaos run: no diff failed to apply (`problems`), nothing left to send or quarantined, and every
+/// replica holds what the first holds in `tables`, compared as `exactDump` renders rows (bytes and storage class).
+func expectQuietAndIdentical(_ replicas: [Replica], problems: [String], tables: [String], label: String,
+                             exactDump: (Replica) throws -> [String: [String]], short: (String) -> String = { $0 }) throws {
+    #expect(problems.isEmpty, "\(label): diffs not applied: \(problems)")
+    for r in replicas {
+        #expect(try r.db.pendingChangeCount() == 0, "\(label): \(r.name) still has changes to send")
+        let quarantined = (try? FileManager.default.contentsOfDirectory(atPath: r.quarantine.path)) ?? []
+        #expect(quarantined.isEmpty, "\(label): \(r.name) quarantined \(quarantined)")
+    }
+    let reference = try exactDump(replicas[0])
+    for r in replicas.dropFirst() {
+        let d = try exactDump(r)
+        for t in tables where d[t] != reference[t] {
+            let a = Set(reference[t] ?? []), b = Set(d[t] ?? [])
+            Issue.record("\(label): \(t) differs: only on \(replicas[0].name) \(a.subtracting(b).sorted().map(short)), only on \(r.name) \(b.subtracting(a).sorted().map(short))")
+        }
+    }
+}
