@@ -43,12 +43,7 @@ struct HostileKeyPropertyTests {
     static func keyColumns(_ table: String) -> String { table == "t3" ? "a, b" : "id" }
 
     /// Paths taken, summed over the seeds of a run (printed for long runs).
-    final class Counters: @unchecked Sendable {
-        let lock = NSLock()
-        var bulkRows = 0, knownRowsAsSets = 0, setExports = 0, groupedBatches = 0, bigDiffs = 0, diffs = 0, seeds = 0
-        func add(_ body: (Counters) -> Void) { lock.lock(); body(self); lock.unlock() }
-    }
-    static let counters = Counters()
+    static let counters = PropertyPathCounters()
 
     @Test(arguments: ConvergencePropertyTests.seeds(from: 20_000, ci: 16))
     func hostileKeys_randomEditsAndDelivery_endIdenticalByBytes(seed: Int) throws {
@@ -286,24 +281,6 @@ struct HostileKeyPropertyTests {
                 #expect(here == there, "\(label): \(t) key \(exactKey): A \(here), \(r.name) \(there)")
             }
         }
-        let big = diffs.filter { ((try? FileManager.default.attributesOfItem(atPath: $0.path)[.size] as? Int) ?? 0) >= 64 * 1024 }.count
-        Self.counters.add { c in
-            c.seeds += 1
-            c.diffs += diffs.count
-            c.bigDiffs += big
-            c.groupedBatches += grouped
-            for r in replicas {
-                c.bulkRows += r.db.bulkRowsWritten
-                c.knownRowsAsSets += r.db.bulkKnownRowsMerged
-                c.setExports += r.db.setExportsWritten
-            }
-        }
-        if ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"] != nil {
-            let c = Self.counters
-            c.lock.lock()
-            print("HOSTILE \(label) written \(written.count) keys; totals after \(c.seeds) seeds: diffs \(c.diffs), over 64 KiB \(c.bigDiffs), "
-                  + "rows written in bulk \(c.bulkRows), known rows merged as sets \(c.knownRowsAsSets), set exports \(c.setExports), grouped batches \(c.groupedBatches)")
-            c.lock.unlock()
-        }
+        Self.counters.record("HOSTILE \(label) written \(written.count) keys", diffs: diffs, grouped: grouped, replicas: replicas)
     }
 }

@@ -72,12 +72,7 @@ struct HostileValuePropertyTests {
     ]
 
     /// Paths taken, summed over the seeds of a run (printed for long runs).
-    final class Counters: @unchecked Sendable {
-        let lock = NSLock()
-        var bulkRows = 0, knownRowsAsSets = 0, setExports = 0, groupedBatches = 0, bigDiffs = 0, diffs = 0, seeds = 0, noOpLooking = 0
-        func add(_ body: (Counters) -> Void) { lock.lock(); body(self); lock.unlock() }
-    }
-    static let counters = Counters()
+    static let counters = PropertyPathCounters()
 
     @Test(arguments: ConvergencePropertyTests.seeds(from: 30_000, ci: 12))
     func hostileValues_randomEditsAndDelivery_endIdenticalByBytes(seed: Int) throws {
@@ -272,25 +267,6 @@ struct HostileValuePropertyTests {
         }
         try exchangeUntilQuiet(replicas, diffs: &diffs, rng: &rng, label: label, onApply: check)
         try expectQuietAndIdentical(replicas, problems: problems, tables: Self.tables, label: label, exactDump: Self.exactDump, short: Self.short)
-        let big = diffs.filter { ((try? FileManager.default.attributesOfItem(atPath: $0.path)[.size] as? Int) ?? 0) >= 64 * 1024 }.count
-        Self.counters.add { c in
-            c.seeds += 1
-            c.diffs += diffs.count
-            c.bigDiffs += big
-            c.groupedBatches += grouped
-            c.noOpLooking += lookalikes
-            for r in replicas {
-                c.bulkRows += r.db.bulkRowsWritten
-                c.knownRowsAsSets += r.db.bulkKnownRowsMerged
-                c.setExports += r.db.setExportsWritten
-            }
-        }
-        if ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"] != nil {
-            let c = Self.counters
-            c.lock.lock()
-            print("HOSTILE-VALUES \(label); totals after \(c.seeds) seeds: diffs \(c.diffs), over 64 KiB \(c.bigDiffs), changed values \(c.noOpLooking), "
-                  + "rows written in bulk \(c.bulkRows), known rows merged as sets \(c.knownRowsAsSets), set exports \(c.setExports), grouped batches \(c.groupedBatches)")
-            c.lock.unlock()
-        }
+        Self.counters.record("HOSTILE-VALUES \(label)", diffs: diffs, grouped: grouped, replicas: replicas, extra: lookalikes, extraName: "changed values")
     }
 }

@@ -465,3 +465,26 @@ func expectQuietAndIdentical(_ replicas: [Replica], problems: [String], tables: 
         }
     }
 }
+
+/// Which paths a property's seeds took (set paths, set exports, groups, diffs over 64 KiB), summed over a run and
+/// printed for long runs (`RTSYNC_PROPERTY_SEEDS`), so a run can show it exercised them.
+final class PropertyPathCounters: @unchecked Sendable {
+    private let lock = NSLock()
+    private var bulkRows = 0, knownRowsAsSets = 0, setExports = 0, groupedBatches = 0, bigDiffs = 0, diffs = 0, seeds = 0, extra = 0
+
+    /// Adds one seed's run (`extra`: a count of the property's own), and prints the totals on a long run.
+    func record(_ label: String, diffs files: [URL], grouped: Int, replicas: [Replica], extra more: Int = 0, extraName: String = "") {
+        let big = files.filter { ((try? FileManager.default.attributesOfItem(atPath: $0.path)[.size] as? Int) ?? 0) >= 64 * 1024 }.count
+        lock.lock()
+        defer { lock.unlock() }
+        seeds += 1; diffs += files.count; bigDiffs += big; groupedBatches += grouped; extra += more
+        for r in replicas {
+            bulkRows += r.db.bulkRowsWritten
+            knownRowsAsSets += r.db.bulkKnownRowsMerged
+            setExports += r.db.setExportsWritten
+        }
+        guard ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"] != nil else { return }
+        print("\(label); totals after \(seeds) seeds: diffs \(diffs), over 64 KiB \(bigDiffs), " + (extraName.isEmpty ? "" : "\(extraName) \(extra), ")
+              + "rows written in bulk \(bulkRows), known rows merged as sets \(knownRowsAsSets), set exports \(setExports), grouped batches \(groupedBatches)")
+    }
+}
