@@ -11,6 +11,13 @@ struct CollatedValueCaptureTests {
     static let ddl = "CREATE TABLE people(id TEXT PRIMARY KEY, name TEXT COLLATE NOCASE, code TEXT COLLATE RTRIM, n, r REAL); "
         + "INSERT INTO people VALUES ('p1', 'alice', 'x', 1, 2.5)"
 
+    /// Two devices from one base of `ddl`.
+    func pair(_ label: String, _ ddl: String = ddl) throws -> (Replica, Replica) {
+        let box = try Sandbox(label)
+        let base = try box.baseDatabase(ddl)
+        return (try box.replica("a", source: base), try box.replica("b", source: base))
+    }
+
     /// Exports `from` and applies to `to`; expects the same data (storage classes and bytes included).
     func send(_ from: Replica, to: Replica, sourceLocation: SourceLocation = #_sourceLocation) throws {
         let result = try from.export()
@@ -21,26 +28,20 @@ struct CollatedValueCaptureTests {
     }
 
     @Test func caseChangeUnderNOCASE_isSent() throws {
-        let box = try Sandbox("capture-nocase")
-        let base = try box.baseDatabase(Self.ddl)
-        let a = try box.replica("a", source: base), b = try box.replica("b", source: base)
+        let (a, b) = try pair("capture-nocase")
         try a.exec("UPDATE people SET name = 'Alice' WHERE id = 'p1'")
         try send(a, to: b)
         #expect(try b.value("SELECT name FROM people WHERE id = 'p1'") == .text("Alice"))
     }
 
     @Test func trailingSpaceUnderRTRIM_isSent() throws {
-        let box = try Sandbox("capture-rtrim")
-        let base = try box.baseDatabase(Self.ddl)
-        let a = try box.replica("a", source: base), b = try box.replica("b", source: base)
+        let (a, b) = try pair("capture-rtrim")
         try a.exec("UPDATE people SET code = 'x  ' WHERE id = 'p1'")
         try send(a, to: b)
     }
 
     @Test func integerToEqualRealInAColumnWithoutType_isSent() throws {
-        let box = try Sandbox("capture-int-real")
-        let base = try box.baseDatabase(Self.ddl)
-        let a = try box.replica("a", source: base), b = try box.replica("b", source: base)
+        let (a, b) = try pair("capture-int-real")
         try a.exec("UPDATE people SET n = 1.0 WHERE id = 'p1'")
         try send(a, to: b)
         #expect(try b.value("SELECT typeof(n) FROM people WHERE id = 'p1'") == .text("real"))

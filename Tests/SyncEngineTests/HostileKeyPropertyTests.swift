@@ -224,16 +224,7 @@ struct HostileKeyPropertyTests {
         let box = try Sandbox("hostile\(seed)")
         let base = try box.baseDatabase(Self.ddl + ";\nINSERT INTO t1 VALUES (1, 'base'), ('k', 'base'), (x'00', 'base');\n"
                                         + "INSERT INTO t2 VALUES ('k', 'base'); INSERT INTO t3 VALUES ('k', 1, 'base'); INSERT INTO t4 VALUES ('', 'base')")
-        let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base) }
-        var config: [String] = []
-        for r in replicas {
-            // Some replicas merge every diff through the set paths, and export through the set path.
-            let sets = Bool.random(using: &rng), setExport = Bool.random(using: &rng)
-            if sets { r.db.bulkApplyMinimumBytes = 0 }
-            if setExport { r.db.setExportMinimumRows = 1 }
-            config.append("\(r.name):\(sets ? "sets" : "-")/\(setExport ? "setexport" : "-")")
-        }
-        let label = "seed \(seed) [\(config.joined(separator: " "))]"
+        let (replicas, label) = try randomlyConfiguredReplicas(box, base: base, seed: seed, rng: &rng)
         var written: Set<String> = []
         var diffs: [URL] = []
         var problems: [String] = []

@@ -233,15 +233,7 @@ struct HostileValuePropertyTests {
         var rng = SeededGenerator(seed: UInt64(seed))
         let box = try Sandbox("hostile-values\(seed)")
         let base = try box.baseDatabase(Self.ddl + ";\n" + Self.baseRows)
-        let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base) }
-        var config: [String] = []
-        for r in replicas {
-            let sets = Bool.random(using: &rng), setExport = Bool.random(using: &rng)
-            if sets { r.db.bulkApplyMinimumBytes = 0 }
-            if setExport { r.db.setExportMinimumRows = 1 }
-            config.append("\(r.name):\(sets ? "sets" : "-")/\(setExport ? "setexport" : "-")")
-        }
-        let label = "seed \(seed) [\(config.joined(separator: " "))]"
+        let (replicas, label) = try randomlyConfiguredReplicas(box, base: base, seed: seed, rng: &rng)
         var diffs: [URL] = []
         var problems: [String] = []
         var grouped = 0, lookalikes = 0

@@ -488,3 +488,17 @@ final class PropertyPathCounters: @unchecked Sendable {
               + "rows written in bulk \(bulkRows), known rows merged as sets \(knownRowsAsSets), set exports \(setExports), grouped batches \(groupedBatches)")
     }
 }
+
+/// Replicas A, B and C of `base`, each at random merging every diff through the set paths and exporting through the
+/// set export; and a label naming the seed and that choice.
+func randomlyConfiguredReplicas(_ box: Sandbox, base: URL, seed: Int, rng: inout SeededGenerator) throws -> (replicas: [Replica], label: String) {
+    let replicas = try ["A", "B", "C"].map { try box.replica($0, source: base) }
+    var config: [String] = []
+    for r in replicas {
+        let sets = Bool.random(using: &rng), setExport = Bool.random(using: &rng)
+        if sets { r.db.bulkApplyMinimumBytes = 0 }
+        if setExport { r.db.setExportMinimumRows = 1 }
+        config.append("\(r.name):\(sets ? "sets" : "-")/\(setExport ? "setexport" : "-")")
+    }
+    return (replicas, "seed \(seed) [\(config.joined(separator: " "))]")
+}
