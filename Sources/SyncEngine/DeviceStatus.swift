@@ -97,8 +97,8 @@ public struct DeviceStatus: Sendable, Codable {
     }
 
     private static func rawDamage(_ path: String) -> String? {
-        do {
-            let c = try Connection(path: path, mode: .readOnly)
+        func check(_ mode: Connection.Mode) throws -> String? {
+            let c = try Connection(path: path, mode: mode)
             _ = try c.rows("SELECT count(*) FROM sqlite_schema")
             let size = ((try? FileManager.default.attributesOfItem(atPath: path)[.size]) as? NSNumber)?.int64Value ?? 0
             if size < 64 << 20 {
@@ -106,6 +106,15 @@ public struct DeviceStatus: Sendable, Codable {
                 if result != "ok" { return result }
             }
             return nil
+        }
+        do {
+            do {
+                return try check(.readOnly)
+            } catch let e as SQLiteError where e.code == 8 {
+                // SQLITE_READONLY: a WAL left by a writer killed at the wrong moment needs recovery, which only a
+                // connection that may write can run (SQLite's own recovery, not damage): checked again through one.
+                return try check(.readWrite)
+            }
         } catch let e as SQLiteError {
             return e.message
         } catch {
