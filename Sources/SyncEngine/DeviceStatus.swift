@@ -111,8 +111,8 @@ public struct DeviceStatus: Sendable, Codable {
             do {
                 return try check(.readOnly)
             } catch let e as SQLiteError where e.code == 8 {
-                // SQLITE_READONLY: a WAL left by a writer killed at the wrong moment needs recovery, which only a
-                // connection that may write can run (SQLite's own recovery, not damage): checked again through one.
+                // SQLITE_READONLY: a writer killed mid-transaction left a hot journal (or a WAL to recover), which only
+                // a connection that may write can roll back (SQLite's own recovery, not damage): checked again through one.
                 return try check(.readWrite)
             }
         } catch let e as SQLiteError {

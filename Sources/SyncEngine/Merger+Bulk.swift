@@ -209,9 +209,9 @@ extension Merger {
             func carried(_ position: Int) -> String { BulkTable.carried(plan, position) }
             let numbers = SyncDatabase.numberKeys(plan.info.definition)
             keyText = (plan.fastKeyPositions ?? []).enumerated().map { i, position in
-                let x = carried(position)
-                // A column that keeps INTEGER and REAL apart: an integral REAL has the equal INTEGER's text.
-                return i < numbers.count && numbers[i] ? "CASE WHEN typeof(\(x)) = 'real' AND \(x) = CAST(\(x) AS INTEGER) THEN CAST(CAST(\(x) AS INTEGER) AS TEXT) ELSE quote(\(x)) END" : "quote(\(x))"
+                // A column that keeps INTEGER and REAL apart: an integral REAL has the equal INTEGER's text (an attached
+                // diff means a UTF-8 database).
+                i < numbers.count && numbers[i] ? SyncDatabase.keyValueText(carried(position), utf8: true, numbers: true) : "quote(\(carried(position)))"
             }.joined(separator: " || ',' || ")
             let alias = DiffFile.rowidAlias(for: remoteNames) ?? "rowid"
             // NOT INDEXED: only the tables' own b-trees are read (an index in the file could hold other values).

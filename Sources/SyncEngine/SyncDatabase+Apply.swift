@@ -479,7 +479,7 @@ struct Merger {
     /// `values` are the key of a row of `def`, in key order.
     mutating func keyText(_ values: [SQLValue], of def: TableDefinition) throws -> String {
         if values.count == 1, !values[0].isReal, let text = KeyCodec.exactText(values[0]) { return text }
-        let numbers = values.contains(where: \.isReal) ? SyncDatabase.numberKeys(def) : Array(repeating: false, count: values.count)
+        let numbers = values.contains(where: \.isReal) ? SyncDatabase.numberKeys(def) : []
         let texts = values.indices.map { KeyCodec.exactText(values[$0], number: $0 < numbers.count && numbers[$0]) }
         if !texts.contains(nil) { return texts.map { $0! }.joined(separator: ",") }
         let utf8 = try cachedScalar("PRAGMA main.encoding")?.string == "UTF-8"

@@ -270,9 +270,14 @@ extension SyncDatabase {
     /// With `numbers` (a column that keeps INTEGER and REAL apart, `numberKeys`), an integral REAL has the text of
     /// the equal INTEGER, as SQLite finds one row for both (`KeyCodec.exactText` likewise).
     static func keyValueText(_ x: String, utf8: Bool, numbers: Bool = false) -> String {
-        let nul = utf8 ? "instr(CAST(\(x) AS BLOB), x'00') AND typeof(\(x)) = 'text'" : "typeof(\(x)) = 'text' AND instr(\(x), char(0))"
+        let nul = holdsNUL(x, utf8: utf8)
         let number = numbers ? "WHEN typeof(\(x)) = 'real' AND \(x) = CAST(\(x) AS INTEGER) THEN CAST(CAST(\(x) AS INTEGER) AS TEXT) " : ""
         return "CASE \(number)WHEN \(nul) THEN 'J' || json_quote(\(x)) ELSE quote(\(x)) END"
+    }
+
+    /// SQL testing whether `x` is TEXT holding a NUL byte (`keyValueText`).
+    static func holdsNUL(_ x: String, utf8: Bool) -> String {
+        utf8 ? "instr(CAST(\(x) AS BLOB), x'00') AND typeof(\(x)) = 'text'" : "typeof(\(x)) = 'text' AND instr(\(x), char(0))"
     }
 
     /// Whether the main database stores text as UTF-8 (`keyValueText`).

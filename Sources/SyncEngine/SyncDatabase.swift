@@ -213,7 +213,8 @@ public final class SyncDatabase: @unchecked Sendable {
             let def = info.definition, tid = info.table.id, keys = def.primaryKeyColumns
             guard try !Self.hasRowidAliasKey(db, def) else { continue }
             let table = "main." + quoteIdentifier(def.name)
-            let hasNUL = keys.map { "(typeof(o.\(quoteIdentifier($0))) = 'text' AND instr(o.\(quoteIdentifier($0)), char(0)))" }.joined(separator: " OR ")
+            let utf8 = try Self.storesUTF8(db)
+            let hasNUL = keys.map { "(" + Self.holdsNUL("o." + quoteIdentifier($0), utf8: utf8) + ")" }.joined(separator: " OR ")
             guard try db.scalar("SELECT 1 FROM \(table) AS o WHERE \(hasNUL) LIMIT 1") != nil else { continue }
             let oldKey = keys.map { "quote(o.\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
             try db.execute("""
@@ -224,12 +225,10 @@ public final class SyncDatabase: @unchecked Sendable {
             let key = try Self.keyExpression(def, row: "o", in: db)
             try db.execute("INSERT OR IGNORE INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT \(tid), \(key), 0, '' FROM \(table) AS o WHERE \(hasNUL)")
             let keyNames = Set(keys.map { $0.lowercased() })
-            let others = def.columnNames.indices.filter { !keyNames.contains(def.columnNames[$0].lowercased()) }
-            // The mask `changeMask` makes for an update of every non-key column (a table of key columns only: an insert).
-            let mask: SQLValue = def.columnNames.count <= 62 ? .integer(others.reduce(Int64(0)) { $0 | (Int64(1) << Int64($1)) })
-                : .text(String(def.columnNames.indices.map { others.contains($0) ? "1" : "0" }))
+            let others = def.columnNames.filter { !keyNames.contains($0.lowercased()) }
+            // An update of every non-key column (a table of key columns only: an insert).
             try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(key), ?, ?, 1 FROM \(table) AS o WHERE \(hasNUL)",
-                           [.integer(others.isEmpty ? 1 : 2), others.isEmpty ? .null : mask])
+                           [.integer(others.isEmpty ? 1 : 2), others.isEmpty ? .null : Merger.changeMask(info, columns: others)])
         }
         try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('nul-key-text')")
     }
