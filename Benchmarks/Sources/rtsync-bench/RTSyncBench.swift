@@ -3,7 +3,7 @@ import Foundation
 
 @main
 struct RTSyncBench: AsyncParsableCommand {
-    static let suites = ["capture", "export-apply", "backup", "media", "sync", "catchup", "encryption"]
+    static let suites = ["capture", "export-apply", "shapes", "backup", "media", "sync", "catchup", "encryption"]
 
     static let configuration = CommandConfiguration(
         commandName: "rtsync-bench",
@@ -65,6 +65,7 @@ struct RTSyncBench: AsyncParsableCommand {
                 switch suite {
                 case "capture": rows = try runCaptureSuite(ctx)
                 case "export-apply": rows = try runExportApplySuite(ctx)
+                case "shapes": rows = try runShapesSuite(ctx)
                 case "backup": rows = try await runBackupSuite(ctx)
                 case "media": rows = try await runMediaSuite(ctx, moto: moto, motoNote: motoNote)
                 case "sync": rows = try await runSyncSuite(ctx, moto: moto, motoNote: motoNote)
