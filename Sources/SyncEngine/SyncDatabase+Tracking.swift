@@ -24,7 +24,8 @@ struct TrackedInfo {
 
 extension SyncDatabase {
     /// Starts tracking `tables` (nil: every user table). Re-running is harmless: triggers are
-    /// re-created for the current columns. Returns the tracked tables.
+    /// re-created for the current columns. Returns the tracked tables. See `tablesWithDeviceNumberedKeys()` for keys
+    /// that two devices may both give to different rows.
     /// - Throws: `SyncEngineError.untrackableTable` saying why a table cannot be tracked and what to change.
     @discardableResult
     public func track(tables: [String]? = nil, policy: TablePolicy? = nil) throws -> [TrackedTable] {
@@ -61,6 +62,17 @@ extension SyncDatabase {
     /// The tracked tables.
     public func trackedTables() throws -> [TrackedTable] {
         try locked { try requireTracked(); return try Self.loadTracked(db).values.map(\.table).sorted { $0.name < $1.name } }
+    }
+
+    /// The tracked tables whose key SQLite numbers on each device: an `INTEGER PRIMARY KEY` (with or without
+    /// `AUTOINCREMENT`) that an insert leaves out gets the largest key here plus one, so two devices inserting
+    /// between syncs give different rows the same key, and the later insert replaces the other row everywhere
+    /// (its values kept only in the conflict log). Safe when the app gives new rows keys unique across devices.
+    public func tablesWithDeviceNumberedKeys() throws -> [String] {
+        try locked {
+            try requireTracked()
+            return try Self.loadTracked(db).values.filter { try Self.hasRowidAliasKey(db, $0.definition) }.map(\.table.name).sorted()
+        }
     }
 
     /// Runs the app's schema migration (`ALTER TABLE … DROP COLUMN`, `RENAME COLUMN`, `ADD COLUMN`, new tables) with

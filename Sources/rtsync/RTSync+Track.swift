@@ -55,7 +55,9 @@ extension RTSync {
             discussion: """
             Installs rtsync's bookkeeping tables (rtsync_*) and plain-SQL triggers, so writes from any \
             connection, including the sqlite3 shell, are captured. Re-running is harmless. The database \
-            gets a stable site id on first track. Tables without a primary key are refused with the reason.
+            gets a stable site id on first track. Tables without a primary key are refused with the reason. \
+            A table whose key is an INTEGER PRIMARY KEY gets a warning: each device numbers new rows itself, \
+            so rows inserted on two devices between syncs can get the same key.
             """
         )
         @OptionGroup var database: DatabaseOptions
@@ -65,6 +67,15 @@ extension RTSync {
         @Option(help: "Owner column for the owner-only policy.") var ownerColumn: String?
         @Option(help: "JSON file with per-table policies ({\"tables\": {NAME: {\"policy\": ...}}}).") var config: String?
         @Flag(help: "Print JSON.") var json = false
+
+        /// What tracking a table whose key SQLite numbers on each device risks
+        /// (`SyncDatabase.tablesWithDeviceNumberedKeys`), and what to do about it.
+        static func deviceNumberedKeyWarning(_ table: String) -> String {
+            "\(table): its INTEGER PRIMARY KEY is numbered by each device (the largest key plus one), so rows inserted on two devices "
+                + "between syncs get the same key and the later insert replaces the other row (its values are kept only in the conflict "
+                + "log, `rtsync conflicts list`). Give new rows keys unique across devices (a KSUID or UUID in a TEXT key, or a random "
+                + "64-bit integer), or insert into this table on one device only."
+        }
 
         func validate() throws {
             if all == !tables.isEmpty { throw ValidationError("give either --all or one or more table names") }
@@ -80,13 +91,16 @@ extension RTSync {
                     if let config { try db.applyPolicies(try PolicyConfig.load(from: URL(fileURLWithPath: config))) }
                     let site = try db.siteID()
                     let final = try db.trackedTables().filter { t in tracked.contains { $0.name == t.name } }
+                    let numbered = Set(try db.tablesWithDeviceNumberedKeys())
+                    let warnings = final.filter { numbered.contains($0.name) }.map { Self.deviceNumberedKeyWarning($0.name) }
                     if json {
-                        struct Out: Encodable { let siteId: String; let tables: [TrackedTable] }
-                        printJSON(Out(siteId: site, tables: final))
+                        struct Out: Encodable { let siteId: String; let tables: [TrackedTable]; let warnings: [String] }
+                        printJSON(Out(siteId: site, tables: final, warnings: warnings))
                     } else {
                         print("site \(site): tracking \(final.count) table(s)")
                         for t in final { print("  \(t.name) (\(t.columns.count) columns, \(t.policy.policy.rawValue))") }
                     }
+                    for w in warnings { FileHandle.standardError.write(Data("warning: \(w)\n".utf8)) }
                 } catch { throw report(error, subject: database.db) }
             }
         }

@@ -103,6 +103,34 @@ struct CLIEverydayTests {
         let r = try rtsync(["track", "--db", db.path, "--all", "--policy", "owner-only", "--owner-column", "nope"])
         #expect(r.status == 1 && r.stderr.contains("owner column 'nope'"), "\(r.stderr)")
     }
+
+    /// An INTEGER PRIMARY KEY left to SQLite is numbered by each device: two devices inserting between syncs give two
+    /// rows one key, and the later insert replaces the other. `track` says so for exactly the rowid keys.
+    @Test func track_warnsForKeysEachDeviceNumbers_only() throws {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("app.sqlite")
+        try Connection(path: db.path).execute("""
+            CREATE TABLE notes(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT);
+            CREATE TABLE events(id INTEGER, at TEXT, PRIMARY KEY (id));
+            CREATE TABLE tags(name TEXT PRIMARY KEY, color TEXT);
+            CREATE TABLE counts(id INT PRIMARY KEY, n INTEGER);
+            CREATE TABLE ranked(id INTEGER PRIMARY KEY DESC, n INTEGER);
+            CREATE TABLE pairs(a INTEGER, b INTEGER, PRIMARY KEY (a, b));
+            CREATE TABLE plain(id INTEGER PRIMARY KEY, n INTEGER) WITHOUT ROWID;
+            """)
+        let r = try rtsync(["track", "--db", db.path, "--all"])
+        #expect(r.status == 0, "\(r.stderr)")
+        let warned = r.stderr.split(separator: "\n").filter { $0.hasPrefix("warning: ") }
+        // `id INT PRIMARY KEY`, `INTEGER PRIMARY KEY DESC` and a WITHOUT ROWID table are not rowid aliases: SQLite numbers none of them.
+        #expect(warned.count == 2 && warned[0].hasPrefix("warning: events: ") && warned[1].hasPrefix("warning: notes: "), "\(r.stderr)")
+        #expect(warned.allSatisfy { $0.contains("same key") && $0.contains("KSUID or UUID") }, "\(r.stderr)")
+        #expect(try SyncDatabase(path: db.path).tablesWithDeviceNumberedKeys() == ["events", "notes"])
+        // --json carries the same warnings; tracking a table with a TEXT key warns of nothing.
+        let json = try jsonObject(try rtsync(["track", "--db", db.path, "notes", "--json"]).stdout)
+        #expect((json["warnings"] as? [String])?.count == 1)
+        let tags = try rtsync(["track", "--db", db.path, "tags", "--json"])
+        #expect((try jsonObject(tags.stdout)["warnings"] as? [String]) == [] && tags.stderr.isEmpty, "\(tags.stderr)")
+    }
 }
 
 /// Text from files or the network is printed terminal-safe: a diff whose name or content carries escape sequences
