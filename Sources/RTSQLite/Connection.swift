@@ -173,6 +173,77 @@ public final class Connection {
     /// Waits up to `milliseconds` for locks held by other connections.
     public func setBusyTimeout(milliseconds: Int32) { sqlite3_busy_timeout(handle, milliseconds) }
 
+    // MARK: - rtsync's key texts
+
+    /// Adds the SQL function `rtsync_key_value(text, i)` to this connection: value `i` (from 0) of a row key text,
+    /// the `quote()` texts of the key's values joined by commas (`'abc',3`). A quoted TEXT part gives its text, an
+    /// INTEGER part its integer; anything else (a REAL, a BLOB, NULL, a `J"…"` part, a missing or malformed part)
+    /// gives the integer 0, which `quote()` does not turn back into that part, so a caller that compares the
+    /// `quote()` of the values with the key text finds it. Deterministic and free of side effects.
+    package func installKeyValueFunction() throws {
+        let rc = sqlite3_create_function_v2(handle, "rtsync_key_value", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, nil, { context, _, arguments in
+            guard let arguments, let value = arguments[0], sqlite3_value_type(value) == SQLITE_TEXT, let text = sqlite3_value_text(value) else {
+                sqlite3_result_int64(context, 0); return
+            }
+            let count = Int(sqlite3_value_bytes(value)), wanted = sqlite3_value_int64(arguments[1])
+            let quote = UInt8(ascii: "'"), comma = UInt8(ascii: ",")
+            var position = 0, part: Int64 = 0
+            while position < count {
+                let start = position
+                var end: Int  // one past the part
+                if text[position] == quote {
+                    var j = position + 1
+                    while j < count && !(text[j] == quote && (j + 1 == count || text[j + 1] != quote)) { j += text[j] == quote ? 2 : 1 }
+                    guard j < count else { break }
+                    end = j + 1
+                } else {
+                    end = position
+                    while end < count && text[end] != comma { end += 1 }
+                }
+                guard end == count || text[end] == comma else { break }
+                if part == wanted {
+                    if text[start] == quote {
+                        // Between the quotes, with each doubled quote made one.
+                        var bytes: [UInt8] = []
+                        bytes.reserveCapacity(end - start - 2)
+                        var j = start + 1
+                        while j < end - 1 { bytes.append(text[j]); j += text[j] == quote ? 2 : 1 }
+                        bytes.withUnsafeBytes { b in
+                            // SQLite copies the bytes; an empty text still needs a pointer that is not NULL.
+                            let chars = (b.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!).assumingMemoryBound(to: CChar.self)
+                            sqlite3_result_text(context, chars, Int32(b.count), rtsync_transient())
+                        }
+                        return
+                    }
+                    // An integer: an optional minus sign and digits, within Int64.
+                    var j = start, negative = false, magnitude: UInt64 = 0
+                    if j < end && text[j] == UInt8(ascii: "-") { negative = true; j += 1 }
+                    guard j < end else { break }
+                    while j < end, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(text[j]) {
+                        let (m, o1) = magnitude.multipliedReportingOverflow(by: 10)
+                        let (a, o2) = m.addingReportingOverflow(UInt64(text[j] - UInt8(ascii: "0")))
+                        guard !o1, !o2 else { sqlite3_result_int64(context, 0); return }
+                        magnitude = a; j += 1
+                    }
+                    guard j == end else { break }
+                    if negative {
+                        guard magnitude <= UInt64(Int64.max) + 1 else { break }
+                        sqlite3_result_int64(context, magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude))
+                    } else {
+                        guard magnitude <= UInt64(Int64.max) else { break }
+                        sqlite3_result_int64(context, Int64(magnitude))
+                    }
+                    return
+                }
+                guard end < count else { break }
+                position = end + 1
+                part += 1
+            }
+            sqlite3_result_int64(context, 0)
+        }, nil, nil, nil)
+        guard rc == SQLITE_OK else { throw SQLiteError(code: rc, message: "cannot add rtsync_key_value (\(path))") }
+    }
+
     // MARK: - Hardening for untrusted files
 
     /// Locks the connection down for reading a file from outside: defensive mode, untrusted schema,

@@ -7,7 +7,7 @@ import RTSQLite
 /// bookkeeping are read and written with `INSERT … SELECT` into the diff file attached to the database's own
 /// connection. It writes the same diff as the row-by-row export (`exportLocked`: same rows in the same order,
 /// clocks, edit times, digest and signature) and the same bookkeeping; `ExportSetsTests` compare the two on
-/// random change logs. Change logs it does not handle go row by row: a table with a key of several columns, more
+/// random change logs. Change logs it does not handle go row by row: a table with a key of more than four columns, more
 /// than 62 columns or a column name that is not ASCII, columns changed since tracking, a key text that does not
 /// decode to an integer or text, and TEXT that is not valid UTF-8.
 ///
@@ -41,31 +41,36 @@ extension SyncDatabase {
         var site: String
     }
 
-    /// Tables the set-based export can write: one key column, at most 62 columns (integer masks), ASCII names,
+    /// The most key columns a table exported as sets may have (the scratch tables hold a key's values in `kv`…`kv4`).
+    static let setExportKeyColumns = 4
+
+    /// Tables the set-based export can write: one to four key columns, at most 62 columns (integer masks), ASCII names,
     /// and triggers made for the current columns.
     private static func setExportable(_ info: TrackedInfo) -> Bool {
         let def = info.definition
-        return def.primaryKeyColumns.count == 1 && def.columnNames.count <= 62 && info.table.columns == def.columnNames
+        return (1...setExportKeyColumns).contains(def.primaryKeyColumns.count) && def.columnNames.count <= 62 && info.table.columns == def.columnNames
             && def.columnNames.allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } } && DiffFile.rowidAlias(for: def.columnNames) != nil
     }
 
-    /// SQL decoding a one-column key text (`quote(k)`, or `CAST(k AS TEXT)` for a rowid key, the same text for an
-    /// integer) back to its value. Only TEXT and INTEGER keys; `quote()` of the result is compared with the text
-    /// before it is relied on.
-    private static func decodeKeySQL(_ text: String) -> String {
-        "CASE WHEN substr(\(text), 1, 1) = '''' THEN replace(substr(\(text), 2, length(\(text)) - 2), '''''', '''') ELSE CAST(\(text) AS INTEGER) END"
+    /// SQL matching the row `row` of `def`'s table with the key values of the scratch row `values` (`kv`, `kv2`, …).
+    static func keyMatchSQL(_ def: TableDefinition, row: String, values: String) -> String {
+        zip(def.primaryKeyColumns, keyValueColumns(def.primaryKeyColumns.count)).map { "\(row).\(quoteIdentifier($0)) = \(values).\($1)" }
+            .joined(separator: " AND ")
     }
+
+    /// The key value columns of the scratch tables, for a key of `count` columns.
+    static func keyValueColumns(_ count: Int) -> [String] { (0..<count).map { $0 == 0 ? "kv" : "kv\($0 + 1)" } }
 
     private static let setExportDDL = """
         CREATE TABLE rtsync_scratch.rtsync_xk(tid INTEGER NOT NULL, pk TEXT NOT NULL, fs INTEGER NOT NULL, ins INTEGER,
-          first_op INTEGER, last_op INTEGER, last_hlc INTEGER, ins_hlc INTEGER, kv, PRIMARY KEY (tid, pk)) WITHOUT ROWID;
+          first_op INTEGER, last_op INTEGER, last_hlc INTEGER, ins_hlc INTEGER, kv, kv2, kv3, kv4, PRIMARY KEY (tid, pk)) WITHOUT ROWID;
         CREATE TABLE rtsync_scratch.rtsync_xpos(tid INTEGER NOT NULL, pos INTEGER NOT NULL, name TEXT NOT NULL,
           PRIMARY KEY (tid, pos)) WITHOUT ROWID;
         CREATE TABLE rtsync_scratch.rtsync_xc(tid INTEGER NOT NULL, pk TEXT NOT NULL, pos INTEGER NOT NULL, hlc INTEGER NOT NULL,
           keep INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (tid, pk, pos)) WITHOUT ROWID;
         CREATE TABLE rtsync_scratch.rtsync_xo(fs INTEGER PRIMARY KEY, tid INTEGER NOT NULL, pk TEXT NOT NULL, op TEXT NOT NULL,
           isnew INTEGER NOT NULL, born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL, hlc INTEGER NOT NULL, mask INTEGER, top INTEGER,
-          rid INTEGER NOT NULL, kv);
+          rid INTEGER NOT NULL, kv, kv2, kv3, kv4);
         CREATE TABLE rtsync_scratch.rtsync_xt(tid INTEGER PRIMARY KEY, dtid INTEGER NOT NULL);
         CREATE TABLE rtsync_scratch.rtsync_xj(tid INTEGER NOT NULL, mask INTEGER NOT NULL, json TEXT NOT NULL, PRIMARY KEY (tid, mask)) WITHOUT ROWID;
         """
@@ -134,12 +139,19 @@ extension SyncDatabase {
         let site = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
         let user = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
         try db.execute(Self.setExportDDL)
+        // The key values of each changed row, decoded from its key text (`Connection.installKeyValueFunction`): only
+        // TEXT and INTEGER values; `quote()` of the values is compared with the key text before they are relied on.
+        let severalColumns = tracked.values.filter { $0.definition.primaryKeyColumns.count > 1 }.map { String($0.table.id) }
+        let keyValues = (0..<Self.setExportKeyColumns).map { i in
+            i == 0 ? "rtsync_key_value(pk, 0)" : severalColumns.isEmpty ? "NULL"
+                : "CASE WHEN tid IN (\(severalColumns.joined(separator: ", "))) THEN rtsync_key_value(pk, \(i)) END"
+        }
 
         // 1. One entry per changed row: its first and last change, its last insert, their clocks (the log folded in
         //    seq order into a table keyed by row: cheaper than sorting it by key).
         try db.execute("""
-            INSERT INTO rtsync_scratch.rtsync_xk(tid, pk, fs, ins, first_op, last_op, last_hlc, ins_hlc, kv)
-            SELECT tid, pk, seq, CASE WHEN op = 1 THEN seq END, op, op, hlc, CASE WHEN op = 1 THEN hlc END, \(Self.decodeKeySQL("pk"))
+            INSERT INTO rtsync_scratch.rtsync_xk(tid, pk, fs, ins, first_op, last_op, last_hlc, ins_hlc, kv, kv2, kv3, kv4)
+            SELECT tid, pk, seq, CASE WHEN op = 1 THEN seq END, op, op, hlc, CASE WHEN op = 1 THEN hlc END, \(keyValues.joined(separator: ", "))
             FROM main.rtsync_changes WHERE seq <= ?1 ORDER BY seq
             ON CONFLICT(tid, pk) DO UPDATE SET last_op = excluded.last_op, last_hlc = excluded.last_hlc,
               ins = coalesce(excluded.ins, ins), ins_hlc = CASE WHEN excluded.ins IS NULL THEN ins_hlc ELSE excluded.ins_hlc END
@@ -156,8 +168,14 @@ extension SyncDatabase {
             guard Self.setExportable(info) else { throw RowByRow() }
             infos.append(info)
         }
-        // Every key must decode to the value whose `quote()` it is (so it names the same row as KeyCodec's value).
-        if try db.scalar("SELECT 1 FROM rtsync_scratch.rtsync_xk WHERE quote(kv) IS NOT pk LIMIT 1") != nil { throw RowByRow() }
+        // Every key must decode to the values whose `quote()` it is (so it names the same row as KeyCodec's values; a
+        // value that is not TEXT or INTEGER decodes to 0, whose `quote()` is not that value's).
+        var requoted = "quote(kv)"
+        for n in Set(infos.map { $0.definition.primaryKeyColumns.count }) where n > 1 {
+            let tids = infos.filter { $0.definition.primaryKeyColumns.count == n }.map { String($0.table.id) }.joined(separator: ", ")
+            requoted = "CASE WHEN tid IN (\(tids)) THEN " + Self.keyValueColumns(n).map { "quote(\($0))" }.joined(separator: " || ',' || ") + " ELSE \(requoted) END"
+        }
+        if try db.scalar("SELECT 1 FROM rtsync_scratch.rtsync_xk WHERE \(requoted) IS NOT pk LIMIT 1") != nil { throw RowByRow() }
         let addPosition = try db.prepare("INSERT INTO rtsync_scratch.rtsync_xpos(tid, pos, name) VALUES (?, ?, ?)")
         for info in infos {
             for (pos, name) in info.definition.columnNames.enumerated() { try addPosition.run([.integer(info.table.id), .integer(Int64(pos)), .text(name)]) }
@@ -186,10 +204,12 @@ extension SyncDatabase {
         for info in infos {
             let def = info.definition, tid = info.table.id
             let key = quoteIdentifier(def.primaryKeyColumns[0]), table = "main." + quoteIdentifier(def.name)
+            let kvs = Self.keyValueColumns(Self.setExportKeyColumns).joined(separator: ", ")
+            let kvsOfK = Self.keyValueColumns(Self.setExportKeyColumns).map { "k.\($0) AS \($0)" }.joined(separator: ", ")
             try db.execute("""
-                INSERT INTO rtsync_scratch.rtsync_xo(fs, tid, pk, op, isnew, born_hlc, born_site, hlc, mask, top, rid, kv)
-                SELECT fs, tid, pk, op, isnew, born_hlc, born_site, coalesce(hlc, top), mask, top, row_number() OVER (ORDER BY fs), kv FROM (
-                  SELECT k.fs AS fs, k.tid AS tid, k.pk AS pk, k.kv AS kv, k.first_op AS first_op, k.last_op AS last_op, b.tid IS NOT NULL AS has_meta,
+                INSERT INTO rtsync_scratch.rtsync_xo(fs, tid, pk, op, isnew, born_hlc, born_site, hlc, mask, top, rid, \(kvs))
+                SELECT fs, tid, pk, op, isnew, born_hlc, born_site, coalesce(hlc, top), mask, top, row_number() OVER (ORDER BY fs), \(kvs) FROM (
+                  SELECT k.fs AS fs, k.tid AS tid, k.pk AS pk, \(kvsOfK), k.first_op AS first_op, k.last_op AS last_op, b.tid IS NOT NULL AS has_meta,
                     CASE WHEN t.\(key) IS NULL THEN 'delete' ELSE 'upsert' END AS op,
                     (t.\(key) IS NOT NULL AND k.ins IS NOT NULL) AS isnew,
                     CASE WHEN t.\(key) IS NOT NULL AND k.ins IS NOT NULL THEN k.ins_hlc ELSE coalesce(b.born_hlc, 0) END AS born_hlc,
@@ -197,7 +217,7 @@ extension SyncDatabase {
                     CASE WHEN t.\(key) IS NULL THEN k.last_hlc WHEN k.ins IS NOT NULL THEN k.ins_hlc END AS hlc,
                     m.mask AS mask, m.top AS top
                   FROM rtsync_scratch.rtsync_xk AS k
-                  LEFT JOIN \(table) AS t ON t.\(key) = k.kv
+                  LEFT JOIN \(table) AS t ON \(Self.keyMatchSQL(def, row: "t", values: "k"))
                   LEFT JOIN main.rtsync_rows AS b ON b.tid = k.tid AND b.pk = k.pk
                   LEFT JOIN (SELECT pk, sum(1 << pos) AS mask, max(hlc) AS top FROM rtsync_scratch.rtsync_xc WHERE tid = ?1 AND keep GROUP BY pk) AS m ON m.pk = k.pk
                   WHERE k.tid = ?1)
@@ -236,15 +256,16 @@ extension SyncDatabase {
             let def = info.definition
             let dtid = try writer.addTable(def)
             try db.execute("INSERT INTO rtsync_scratch.rtsync_xt(tid, dtid) VALUES (?, ?)", [.integer(tid), .integer(dtid)])
-            let keyName = def.primaryKeyColumns[0], key = quoteIdentifier(keyName)
+            let keyNames = def.primaryKeyColumns.map { $0.lowercased() }, kvs = Self.keyValueColumns(keyNames.count)
             let values = def.columnNames.map { name in
-                name.lowercased() == keyName.lowercased() ? "CASE WHEN o.op = 'delete' THEN o.kv ELSE t.\(key) END" : "t." + quoteIdentifier(name)
+                keyNames.firstIndex(of: name.lowercased()).map { "CASE WHEN o.op = 'delete' THEN o.\(kvs[$0]) ELSE t.\(quoteIdentifier(name)) END" }
+                    ?? "t." + quoteIdentifier(name)
             }
             try db.execute("""
                 INSERT INTO \(out).\(quoteIdentifier(def.name))(\(DiffFile.rowidAlias(for: def.columnNames)!), \(def.columnNames.map(quoteIdentifier).joined(separator: ", ")))
                 SELECT o.rid, \(values.joined(separator: ", "))
                 FROM rtsync_scratch.rtsync_xo AS o LEFT JOIN main.\(quoteIdentifier(def.name)) AS t
-                  ON o.op = 'upsert' AND t.\(key) = o.kv
+                  ON o.op = 'upsert' AND \(Self.keyMatchSQL(def, row: "t", values: "o"))
                 WHERE o.tid = ?1 ORDER BY o.fs
                 """, [.integer(tid)])
             counts[def.name, default: .init()].upserts += Int(r[1].int64 ?? 0)

@@ -46,6 +46,8 @@ public final class SyncDatabase: @unchecked Sendable {
         // `file:` is opened as a plain name, and apply then does without attaching.
         db = try Connection(path: path, mode: .readWrite, uri: !path.hasPrefix("file:"))
         db.setBusyTimeout(milliseconds: 5_000)
+        // For the set-based export (`rtsync_key_value`, SyncDatabase+ExportSets).
+        try db.installKeyValueFunction()
         // Foreign keys: local ON DELETE SET NULL / CASCADE must behave as the schema says while diffs are applied.
         // Recursive triggers: INSERT OR REPLACE then fires the delete trigger, so a replaced row is captured.
         // A page cache of up to 32 MiB (SQLite's default is 2 MiB), filled only as pages are read: applying or

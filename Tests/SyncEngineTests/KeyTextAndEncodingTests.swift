@@ -87,6 +87,28 @@ struct KeyTextAndEncodingTests {
     /// docs/diff-format.md section 8: text must be valid UTF-8. A file whose digest covers invalid bytes as
     /// stored is rejected; were it applied, the bytes would be written as they are, and later full merges,
     /// which decode them (U+FFFD), would no longer find the row.
+    /// `rtsync_key_value(text, i)`, which the set-based export decodes key texts with: TEXT and INTEGER parts
+    /// decode to their values (quotes and commas inside texts included); anything else gives 0, whose `quote()`
+    /// differs from the part, so the export checks and goes row by row.
+    @Test func keyValueFunction_decodesTextAndIntegerParts_andGivesZeroForTheRest() throws {
+        let box = try Sandbox("key-value-function")
+        _ = try Connection(path: box.path("k.sqlite").path)
+        let db = try SyncDatabase(path: box.path("k.sqlite").path)
+        func value(_ text: String, _ i: Int64) throws -> SQLValue? { try db.query("SELECT rtsync_key_value(?, ?)", [.text(text), .integer(i)]).first?.first }
+        #expect(try value("'abc',3", 0) == .text("abc"))
+        #expect(try value("'abc',3", 1) == .integer(3))
+        #expect(try value("'x'',y',''','''", 0) == .text("x',y") && value("'x'',y',''','''", 1) == .text("','"))
+        #expect(try value("'',-9223372036854775808", 0) == .text("") && value("'',-9223372036854775808", 1) == .integer(.min))
+        #expect(try value("9223372036854775807", 0) == .integer(.max))
+        #expect(try value("'naïve ☃'", 0) == .text("naïve ☃"))
+        // Not TEXT or INTEGER, malformed, or no such part: 0.
+        for (text, i) in [("9223372036854775808", 0), ("1.5,'a'", 0), ("NULL", 0), ("X'00ff'", 0), ("J\"a\\u0000b\"", 0), ("'a',3", 2),
+                          ("'unclosed", 0), ("'a'b,1", 0), ("-", 0), ("", 0), ("1,", 1), ("'a''", 0)] as [(String, Int64)] {
+            #expect(try value(text, i) == .integer(0), "\(text) [\(i)]")
+        }
+        #expect(try db.query("SELECT rtsync_key_value(NULL, 0), rtsync_key_value(7, 0)").first == [.integer(0), .integer(0)])
+    }
+
     @Test func invalidUTF8Text_isRejected_andNeverStored() throws {
         let box = try Sandbox("keytext-utf8")
         let db = try notesDatabase(box)

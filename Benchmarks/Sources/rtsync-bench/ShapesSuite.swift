@@ -114,6 +114,16 @@ private struct Shape {
               keyColumns: ["id"], composite: false, integerKey: false),
         Shape(label: "index on the edited column", ddl: "CREATE TABLE t(id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, qty INTEGER NOT NULL, price REAL, note TEXT, updated_at INTEGER NOT NULL); CREATE INDEX t_note ON t(note)",
               keyColumns: ["id"], composite: false, integerKey: false),
+        Shape(label: "full-text index kept by triggers", ddl: """
+              CREATE TABLE t(id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, qty INTEGER NOT NULL, price REAL, note TEXT, updated_at INTEGER NOT NULL);
+              CREATE VIRTUAL TABLE t_fts USING fts5(name, note, content='t', content_rowid='rowid');
+              CREATE TRIGGER t_ai AFTER INSERT ON t BEGIN INSERT INTO t_fts(rowid, name, note) VALUES (new.rowid, new.name, new.note); END;
+              CREATE TRIGGER t_ad AFTER DELETE ON t BEGIN INSERT INTO t_fts(t_fts, rowid, name, note) VALUES ('delete', old.rowid, old.name, old.note); END;
+              CREATE TRIGGER t_au AFTER UPDATE ON t BEGIN
+                INSERT INTO t_fts(t_fts, rowid, name, note) VALUES ('delete', old.rowid, old.name, old.note);
+                INSERT INTO t_fts(rowid, name, note) VALUES (new.rowid, new.name, new.note);
+              END
+              """, keyColumns: ["id"], composite: false, integerKey: false),
         Shape(label: "UNIQUE column not edited", ddl: "CREATE TABLE t(id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL UNIQUE, qty INTEGER NOT NULL, price REAL, note TEXT, updated_at INTEGER NOT NULL)",
               keyColumns: ["id"], composite: false, integerKey: false),
     ]
