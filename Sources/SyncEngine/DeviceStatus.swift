@@ -47,6 +47,9 @@ public struct DeviceStatus: Sendable, Codable {
     /// New rows from an older app version held back (they lack a NOT NULL column this schema has without a default
     /// or a declared value), as `table key: why`.
     public var heldRows: [String] = []
+    /// Tracked tables whose key each device numbers itself (`SyncDatabase.tablesWithDeviceNumberedKeys()`): rows
+    /// inserted on two devices between syncs can get the same key, and the later insert replaces the other row.
+    public var deviceNumberedKeys: [String] = []
 
     /// Gathers the status of a home folder.
     public static func gather(home: RTSyncHome) throws -> DeviceStatus {
@@ -72,6 +75,7 @@ public struct DeviceStatus: Sendable, Codable {
             if db.isTracked {
                 status.siteId = try db.siteID()
                 status.trackedTables = try db.trackedTables().map(\.name)
+                status.deviceNumberedKeys = try db.tablesWithDeviceNumberedKeys()
                 status.pendingChanges = try db.pendingChangeCount()
                 status.lastExport = try db.query("SELECT last_export FROM rtsync_site").first?.first?.string
                 status.unresolvedConflicts = try db.conflicts(includeRestored: false).count

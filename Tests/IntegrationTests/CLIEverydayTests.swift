@@ -131,6 +131,17 @@ struct CLIEverydayTests {
         let tags = try rtsync(["track", "--db", db.path, "tags", "--json"])
         #expect((try jsonObject(tags.stdout)["warnings"] as? [String]) == [] && tags.stderr.isEmpty, "\(tags.stderr)")
     }
+
+    /// `status` names such tables too: the demo database's `requests` has an INTEGER PRIMARY KEY.
+    @Test func status_namesTablesWhoseKeysEachDeviceNumbers() throws {
+        let dir = try TemporaryDirectory()
+        let home = dir.file("home").path
+        #expect(try rtsync(["init", "--home", home]).status == 0)
+        let json = try jsonObject(try rtsync(["status", "--home", home, "--json"]).stdout)
+        #expect(json["deviceNumberedKeys"] as? [String] == ["requests"], "\(json)")
+        let text = try rtsync(["status", "--home", home]).stdout
+        #expect(text.contains("key warning:     requests (INTEGER PRIMARY KEY"), "\(text)")
+    }
 }
 
 /// Text from files or the network is printed terminal-safe: a diff whose name or content carries escape sequences
