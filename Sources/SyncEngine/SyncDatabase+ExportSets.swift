@@ -52,9 +52,12 @@ extension SyncDatabase {
             && def.columnNames.allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } } && DiffFile.rowidAlias(for: def.columnNames) != nil
     }
 
-    /// SQL matching the row `row` of `def`'s table with the key values of the scratch row `values` (`kv`, `kv2`, …).
+    /// SQL matching the row `row` of `def`'s table with the key values of the scratch row `values` (`kv`, `kv2`, …),
+    /// as the row-by-row export's `key = ?` does: `+` leaves the scratch column without an affinity, as a bound value is,
+    /// so the key column's own applies (a TEXT key column finds '1' for the value 1 of a key text made before the
+    /// column became TEXT; two columns compared directly would apply none).
     static func keyMatchSQL(_ def: TableDefinition, row: String, values: String) -> String {
-        zip(def.primaryKeyColumns, keyValueColumns(def.primaryKeyColumns.count)).map { "\(row).\(quoteIdentifier($0)) = \(values).\($1)" }
+        zip(def.primaryKeyColumns, keyValueColumns(def.primaryKeyColumns.count)).map { "\(row).\(quoteIdentifier($0)) = +\(values).\($1)" }
             .joined(separator: " AND ")
     }
 
@@ -206,24 +209,30 @@ extension SyncDatabase {
             let key = quoteIdentifier(def.primaryKeyColumns[0]), table = "main." + quoteIdentifier(def.name)
             let kvs = Self.keyValueColumns(Self.setExportKeyColumns).joined(separator: ", ")
             let kvsOfK = Self.keyValueColumns(Self.setExportKeyColumns).map { "k.\($0) AS \($0)" }.joined(separator: ", ")
-            try db.execute("""
-                INSERT INTO rtsync_scratch.rtsync_xo(fs, tid, pk, op, isnew, born_hlc, born_site, hlc, mask, top, rid, \(kvs))
-                SELECT fs, tid, pk, op, isnew, born_hlc, born_site, coalesce(hlc, top), mask, top, row_number() OVER (ORDER BY fs), \(kvs) FROM (
-                  SELECT k.fs AS fs, k.tid AS tid, k.pk AS pk, \(kvsOfK), k.first_op AS first_op, k.last_op AS last_op, b.tid IS NOT NULL AS has_meta,
-                    CASE WHEN t.\(key) IS NULL THEN 'delete' ELSE 'upsert' END AS op,
-                    (t.\(key) IS NOT NULL AND k.ins IS NOT NULL) AS isnew,
-                    CASE WHEN t.\(key) IS NOT NULL AND k.ins IS NOT NULL THEN k.ins_hlc ELSE coalesce(b.born_hlc, 0) END AS born_hlc,
-                    CASE WHEN t.\(key) IS NOT NULL AND k.ins IS NOT NULL THEN ?2 ELSE coalesce(b.born_site, '') END AS born_site,
-                    CASE WHEN t.\(key) IS NULL THEN k.last_hlc WHEN k.ins IS NOT NULL THEN k.ins_hlc END AS hlc,
-                    m.mask AS mask, m.top AS top
-                  FROM rtsync_scratch.rtsync_xk AS k
-                  LEFT JOIN \(table) AS t ON \(Self.keyMatchSQL(def, row: "t", values: "k"))
-                  LEFT JOIN main.rtsync_rows AS b ON b.tid = k.tid AND b.pk = k.pk
-                  LEFT JOIN (SELECT pk, sum(1 << pos) AS mask, max(hlc) AS top FROM rtsync_scratch.rtsync_xc WHERE tid = ?1 AND keep GROUP BY pk) AS m ON m.pk = k.pk
-                  WHERE k.tid = ?1)
-                WHERE CASE WHEN op = 'delete' THEN (last_op = 3 OR first_op = 3 OR has_meta) AND NOT (first_op = 1 AND NOT has_meta)
-                           ELSE isnew OR mask IS NOT NULL END
-                """, [.integer(tid), .text(site)])
+            do {
+                try db.execute("""
+                    INSERT INTO rtsync_scratch.rtsync_xo(fs, tid, pk, op, isnew, born_hlc, born_site, hlc, mask, top, rid, \(kvs))
+                    SELECT fs, tid, pk, op, isnew, born_hlc, born_site, coalesce(hlc, top), mask, top, row_number() OVER (ORDER BY fs), \(kvs) FROM (
+                      SELECT k.fs AS fs, k.tid AS tid, k.pk AS pk, \(kvsOfK), k.first_op AS first_op, k.last_op AS last_op, b.tid IS NOT NULL AS has_meta,
+                        CASE WHEN t.\(key) IS NULL THEN 'delete' ELSE 'upsert' END AS op,
+                        (t.\(key) IS NOT NULL AND k.ins IS NOT NULL) AS isnew,
+                        CASE WHEN t.\(key) IS NOT NULL AND k.ins IS NOT NULL THEN k.ins_hlc ELSE coalesce(b.born_hlc, 0) END AS born_hlc,
+                        CASE WHEN t.\(key) IS NOT NULL AND k.ins IS NOT NULL THEN ?2 ELSE coalesce(b.born_site, '') END AS born_site,
+                        CASE WHEN t.\(key) IS NULL THEN k.last_hlc WHEN k.ins IS NOT NULL THEN k.ins_hlc END AS hlc,
+                        m.mask AS mask, m.top AS top
+                      FROM rtsync_scratch.rtsync_xk AS k
+                      LEFT JOIN \(table) AS t ON \(Self.keyMatchSQL(def, row: "t", values: "k"))
+                      LEFT JOIN main.rtsync_rows AS b ON b.tid = k.tid AND b.pk = k.pk
+                      LEFT JOIN (SELECT pk, sum(1 << pos) AS mask, max(hlc) AS top FROM rtsync_scratch.rtsync_xc WHERE tid = ?1 AND keep GROUP BY pk) AS m ON m.pk = k.pk
+                      WHERE k.tid = ?1)
+                    WHERE CASE WHEN op = 'delete' THEN (last_op = 3 OR first_op = 3 OR has_meta) AND NOT (first_op = 1 AND NOT has_meta)
+                               ELSE isnew OR mask IS NOT NULL END
+                    """, [.integer(tid), .text(site)])
+            } catch let error as SQLiteError where error.extendedCode == 1555 {
+                // SQLITE_CONSTRAINT_PRIMARYKEY on `fs`: a key found two rows, as when a key column's own collation
+                // differs from the one its PRIMARY KEY declares (see the README's known limitations). Row by row.
+                throw RowByRow()
+            }
         }
         if let shouldStop, shouldStop() { throw SyncEngineError.interrupted(operation: "export", path: writer.destination.deletingLastPathComponent().path) }
         let newestCaptured = try db.scalar("SELECT max(hlc) FROM rtsync_changes WHERE seq <= ?", [.integer(maxSeq)])?.int64 ?? 0
