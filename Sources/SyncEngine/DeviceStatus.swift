@@ -50,6 +50,8 @@ public struct DeviceStatus: Sendable, Codable {
     /// Tracked tables whose key each device numbers itself (`SyncDatabase.tablesWithDeviceNumberedKeys()`): rows
     /// inserted on two devices between syncs can get the same key, and the later insert replaces the other row.
     public var deviceNumberedKeys: [String] = []
+    /// Rows whose key holds a NULL, as `table: count` (`SyncDatabase.rowsWithNullKeys()`): never sent to other devices.
+    public var nullKeyRows: [String] = []
 
     /// Gathers the status of a home folder.
     public static func gather(home: RTSyncHome) throws -> DeviceStatus {
@@ -76,6 +78,7 @@ public struct DeviceStatus: Sendable, Codable {
                 status.siteId = try db.siteID()
                 status.trackedTables = try db.trackedTables().map(\.name)
                 status.deviceNumberedKeys = try db.tablesWithDeviceNumberedKeys()
+                status.nullKeyRows = try db.rowsWithNullKeys().sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }
                 status.pendingChanges = try db.pendingChangeCount()
                 status.lastExport = try db.query("SELECT last_export FROM rtsync_site").first?.first?.string
                 status.unresolvedConflicts = try db.conflicts(includeRestored: false).count

@@ -144,6 +144,10 @@ extension SyncDatabase {
                 if n % 256 == 0, let shouldStop, shouldStop() { throw SyncEngineError.interrupted(operation: "export", path: directory.path) }
                 let p = pending[key]!
                 guard let info = byID[p.tid], let keyValues = KeyCodec.decode(p.pk), keyValues.count == info.definition.primaryKeyColumns.count else { continue }
+                // A key holding a NULL (allowed in a rowid table's key without NOT NULL) names no row anywhere: no
+                // `key = ?` finds it, and a diff carrying it is rejected. Its change is dropped, as the row's own is
+                // (`SyncDatabase.rowsWithNullKeys` and `status` name such rows).
+                if keyValues.contains(.null) { continue }
                 let def = info.definition
                 let existingBorn = try born(p.tid, p.pk)
                 // What is sent follows the row as it is now: a delete the log holds for a row that still exists

@@ -64,6 +64,24 @@ extension SyncDatabase {
         try locked { try requireTracked(); return try Self.loadTracked(db).values.map(\.table).sorted { $0.name < $1.name } }
     }
 
+    /// Rows of tracked tables whose key holds a NULL, by table: SQLite allows one in a key of a rowid table whose key
+    /// columns are not declared NOT NULL, but no `key = ?` finds such a row, so it is never sent (`track` refuses a
+    /// table that holds one; this finds those inserted later). Tables whose key cannot hold NULL are not read.
+    public func rowsWithNullKeys() throws -> [String: Int] {
+        try locked {
+            try requireTracked()
+            var out: [String: Int] = [:]
+            for info in try Self.loadTracked(db).values.sorted(by: { $0.table.name < $1.table.name }) {
+                let def = info.definition
+                guard !def.withoutRowID, try !Self.hasRowidAliasKey(db, def) else { continue }
+                let keyNull = def.primaryKeyColumns.map { quoteIdentifier($0) + " IS NULL" }.joined(separator: " OR ")
+                let n = Int(try db.scalar("SELECT count(*) FROM main." + quoteIdentifier(def.name) + " WHERE " + keyNull)?.int64 ?? 0)
+                if n > 0 { out[def.name] = n }
+            }
+            return out
+        }
+    }
+
     /// The tracked tables whose key SQLite numbers on each device: an `INTEGER PRIMARY KEY` (with or without
     /// `AUTOINCREMENT`) that an insert leaves out gets the largest key here plus one, so two devices inserting
     /// between syncs give different rows the same key, and the later insert replaces the other row everywhere

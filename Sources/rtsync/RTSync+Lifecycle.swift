@@ -212,7 +212,7 @@ extension RTSync {
                 site:            \(s.siteId ?? "-")
                 tier:            \(s.tier.rawValue)\(s.demo ? ", demo mode ON" : "")
                 bucket:          \(s.bucket ?? "-")
-                tracked tables:  \(s.trackedTables.count) \(s.trackedTables.isEmpty ? "" : "(\(s.trackedTables.joined(separator: ", ")))")\(s.deviceNumberedKeys.isEmpty ? "" : "\nkey warning:     \(s.deviceNumberedKeys.joined(separator: ", ")) (INTEGER PRIMARY KEY numbered by each device: rows inserted on two devices between syncs can get the same key; see rtsync track --help)")
+                tracked tables:  \(s.trackedTables.count) \(s.trackedTables.isEmpty ? "" : "(\(s.trackedTables.joined(separator: ", ")))")\(s.deviceNumberedKeys.isEmpty ? "" : "\nkey warning:     \(s.deviceNumberedKeys.joined(separator: ", ")) (INTEGER PRIMARY KEY numbered by each device: rows inserted on two devices between syncs can get the same key; see rtsync track --help)")\(s.nullKeyRows.isEmpty ? "" : "\nnot synced:      rows with a NULL key, which no device can find: \(s.nullKeyRows.joined(separator: ", ")) (give them a key and declare the key columns NOT NULL)")
                 pending changes: \(s.pendingChanges); outbox: \(s.outbox) diff(s); last export: \(s.lastExport ?? "never")
                 last backup:     \(s.lastBackup ?? "never"); last known good: \(s.lastKnownGood ?? "-")
                 quarantined:     \(s.quarantined); unresolved conflicts: \(s.unresolvedConflicts)

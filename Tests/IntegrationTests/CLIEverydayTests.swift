@@ -1,3 +1,4 @@
+import DiffFormat
 import Foundation
 import RTSQLite
 import SyncEngine
@@ -130,6 +131,32 @@ struct CLIEverydayTests {
         #expect((json["warnings"] as? [String])?.count == 1)
         let tags = try rtsync(["track", "--db", db.path, "tags", "--json"])
         #expect((try jsonObject(tags.stdout)["warnings"] as? [String]) == [] && tags.stderr.isEmpty, "\(tags.stderr)")
+    }
+
+    /// A row inserted with a NULL in its key (a TEXT key not declared NOT NULL, the id left out) can never be found by
+    /// its key, so no export sends it: `diff create` and `status` say so instead of "nothing to export" alone.
+    @Test func rowsWithANullKey_areNamedByDiffCreateAndStatus() throws {
+        let dir = try TemporaryDirectory()
+        let home = dir.file("home").path
+        #expect(try rtsync(["init", "--home", home]).status == 0)
+        let db = dir.file("home/support/primary.sqlite").path
+        // The demo's accounts: account_id TEXT PRIMARY KEY, without NOT NULL.
+        try Connection(path: db).execute("INSERT INTO accounts(name) VALUES ('no id'), ('no id either')")
+        #expect(try SyncDatabase(path: db).rowsWithNullKeys() == ["accounts": 2])
+        let created = try rtsync(["diff", "create", "--db", db, "--out", dir.file("out").path])
+        #expect(created.status == 0)
+        #expect(created.stderr.contains("nothing to export") && created.stderr.contains("warning: 2 row(s) have a NULL in their key and are never sent (2 in accounts)"),
+                "\(created.stderr)")
+        let json = try jsonObject(try rtsync(["status", "--home", home, "--json"]).stdout)
+        #expect(json["nullKeyRows"] as? [String] == ["accounts: 2"], "\(json)")
+        #expect(try rtsync(["status", "--home", home]).stdout.contains("not synced:      rows with a NULL key"))
+        // Given keys, they are sent, and the warning goes.
+        try Connection(path: db).execute("UPDATE accounts SET account_id = 'acct-' || rowid WHERE account_id IS NULL")
+        let again = try rtsync(["diff", "create", "--db", db, "--out", dir.file("out").path])
+        #expect(again.status == 0 && !again.stderr.contains("warning"), "\(again.stderr)")
+        let file = again.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try DiffReader(url: URL(fileURLWithPath: file)).counts["accounts"]?.upserts == 2)
+        #expect(try SyncDatabase(path: db).rowsWithNullKeys().isEmpty)
     }
 
     /// `status` names such tables too: the demo database's `requests` has an INTEGER PRIMARY KEY.
