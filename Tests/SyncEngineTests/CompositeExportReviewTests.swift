@@ -306,31 +306,8 @@ struct CompositeExportReviewTests {
 
     @Test(arguments: 0..<12)
     func randomChangeLogs_richKeys(seed: Int) throws {
-        let box = try Sandbox("review-random-\(seed)")
-        var g = SeededGenerator(seed: UInt64(seed) &* 104_729 &+ 3)
-        let base = try h.source(box, "base", Self.schema)
-        var device = try box.replica("D", source: base, user: "u")
-        let other = try box.replica("R", source: base, user: "u")
-        var sets = 0
-        for round in 0..<5 {
-            let app = try Connection(path: device.dbURL.path)
-            app.setBusyTimeout(milliseconds: 5_000)
-            for _ in 0..<Int.random(in: 1...50, using: &g) {
-                if Bool.random(using: &g) { try randomWrite({ try device.exec($0, $1) }, &g) } else { try randomWrite({ try app.execute($0, $1) }, &g) }
-                if Int.random(in: 0..<8, using: &g) == 0 { tick() }
-            }
-            if round > 0 {
-                tick()
-                for _ in 0..<Int.random(in: 0...10, using: &g) { try randomWrite({ try other.exec($0, $1) }, &g) }
-                if let file = try other.export() { _ = device.apply(URL(fileURLWithPath: file.file)) }
-                for _ in 0..<Int.random(in: 0...5, using: &g) { try randomWrite({ try device.exec($0, $1) }, &g) }
-            }
-            let t = try h.twins(box, device, "r\(round)")
-            let before = t.sets.db.setExportsWritten
-            let file = try h.expectSameExport(t, setBased: nil)
-            if file != nil, t.sets.db.setExportsWritten > before { sets += 1 }
-            if let file { _ = other.apply(file) }
-            device = t.sets
+        let sets = try h.randomRounds(try Sandbox("review-random-\(seed)"), seed: UInt64(seed) &* 104_729 &+ 3, schema: Self.schema) { g, run in
+            try randomWrite(run, &g)
         }
         #expect(sets > 0)
     }
