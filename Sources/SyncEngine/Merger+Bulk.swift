@@ -148,7 +148,9 @@ extension Merger {
     /// indexes, which rtsync's diffs never have: `quick_check` does not compare an index with its table). False, with
     /// nothing attached, when that cannot be done or shown; the per-row merge then does all the work.
     mutating func attachDiff() throws -> Bool {
-        guard db.interpretsURIs else { return false }
+        // The set paths' SQL reads text as UTF-8 bytes (key texts' NUL test, sites' ASCII test): a UTF-16 database
+        // (which attaches only UTF-16 diffs, its own set export's) is merged row by row.
+        guard db.interpretsURIs, try SyncDatabase.storesUTF8(db) else { return false }
         let d = Merger.attachedDiff
         do {
             try db.execute("ATTACH DATABASE ? AS " + d, [.text(DiffReader.immutableURI(for: reader.contentURL.path))])

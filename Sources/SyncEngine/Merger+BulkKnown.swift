@@ -62,6 +62,19 @@ extension Merger {
         return found
     }
 
+    /// Whether a key column of `def` compares other than by bytes under its own collation (NOCASE, RTRIM, one this
+    /// connection does not know), which may differ from the one its PRIMARY KEY declares (`k TEXT COLLATE NOCASE`,
+    /// `PRIMARY KEY (k COLLATE BINARY)`): the per-row merge's `k = ?` then finds a row of another key, such as one
+    /// the set path wrote first. Told by how the column compares `'a'` with `'A'` and with `'a '` (a compound
+    /// SELECT's column takes the collation of its first SELECT's).
+    func keyColumnsCompareOtherThanByBytes(_ def: TableDefinition) -> Bool {
+        for column in def.primaryKeyColumns {
+            let probe = "SELECT x = 'A', x = 'a ' FROM (SELECT \(quoteIdentifier(column)) AS x FROM main.\(quoteIdentifier(def.name)) WHERE 0 UNION ALL SELECT 'a')"
+            guard let r = try? db.rows(probe).first, r[0].int64 == 0, r[1].int64 == 0 else { return true }
+        }
+        return false
+    }
+
     /// Whether any table's foreign key names `table` (as the per-row merge's ON DELETE handling finds them).
     mutating func isReferencedByForeignKeys(_ table: String) throws -> Bool {
         for child in try SyncDatabase.userTableNames(db) {
@@ -373,7 +386,7 @@ extension Merger {
         if leftRows > 0, try db.scalar("""
             SELECT 1 FROM pragma_index_list(?, 'main') AS il, pragma_index_xinfo(il.name, 'main') AS x
             WHERE il.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY' COLLATE NOCASE LIMIT 1
-            """, [.text(def.name)]) != nil { return nil }
+            """, [.text(def.name)]) != nil || keyColumnsCompareOtherThanByBytes(def) { return nil }
         if conflictedRows > 0 { _ = try run("UPDATE \(known) SET cls = 4 WHERE cls = 2 AND \(conflicted)") }
         var left = Set<Int64>()
         if leftRows > 0 {

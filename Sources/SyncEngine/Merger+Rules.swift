@@ -22,7 +22,11 @@ extension Merger {
               let remoteDef = reader.tables.first(where: { $0.name == table }) else {
             throw SyncEngineError.diffRejected(file: reader.url.path, reason: "table '\(table)' is neither in this database nor defined by the diff")
         }
-        let plan = TablePlan(info: info, remoteDef: remoteDef, abortsConflicts: try UniqueIndex.hasUniqueConflictClause(table: info.definition.name, in: db))
+        // A key column declared ANY keeps every value as given in a STRICT table (elsewhere ANY is NUMERIC affinity).
+        let def = info.definition
+        let anyKey = def.columns.contains { c in def.primaryKeyColumns.contains(c.name) && c.type.trimmingCharacters(in: .whitespaces).uppercased() == "ANY" }
+        let strict = anyKey && (try? db.scalar("SELECT strict FROM pragma_table_list WHERE schema = 'main' AND name = ?", [.text(def.name)]))??.int64 == 1
+        let plan = TablePlan(info: info, remoteDef: remoteDef, abortsConflicts: try UniqueIndex.hasUniqueConflictClause(table: def.name, in: db), strict: strict)
         plans[table] = plan
         return plan
     }
@@ -233,7 +237,7 @@ extension Merger {
         /// clauses keep their own conflict handling (a statement's OR clause also governs the triggers it fires).
         let orAbort: String
 
-        init(info: TrackedInfo, remoteDef: TableDefinition, abortsConflicts: Bool = false) {
+        init(info: TrackedInfo, remoteDef: TableDefinition, abortsConflicts: Bool = false, strict: Bool = false) {
             self.info = info
             self.remoteDef = remoteDef
             orAbort = abortsConflicts ? " OR ABORT" : ""
@@ -242,7 +246,10 @@ extension Merger {
             remoteLower = zip(remoteDef.columnNames, translated).map { ($1 ?? $0).lowercased() }
             renamedFrom = Dictionary(zip(remoteDef.columnNames, translated).compactMap { n, t in t.map { (n.lowercased(), $0) } }, uniquingKeysWith: { a, _ in a })
             keyLower = def.primaryKeyColumns.map { $0.lowercased() }
-            keyAffinities = def.primaryKeyColumns.map { k in KeyAffinity(declaredType: def.columns.first { $0.name == k }?.type ?? "") }
+            keyAffinities = def.primaryKeyColumns.map { k in
+                let type = def.columns.first { $0.name == k }?.type ?? ""
+                return strict && type.trimmingCharacters(in: .whitespaces).uppercased() == "ANY" ? .blob : KeyAffinity(declaredType: type)
+            }
             var index: [String: Int] = [:]
             var names: [String: String] = [:]
             for (i, c) in def.columnNames.enumerated() where index[c.lowercased()] == nil {
