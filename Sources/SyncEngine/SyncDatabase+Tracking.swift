@@ -164,7 +164,43 @@ extension SyncDatabase {
     }
 
     /// Tracks one table inside the caller's transaction.
-    func trackTable(_ name: String, policy: TablePolicy?) throws -> TrackedTable { try Self.trackTable(db, name, policy: policy) }
+    func trackTable(_ name: String, policy: TablePolicy?) throws -> TrackedTable {
+        // Checked when a table starts being tracked: running track again over one tracked before stays harmless.
+        if try db.scalar("SELECT 1 FROM rtsync_tracked WHERE name = ? COLLATE NOCASE", [.text(name)]) == nil {
+            try Self.refuseKeyCollationMismatch(db, name)
+        }
+        return try Self.trackTable(db, name, policy: policy)
+    }
+
+    /// Refuses a table whose key column compares under a collation (NOCASE, RTRIM) other than the one its PRIMARY KEY
+    /// declares (`k TEXT COLLATE NOCASE, …, PRIMARY KEY (k COLLATE BINARY)`): rtsync finds a row with `k = ?`, under
+    /// the column's collation, so two keys of the table (`'abc'`, `'ABC'`) would be taken for one. The column's collation
+    /// is told by how it compares `'a'` with `'A'` and with `'a '` (BINARY, NOCASE, RTRIM); a collation this
+    /// connection does not know is not judged. Only when the app asks to track a table not tracked yet (a table
+    /// `--all` tracks later is not refused in the middle of an export; such a table tracked before stays tracked).
+    static func refuseKeyCollationMismatch(_ db: Connection, _ table: String) throws {
+        let declared = try db.rows("""
+            SELECT x.name, x.coll FROM pragma_index_list(?1, 'main') AS il, pragma_index_xinfo(il.name, 'main') AS x
+            WHERE il.origin = 'pk' AND x.key = 1 AND x.cid >= 0
+            """, [.text(table)])
+        for row in declared {
+            guard let column = row[0].string, let keyCollation = row[1].string?.uppercased() else { continue }
+            let probe = "SELECT x = 'A', x = 'a ' FROM (SELECT \(quoteIdentifier(column)) AS x FROM main.\(quoteIdentifier(table)) WHERE 0 UNION ALL SELECT 'a')"
+            guard let r = try? db.rows(probe).first else { continue }
+            let own: String
+            switch (r[0].int64, r[1].int64) {
+            case (0, 0): own = "BINARY"
+            case (1, 0): own = "NOCASE"
+            case (0, 1): own = "RTRIM"
+            default: continue
+            }
+            // A column comparing by bytes under a looser key (BINARY under NOCASE) takes no two keys for one.
+            guard ["BINARY", "NOCASE", "RTRIM"].contains(keyCollation), own != keyCollation, own != "BINARY" else { continue }
+            throw SyncEngineError.untrackableTable(
+                table: table, reason: "key column '\(column)' compares with COLLATE \(own) but its PRIMARY KEY declares COLLATE \(keyCollation), so rows whose keys differ only under \(own) would be taken for one",
+                hint: "declare the collation on the column itself (\(column) … COLLATE \(keyCollation)) and not in PRIMARY KEY (…), then run track again")
+        }
+    }
 
     static func trackTable(_ db: Connection, _ name: String, policy: TablePolicy?) throws -> TrackedTable {
         guard let sql = try db.scalar("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", [.text(name)])?.string else {
