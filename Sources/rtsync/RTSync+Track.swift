@@ -55,7 +55,8 @@ extension RTSync {
             discussion: """
             Installs rtsync's bookkeeping tables (rtsync_*) and plain-SQL triggers, so writes from any \
             connection, including the sqlite3 shell, are captured. Re-running is harmless. The database \
-            gets a stable site id on first track. Tables without a primary key are refused with the reason. \
+            gets a stable site id on first track. Tables without a primary key, or whose key column compares under \
+            another collation than its PRIMARY KEY declares, are refused with the reason. \
             A table whose key is an INTEGER PRIMARY KEY gets a warning: each device numbers new rows itself, \
             so rows inserted on two devices between syncs can get the same key.
             """
