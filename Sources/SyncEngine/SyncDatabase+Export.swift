@@ -29,6 +29,7 @@ extension SyncDatabase {
                               shouldStop: (@Sendable () -> Bool)? = nil) throws -> ExportResult? {
         try locked {
             try requireTracked()
+            droppedNullKeys = [:]
             switch try exportBySets(to: directory, signingKey: signingKey, shouldStop: shouldStop) {
             case .exported(let result): return result
             case .nothing: return nil
@@ -36,6 +37,10 @@ extension SyncDatabase {
             }
         }
     }
+
+    /// Rows whose changes the last `exportChanges` dropped because their key holds a NULL, by table: no device can
+    /// find such a row by its key, so it is never sent (`rowsWithNullKeys()` counts every such row there is).
+    public var lastExportDroppedNullKeys: [String: Int] { locked { droppedNullKeys } }
 
     /// Number of changed rows waiting to be exported (before coalescing).
     public func pendingChangeCount() throws -> Int {
@@ -147,7 +152,10 @@ extension SyncDatabase {
                 // A key holding a NULL (allowed in a rowid table's key without NOT NULL) names no row anywhere: no
                 // `key = ?` finds it, and a diff carrying it is rejected. Its change is dropped, as the row's own is
                 // (`SyncDatabase.rowsWithNullKeys` and `status` name such rows).
-                if keyValues.contains(.null) { continue }
+                if keyValues.contains(.null) {
+                    droppedNullKeys[info.table.name, default: 0] += 1
+                    continue
+                }
                 let def = info.definition
                 let existingBorn = try born(p.tid, p.pk)
                 // What is sent follows the row as it is now: a delete the log holds for a row that still exists

@@ -38,6 +38,9 @@ public struct SyncReport: Sendable, Codable {
     public var cleanedUp: [String] = []
     /// Whether the run stopped early at a safe point because `Syncer.shouldStop` asked it to.
     public var interrupted = false
+    /// Rows whose changes this run's export dropped because their key holds a NULL, by table: never sent, since no
+    /// device can find such a row by its key (`SyncDatabase.lastExportDroppedNullKeys`).
+    public var unsendableRows: [String: Int] = [:]
     /// Whether every phase completed.
     public var ok: Bool { phases.allSatisfy(\.ok) }
 }
@@ -254,7 +257,9 @@ public struct Syncer: Sendable {
         } else {
             do {
                 step(SyncProgress(phase: .export, itemsTotal: try? db.pendingChangeCount(), unit: "changes"))
-                if let result = try db.exportChanges(to: home.outbox, signingKey: signingKey, shouldStop: shouldStop) {
+                let exported = try db.exportChanges(to: home.outbox, signingKey: signingKey, shouldStop: shouldStop)
+                report.unsendableRows = db.lastExportDroppedNullKeys
+                if let result = exported {
                     report.exported = result
                     applied.insert(result.diffID)
                     report.phases.append(SyncPhase(name: "export", ok: true, summary: "exported \(result.rows) row(s) to \(URL(fileURLWithPath: result.file).lastPathComponent)"))

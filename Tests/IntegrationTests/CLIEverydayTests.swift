@@ -134,8 +134,8 @@ struct CLIEverydayTests {
     }
 
     /// A row inserted with a NULL in its key (a TEXT key not declared NOT NULL, the id left out) can never be found by
-    /// its key, so no export sends it: `diff create` and `status` say so instead of "nothing to export" alone.
-    @Test func rowsWithANullKey_areNamedByDiffCreateAndStatus() throws {
+    /// its key, so no export sends it: `diff create`, `status` and `sync` say so instead of "nothing to export" alone.
+    @Test func rowsWithANullKey_areNamedByDiffCreateStatusAndSync() throws {
         let dir = try TemporaryDirectory()
         let home = dir.file("home").path
         #expect(try rtsync(["init", "--home", home]).status == 0)
@@ -157,6 +157,14 @@ struct CLIEverydayTests {
         let file = again.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(try DiffReader(url: URL(fileURLWithPath: file)).counts["accounts"]?.upserts == 2)
         #expect(try SyncDatabase(path: db).rowsWithNullKeys().isEmpty)
+        // sync warns for the changes its export drops (and says so in --json).
+        try Connection(path: db).execute("INSERT INTO accounts(name) VALUES ('no id again')")
+        let synced = try rtsync(["sync", "--home", home])
+        #expect(synced.status == 0 && synced.stderr.contains("warning: changes of 1 row(s) with a NULL in their key were not sent (1 in accounts)"),
+                "\(synced.stdout) \(synced.stderr)")
+        try Connection(path: db).execute("UPDATE accounts SET name = 'still no id' WHERE account_id IS NULL")
+        let report = try jsonObject(try rtsync(["sync", "--home", home, "--json"]).stdout)["report"] as? [String: Any]
+        #expect(report?["unsendableRows"] as? [String: Int] == ["accounts": 1], "\(String(describing: report))")
     }
 
     /// `status` names such tables too: the demo database's `requests` has an INTEGER PRIMARY KEY.
