@@ -29,7 +29,7 @@ extension SyncDatabase {
                               shouldStop: (@Sendable () -> Bool)? = nil) throws -> ExportResult? {
         try locked {
             try requireTracked()
-            droppedNullKeys = [:]
+            droppedNullKeys = []
             switch try exportBySets(to: directory, signingKey: signingKey, shouldStop: shouldStop) {
             case .exported(let result): return result
             case .nothing: return nil
@@ -38,9 +38,9 @@ extension SyncDatabase {
         }
     }
 
-    /// Rows whose changes the last `exportChanges` dropped because their key holds a NULL, by table: no device can
-    /// find such a row by its key, so it is never sent (`rowsWithNullKeys()` counts every such row there is).
-    public var lastExportDroppedNullKeys: [String: Int] { locked { droppedNullKeys } }
+    /// The tables where the last `exportChanges` dropped an insert or update of a row whose key holds a NULL: no
+    /// device can find such a row by its key, so it is never sent (`rowsWithNullKeys()` counts every such row there is).
+    public var lastExportDroppedNullKeys: [String] { locked { droppedNullKeys.sorted() } }
 
     /// Number of changed rows waiting to be exported (before coalescing).
     public func pendingChangeCount() throws -> Int {
@@ -153,7 +153,8 @@ extension SyncDatabase {
                 // `key = ?` finds it, and a diff carrying it is rejected. Its change is dropped, as the row's own is
                 // (`SyncDatabase.rowsWithNullKeys` and `status` name such rows).
                 if keyValues.contains(.null) {
-                    droppedNullKeys[info.table.name, default: 0] += 1
+                    // A delete under such a key (the row given a key, or deleted) loses nothing.
+                    if p.lastOp != 3 { droppedNullKeys.insert(info.table.name) }
                     continue
                 }
                 let def = info.definition

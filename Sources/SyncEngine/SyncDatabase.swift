@@ -24,8 +24,8 @@ public final class SyncDatabase: @unchecked Sendable {
     package var setExportMinimumRows = ProcessInfo.processInfo.environment["RTSYNC_SET_EXPORT_MIN_ROWS"].flatMap { Int($0) } ?? 64
     /// Exports written by the set-based path since this value was opened (for tests).
     package internal(set) var setExportsWritten = 0
-    /// Rows whose changes the last export dropped because their key holds a NULL, by table (under the lock).
-    var droppedNullKeys: [String: Int] = [:]
+    /// Tables where the last export dropped an insert or update of a row whose key holds a NULL (under the lock).
+    var droppedNullKeys: Set<String> = []
     /// Diff files smaller than this are merged row by row: below it, attaching the file and starting a thread
     /// cost more than the bulk writes save (about 0.5 ms, against a few µs a row).
     package var bulkApplyMinimumBytes: Int64 = 64 * 1024

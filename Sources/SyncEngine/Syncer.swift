@@ -38,9 +38,9 @@ public struct SyncReport: Sendable, Codable {
     public var cleanedUp: [String] = []
     /// Whether the run stopped early at a safe point because `Syncer.shouldStop` asked it to.
     public var interrupted = false
-    /// Rows whose changes this run's export dropped because their key holds a NULL, by table: never sent, since no
+    /// Tables where this run's export dropped inserts or updates of rows whose key holds a NULL: never sent, since no
     /// device can find such a row by its key (`SyncDatabase.lastExportDroppedNullKeys`).
-    public var unsendableRows: [String: Int] = [:]
+    public var nullKeyTables: [String] = []
     /// Whether every phase completed.
     public var ok: Bool { phases.allSatisfy(\.ok) }
 }
@@ -258,7 +258,7 @@ public struct Syncer: Sendable {
             do {
                 step(SyncProgress(phase: .export, itemsTotal: try? db.pendingChangeCount(), unit: "changes"))
                 let exported = try db.exportChanges(to: home.outbox, signingKey: signingKey, shouldStop: shouldStop)
-                report.unsendableRows = db.lastExportDroppedNullKeys
+                report.nullKeyTables = db.lastExportDroppedNullKeys
                 if let result = exported {
                     report.exported = result
                     applied.insert(result.diffID)

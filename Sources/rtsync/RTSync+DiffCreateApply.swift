@@ -43,14 +43,9 @@ extension RTSync.Diff {
                 } else {
                     FileHandle.standardError.write(Data("nothing to export: no changes since the last diff\n".utf8))
                 }
-                // Rows no export can send: say so, whatever was exported.
-                let unsendable = (try? db.rowsWithNullKeys()) ?? [:]
-                if !unsendable.isEmpty {
-                    let list = unsendable.sorted { $0.key < $1.key }.map { "\($0.value) in \($0.key)" }.joined(separator: ", ")
-                    let text = "warning: \(unsendable.values.reduce(0, +)) row(s) have a NULL in their key and are never sent (\(terminalSafe(list, limit: 2_000)))\n"
-                        + "hint: give those rows a key (no device can find a row by a NULL key) and declare the key columns NOT NULL\n"
-                    FileHandle.standardError.write(Data(text.utf8))
-                }
+                // Changes the export dropped (rows with a NULL in their key, which no device can find): say so.
+                let dropped = db.lastExportDroppedNullKeys
+                if !dropped.isEmpty { warnNullKeys(dropped) }
             } catch { throw report(error) }
         }
     }

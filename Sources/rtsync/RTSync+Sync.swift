@@ -93,11 +93,7 @@ extension RTSync {
                     if !taken.isEmpty { print("  ok   shared media: \(taken.count) file(s) taken from parcels into the documents (the next media sync uploads them)") }
                     print("\(report.ok ? "done" : "incomplete"): \(report.requests) bucket request(s)")
                 }
-                if !report.unsendableRows.isEmpty {
-                    let list = report.unsendableRows.sorted { $0.key < $1.key }.map { "\($0.value) in \($0.key)" }.joined(separator: ", ")
-                    FileHandle.standardError.write(Data(("warning: changes of \(report.unsendableRows.values.reduce(0, +)) row(s) with a NULL in their key were not sent (\(terminalSafe(list, limit: 2_000)))\n"
-                        + "hint: give those rows a key (no device can find a row by a NULL key) and declare the key columns NOT NULL\n").utf8))
-                }
+                if !report.nullKeyTables.isEmpty { warnNullKeys(report.nullKeyTables) }
                 if let parcelError { throw parcelError }
                 if let sig = signals.receivedSignal {
                     // Stopped at a safe point: what was done is above, what is left is in the "stopped" phase.

@@ -21,6 +21,13 @@ struct RTSync: AsyncParsableCommand {
 // MARK: - Output helpers shared by commands
 
 /// Prints `error: <what>` and an optional `hint:` line to standard error, each one line, terminal-safe.
+/// Warns that the export dropped inserts or updates of rows with a NULL in their key in `tables` (`sync`, `diff create`).
+func warnNullKeys(_ tables: [String]) {
+    let list = terminalSafe(tables.joined(separator: ", "), limit: 2_000)
+    FileHandle.standardError.write(Data(("warning: rows with a NULL in their key were inserted or changed and not sent (\(list)): no device can find a row by a NULL key\n"
+        + "hint: give those rows a key and declare the key columns NOT NULL; rtsync status counts them\n").utf8))
+}
+
 func printError(_ what: String, hint: String?) {
     var text = "error: \(terminalSafe(what, limit: 2_000))\n"
     if let hint { text += "hint: \(terminalSafe(hint, limit: 2_000))\n" }
