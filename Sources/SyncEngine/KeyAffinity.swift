@@ -6,8 +6,10 @@ import RTSQLite
 enum KeyAffinity: Sendable, Equatable {
     case integer, text, blob, real, numeric
 
-    /// The affinity SQLite gives a column declared with `type` (the rules of section 3.1, in their order).
-    init(declaredType type: String) {
+    /// The affinity SQLite gives a column declared with `type` (the rules of section 3.1, in their order); in a
+    /// `strict` table, `ANY` keeps every value as given (as BLOB affinity does), elsewhere it is NUMERIC.
+    init(declaredType type: String, strict: Bool = false) {
+        if strict, Self.isAny(type) { self = .blob; return }
         // Declared types are ASCII nearly always: matched on bytes, as SQLite itself does (a merge asks for every
         // column of every diff, and Foundation's case-folding and trimming was a tenth of applying a one-row diff).
         if let affinity = Self.asciiAffinity(type) { self = affinity; return }
@@ -17,6 +19,12 @@ enum KeyAffinity: Sendable, Equatable {
         else if t.contains("BLOB") || t.trimmingCharacters(in: .whitespaces).isEmpty { self = .blob }
         else if t.contains("REAL") || t.contains("FLOA") || t.contains("DOUB") { self = .real }
         else { self = .numeric }
+    }
+
+    /// Whether a column is declared `ANY` (in any letter case, blanks around it).
+    static func isAny(_ type: String) -> Bool {
+        let t = type.trimmingCharacters(in: .whitespaces)
+        return t.utf8.count == 3 && t.uppercased() == "ANY"
     }
 
     /// The rules of `init(declaredType:)` for a type of ASCII characters only; nil for any other.

@@ -63,16 +63,11 @@ extension Merger {
     }
 
     /// Whether a key column of `def` compares other than by bytes under its own collation (NOCASE, RTRIM, one this
-    /// connection does not know), which may differ from the one its PRIMARY KEY declares (`k TEXT COLLATE NOCASE`,
-    /// `PRIMARY KEY (k COLLATE BINARY)`): the per-row merge's `k = ?` then finds a row of another key, such as one
-    /// the set path wrote first. Told by how the column compares `'a'` with `'A'` and with `'a '` (a compound
-    /// SELECT's column takes the collation of its first SELECT's).
+    /// connection does not know: `SyncDatabase.collation(of:in:_:)`), which may differ from the one its PRIMARY KEY
+    /// declares (`k TEXT COLLATE NOCASE`, `PRIMARY KEY (k COLLATE BINARY)`): the per-row merge's `k = ?` then finds a
+    /// row of another key, such as one the set path wrote first.
     func keyColumnsCompareOtherThanByBytes(_ def: TableDefinition) -> Bool {
-        for column in def.primaryKeyColumns {
-            let probe = "SELECT x = 'A', x = 'a ' FROM (SELECT \(quoteIdentifier(column)) AS x FROM main.\(quoteIdentifier(def.name)) WHERE 0 UNION ALL SELECT 'a')"
-            guard let r = try? db.rows(probe).first, r[0].int64 == 0, r[1].int64 == 0 else { return true }
-        }
-        return false
+        def.primaryKeyColumns.contains { SyncDatabase.collation(of: $0, in: def.name, db) != "BINARY" }
     }
 
     /// Whether any table's foreign key names `table` (as the per-row merge's ON DELETE handling finds them).

@@ -24,7 +24,7 @@ extension Merger {
         }
         // A key column declared ANY keeps every value as given in a STRICT table (elsewhere ANY is NUMERIC affinity).
         let def = info.definition
-        let anyKey = def.columns.contains { c in def.primaryKeyColumns.contains(c.name) && c.type.trimmingCharacters(in: .whitespaces).uppercased() == "ANY" }
+        let anyKey = def.columns.contains { c in def.primaryKeyColumns.contains(c.name) && KeyAffinity.isAny(c.type) }
         let strict = anyKey && (try? db.scalar("SELECT strict FROM pragma_table_list WHERE schema = 'main' AND name = ?", [.text(def.name)]))??.int64 == 1
         let plan = TablePlan(info: info, remoteDef: remoteDef, abortsConflicts: try UniqueIndex.hasUniqueConflictClause(table: def.name, in: db), strict: strict)
         plans[table] = plan
@@ -246,10 +246,7 @@ extension Merger {
             remoteLower = zip(remoteDef.columnNames, translated).map { ($1 ?? $0).lowercased() }
             renamedFrom = Dictionary(zip(remoteDef.columnNames, translated).compactMap { n, t in t.map { (n.lowercased(), $0) } }, uniquingKeysWith: { a, _ in a })
             keyLower = def.primaryKeyColumns.map { $0.lowercased() }
-            keyAffinities = def.primaryKeyColumns.map { k in
-                let type = def.columns.first { $0.name == k }?.type ?? ""
-                return strict && type.trimmingCharacters(in: .whitespaces).uppercased() == "ANY" ? .blob : KeyAffinity(declaredType: type)
-            }
+            keyAffinities = def.primaryKeyColumns.map { k in KeyAffinity(declaredType: def.columns.first { $0.name == k }?.type ?? "", strict: strict) }
             var index: [String: Int] = [:]
             var names: [String: String] = [:]
             for (i, c) in def.columnNames.enumerated() where index[c.lowercased()] == nil {

@@ -74,8 +74,7 @@ extension SyncDatabase {
             for info in try Self.loadTracked(db).values.sorted(by: { $0.table.name < $1.table.name }) {
                 let def = info.definition
                 guard !def.withoutRowID, try !Self.hasRowidAliasKey(db, def) else { continue }
-                let keyNull = def.primaryKeyColumns.map { quoteIdentifier($0) + " IS NULL" }.joined(separator: " OR ")
-                let n = Int(try db.scalar("SELECT count(*) FROM main." + quoteIdentifier(def.name) + " WHERE " + keyNull)?.int64 ?? 0)
+                let n = Int(try db.scalar("SELECT count(*) FROM main." + quoteIdentifier(def.name) + " WHERE " + Self.keyHoldsNullSQL(def))?.int64 ?? 0)
                 if n > 0 { out[def.name] = n }
             }
             return out
@@ -174,9 +173,8 @@ extension SyncDatabase {
 
     /// Refuses a table whose key column compares under a collation (NOCASE, RTRIM) other than the one its PRIMARY KEY
     /// declares (`k TEXT COLLATE NOCASE, …, PRIMARY KEY (k COLLATE BINARY)`): rtsync finds a row with `k = ?`, under
-    /// the column's collation, so two keys of the table (`'abc'`, `'ABC'`) would be taken for one. The column's collation
-    /// is told by how it compares `'a'` with `'A'` and with `'a '` (BINARY, NOCASE, RTRIM); a collation this
-    /// connection does not know is not judged. Only when the app asks to track a table not tracked yet (a table
+    /// the column's collation, so two keys of the table (`'abc'`, `'ABC'`) would be taken for one (`collation(of:in:_:)`;
+    /// a collation this connection does not know is not judged). Only when the app asks to track a table not tracked yet (a table
     /// `--all` tracks later is not refused in the middle of an export; such a table tracked before stays tracked).
     static func refuseKeyCollationMismatch(_ db: Connection, _ table: String) throws {
         let declared = try db.rows("""
@@ -184,22 +182,33 @@ extension SyncDatabase {
             WHERE il.origin = 'pk' AND x.key = 1 AND x.cid >= 0
             """, [.text(table)])
         for row in declared {
-            guard let column = row[0].string, let keyCollation = row[1].string?.uppercased() else { continue }
-            let probe = "SELECT x = 'A', x = 'a ' FROM (SELECT \(quoteIdentifier(column)) AS x FROM main.\(quoteIdentifier(table)) WHERE 0 UNION ALL SELECT 'a')"
-            guard let r = try? db.rows(probe).first else { continue }
-            let own: String
-            switch (r[0].int64, r[1].int64) {
-            case (0, 0): own = "BINARY"
-            case (1, 0): own = "NOCASE"
-            case (0, 1): own = "RTRIM"
-            default: continue
-            }
+            guard let column = row[0].string, let keyCollation = row[1].string?.uppercased(),
+                  let own = collation(of: column, in: table, db) else { continue }
             // A column comparing by bytes under a looser key (BINARY under NOCASE) takes no two keys for one.
             guard ["BINARY", "NOCASE", "RTRIM"].contains(keyCollation), own != keyCollation, own != "BINARY" else { continue }
             throw SyncEngineError.untrackableTable(
                 table: table, reason: "key column '\(column)' compares with COLLATE \(own) but its PRIMARY KEY declares COLLATE \(keyCollation), so rows whose keys differ only under \(own) would be taken for one",
                 hint: "declare the collation on the column itself (\(column) … COLLATE \(keyCollation)) and not in PRIMARY KEY (…), then run track again")
         }
+    }
+
+    /// The collation `column` of `table` compares under, as `column = ?` does: BINARY, NOCASE or RTRIM, told by how it
+    /// compares `'a'` with `'A'` and with `'a '` (a compound SELECT's column takes the collation of its first SELECT's);
+    /// nil for another one (an app's own, which this connection may not know).
+    static func collation(of column: String, in table: String, _ db: Connection) -> String? {
+        let probe = "SELECT x = 'A', x = 'a ' FROM (SELECT \(quoteIdentifier(column)) AS x FROM main.\(quoteIdentifier(table)) WHERE 0 UNION ALL SELECT 'a')"
+        guard let r = try? db.rows(probe).first else { return nil }
+        switch (r[0].int64, r[1].int64) {
+        case (0, 0): return "BINARY"
+        case (1, 0): return "NOCASE"
+        case (0, 1): return "RTRIM"
+        default: return nil
+        }
+    }
+
+    /// SQL true for a row of `def` whose key holds a NULL (which no `key = ?` finds).
+    static func keyHoldsNullSQL(_ def: TableDefinition) -> String {
+        def.primaryKeyColumns.map { quoteIdentifier($0) + " IS NULL" }.joined(separator: " OR ")
     }
 
     static func trackTable(_ db: Connection, _ name: String, policy: TablePolicy?) throws -> TrackedTable {
@@ -225,8 +234,7 @@ extension SyncDatabase {
         if DiffFile.rowidAlias(for: def.columnNames) == nil {
             throw SyncEngineError.untrackableTable(table: name, reason: "columns named rowid, _rowid_ and oid leave no way to address rows", hint: "rename one of those columns")
         }
-        let keyNull = def.primaryKeyColumns.map { quoteIdentifier($0) + " IS NULL" }.joined(separator: " OR ")
-        let nulls = try db.scalar("SELECT count(*) FROM " + quoteIdentifier(name) + " WHERE " + keyNull)?.int64 ?? 0
+        let nulls = try db.scalar("SELECT count(*) FROM " + quoteIdentifier(name) + " WHERE " + keyHoldsNullSQL(def))?.int64 ?? 0
         if nulls > 0 {
             throw SyncEngineError.untrackableTable(table: name, reason: "\(nulls) row(s) have a NULL primary key, which cannot identify a row",
                                                    hint: "give those rows a key (or delete them) and declare the key columns NOT NULL")
@@ -325,7 +333,7 @@ extension SyncDatabase {
 
     /// Whether a column declared `type` stores an INTEGER and an equal REAL as they are (`numberKeys`).
     static func keepsNumbersApart(_ type: String) -> Bool {
-        KeyAffinity(declaredType: type) == .blob || type.trimmingCharacters(in: .whitespaces).uppercased() == "ANY"
+        KeyAffinity(declaredType: type) == .blob || KeyAffinity.isAny(type)
     }
 
     /// SQL text of one key value in a key text: `quote(x)`, except for TEXT holding a NUL byte, which `quote()`

@@ -135,60 +135,56 @@ struct CompositeExportReviewTests {
 
     // MARK: - Things that should hold
 
+    /// A device made of `schema` with `inserts` run, exported by twins; then `edits` run on the set-export twin and
+    /// exported by twins again.
+    func insertThenEdit(_ label: String, _ schema: String, _ inserts: String, _ edits: [String],
+                        sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let box = try Sandbox("review-\(label)")
+        let device = try box.replica("D", source: try h.source(box, label, schema), user: "u")
+        try device.exec(inserts)
+        let first = try h.twins(box, device, "\(label)1")
+        try h.expectSameExport(first, sourceLocation: sourceLocation)
+        tick()
+        for edit in edits { try first.sets.exec(edit) }
+        let second = try h.twins(box, first.sets, "\(label)2")
+        try h.expectSameExport(second, sourceLocation: sourceLocation)
+    }
+
     /// Consistent NOCASE key, a key whose case changes, deletes.
     @Test func nocaseKey_caseChanges_andDeletes() throws {
-        let box = try Sandbox("review-nocase")
-        let url = try h.source(box, "nocase", "CREATE TABLE p(a TEXT COLLATE NOCASE, b INTEGER, v TEXT, PRIMARY KEY (a, b));")
-        let device = try box.replica("D", source: url, user: "u")
-        try device.exec("INSERT INTO p VALUES ('Abc', 1, 'x'), ('d', 2, 'y'), ('e', 3, 'z')")
-        let first = try h.twins(box, device, "n1")
-        try h.expectSameExport(first)
-        tick()
-        try first.sets.exec("UPDATE p SET a = 'ABC' WHERE a = 'abc' AND b = 1")
-        try first.sets.exec("INSERT OR REPLACE INTO p VALUES ('D', 2, 'yy')")
-        try first.sets.exec("DELETE FROM p WHERE a = 'E' AND b = 3")
-        try first.sets.exec("INSERT INTO p VALUES ('new', 9, 'n')")
-        let second = try h.twins(box, first.sets, "n2")
-        try h.expectSameExport(second)
+        try insertThenEdit("nocase", "CREATE TABLE p(a TEXT COLLATE NOCASE, b INTEGER, v TEXT, PRIMARY KEY (a, b));",
+                           "INSERT INTO p VALUES ('Abc', 1, 'x'), ('d', 2, 'y'), ('e', 3, 'z')", [
+            "UPDATE p SET a = 'ABC' WHERE a = 'abc' AND b = 1",
+            "INSERT OR REPLACE INTO p VALUES ('D', 2, 'yy')",
+            "DELETE FROM p WHERE a = 'E' AND b = 3",
+            "INSERT INTO p VALUES ('new', 9, 'n')",
+        ])
     }
 
     /// Untyped key columns holding 1 and '1' (two rows), integral REALs (key text of the INTEGER), -0.0, extremes,
     /// empty texts, texts with quotes, commas, newlines; deletes of such rows.
     @Test func untypedKeyColumns_mixedStorageClasses() throws {
-        let box = try Sandbox("review-untyped")
-        let url = try h.source(box, "untyped", "CREATE TABLE u(x, y, v, PRIMARY KEY (x, y));")
-        let device = try box.replica("D", source: url, user: "u")
-        try device.exec("""
+        try insertThenEdit("untyped", "CREATE TABLE u(x, y, v, PRIMARY KEY (x, y));", """
             INSERT INTO u VALUES (1, 1, 'int-int'), ('1', 1, 'text-int'), (1, '1', 'int-text'), ('1', '1', 'text-text'),
               (2.0, 'r', 'real2'), (-0.0, 'z', 'negzero'), (9223372036854775807, -9223372036854775808, 'ext'),
               ('', '', 'empty'), (''',''', ',', 'q'), ('a' || char(10) || 'b', 'nl', 'n'), (-9223372036854775808.0, 'm', 'minreal')
-            """)
-        let first = try h.twins(box, device, "u1")
-        try h.expectSameExport(first)
-        tick()
-        try first.sets.exec("UPDATE u SET v = 'upd' WHERE 1")
-        try first.sets.exec("DELETE FROM u WHERE v = 'upd' AND x = 2")
-        try first.sets.exec("DELETE FROM u WHERE x = '1' AND y = 1")
-        try first.sets.exec("DELETE FROM u WHERE x = -0.0")
-        try first.sets.exec("DELETE FROM u WHERE y = -9223372036854775808")
-        let second = try h.twins(box, first.sets, "u2")
-        try h.expectSameExport(second)
+            """, [
+            "UPDATE u SET v = 'upd' WHERE 1",
+            "DELETE FROM u WHERE v = 'upd' AND x = 2",
+            "DELETE FROM u WHERE x = '1' AND y = 1",
+            "DELETE FROM u WHERE x = -0.0",
+            "DELETE FROM u WHERE y = -9223372036854775808",
+        ])
     }
 
     /// INTEGER affinity given '12' (stored 12) and 'abc' (stored as text); NUMERIC given '1e2'; TEXT given 12.
     @Test func affinities_inKeyColumns() throws {
-        let box = try Sandbox("review-aff")
-        let url = try h.source(box, "aff", "CREATE TABLE a(i INTEGER, n NUMERIC, t TEXT, v, PRIMARY KEY (t, i, n));")
-        let device = try box.replica("D", source: url, user: "u")
-        try device.exec("INSERT INTO a VALUES ('12', '1e2', 12, 'a'), ('abc', 'x', 'y', 'b'), (' 7 ', '3.0', '', 'c'), ('-0', '-5', '''', 'd')")
-        let first = try h.twins(box, device, "a1")
-        try h.expectSameExport(first)
-        tick()
-        try first.sets.exec("UPDATE a SET v = 'u'")
-        try first.sets.exec("DELETE FROM a WHERE i = 'abc'")
-        try first.sets.exec("DELETE FROM a WHERE i = 12")
-        let second = try h.twins(box, first.sets, "a2")
-        try h.expectSameExport(second)
+        try insertThenEdit("aff", "CREATE TABLE a(i INTEGER, n NUMERIC, t TEXT, v, PRIMARY KEY (t, i, n));",
+                           "INSERT INTO a VALUES ('12', '1e2', 12, 'a'), ('abc', 'x', 'y', 'b'), (' 7 ', '3.0', '', 'c'), ('-0', '-5', '''', 'd')", [
+            "UPDATE a SET v = 'u'",
+            "DELETE FROM a WHERE i = 'abc'",
+            "DELETE FROM a WHERE i = 12",
+        ])
     }
 
     /// Key columns named like the scratch columns (kv, kv2, pk, tid, op, fs), key order unlike column order,
