@@ -117,6 +117,23 @@ public struct KSUID: Sendable, Hashable, Comparable {
         }
         return nil
     }
+
+    /// A larger KSUID: this one plus a random step of 1 to 2^64 − 1, or nil past `max`. Two copies of one database
+    /// (devices restored from one backup) that continue from the same last id then make different ids.
+    package func randomSuccessor() -> KSUID? {
+        var rng = SystemRandomNumberGenerator()
+        var step = UInt64.random(in: 1...UInt64.max, using: &rng)
+        var b = bytes
+        var carry: UInt16 = 0
+        for i in stride(from: 19, through: 0, by: -1) {
+            let sum = UInt16(b[i]) + UInt16(step & 0xFF) + carry
+            b[i] = UInt8(sum & 0xFF)
+            carry = sum >> 8
+            step >>= 8
+            if step == 0 && carry == 0 { return KSUID(uncheckedBytes: b) }
+        }
+        return nil
+    }
 }
 
 extension KSUID: CustomStringConvertible, LosslessStringConvertible {

@@ -126,7 +126,7 @@ public struct BackupManager: Sendable {
         let lock = try FolderLock(folder)
         defer { lock.unlock() }
         var newID = KSUID.generate()
-        if let top = loadManifest().backups.compactMap({ try? KSUID(string: $0.id) }).max(), newID <= top, let next = top.successor() { newID = next }
+        if let top = loadManifest().backups.compactMap({ try? KSUID(string: $0.id) }).max(), newID <= top, let next = top.randomSuccessor() { newID = next }
         let id = newID.string
         let temp = folder.appendingPathComponent(".\(id).sqlite.tmp")
         let final = folder.appendingPathComponent("\(id).sqlite")

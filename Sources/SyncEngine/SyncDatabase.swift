@@ -238,8 +238,9 @@ public final class SyncDatabase: @unchecked Sendable {
     }
 
     /// A new diff id for a file this site writes, later than every id it wrote before, also across processes
-    /// and when the wall clock went back (receivers apply a batch of diffs in id order). Inside the caller's
-    /// transaction.
+    /// and when the wall clock went back (receivers apply a batch of diffs in id order); past the last id by a
+    /// random step, not by one, since copies of this database (devices that joined from one backup) continue from
+    /// the same last id. Inside the caller's transaction.
     func nextDiffID() throws -> KSUID {
         let id = try proposedDiffID()
         try db.execute("UPDATE rtsync_site SET last_diff_id = ?", [.text(id.string)])
@@ -251,7 +252,7 @@ public final class SyncDatabase: @unchecked Sendable {
     func proposedDiffID() throws -> KSUID {
         var id = KSUID.generate()
         if let text = try db.scalar("SELECT last_diff_id FROM rtsync_site")?.string, let last = try? KSUID(string: text),
-           id <= last, let next = last.successor() {
+           id <= last, let next = last.randomSuccessor() {
             id = next
         }
         return id

@@ -293,7 +293,13 @@ public struct Syncer: Sendable {
                     do {
                         try await retry.run { try await remote.upload(file: file, key: key, ifAbsent: true) }
                     } catch RemoteStoreError.alreadyExists {
-                        // An earlier run uploaded it but stopped before clearing the outbox.
+                        // An earlier run uploaded it but stopped before clearing the outbox; unless the object is
+                        // another diff of the same name, which must not take this one's place unnoticed.
+                        guard try await bucketHoldsTheSameDiff(key: key, as: file) else {
+                            failure = "\(key): the bucket already holds a different diff under this name; \(name) stays in the outbox"
+                            failureHint = "keep the outbox file and report this: two devices made the same diff id"
+                            break
+                        }
                     }
                     try fm.removeItem(at: file)
                     report.uploaded.append(key)
@@ -561,5 +567,20 @@ extension SyncDatabase {
             try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, applied_at) VALUES (?, ?, ?, ?, ?)",
                            [.text(id), .text(kind), .text(authorUser), .text(authorSite), .text(ISO8601.format(Date(), fractional: true))])
         }
+    }
+}
+
+extension Syncer {
+    /// Whether the diff object at `key` holds exactly the diff file `file` (an earlier run's upload of it), read back
+    /// and expanded as a download would be.
+    func bucketHoldsTheSameDiff(key: String, as file: URL) async throws -> Bool {
+        // In the work folder under names HomeDebris removes when a run is killed here.
+        let stem = ".download-check-\(UUID().uuidString).sqlite"
+        let staging = home.support.appendingPathComponent(stem + ".object", isDirectory: false)
+        let expanded = home.support.appendingPathComponent(stem, isDirectory: false)
+        defer { for f in [staging, expanded] { unlink(f.path) } }
+        try await retry.run { try await remote.download(key: key, to: staging) }
+        _ = try DiffTransport.install(staging, as: expanded, name: key)
+        return try Data(contentsOf: expanded) == Data(contentsOf: file)
     }
 }

@@ -173,4 +173,12 @@ struct KSUIDTests {
         #expect(zip(ids, ids.dropFirst()).allSatisfy { $0 < $1 })
         #expect(zip(ids, ids.dropFirst()).allSatisfy { $0.string < $1.string })
     }
+
+    @Test func randomSuccessor_isLargerAndDiffersBetweenCopies() throws {
+        let last = KSUID.generate()
+        let next = (0..<1000).map { _ in last.randomSuccessor()! }
+        #expect(next.allSatisfy { $0 > last })
+        #expect(Set(next.map(\.string)).count == 1000)
+        #expect(try KSUID(string: "aWgEPTl1tmebfsQzFP4bxwgy80V").randomSuccessor() == nil)
+    }
 }
