@@ -67,6 +67,7 @@ public struct Compactor: Sendable {
         try JSONEncoder().encode(cursor).write(to: file, options: .atomic)
         defer { try? FileManager.default.removeItem(at: file) }
         try await remote.upload(file: file, key: cursorKey(user: user, site: cursor.site), ifAbsent: false)
+        try db.recordCursorPublished()
     }
 
     /// Runs a compaction.

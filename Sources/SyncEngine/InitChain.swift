@@ -145,11 +145,26 @@ public struct InitChain: Sendable {
                 }
                 _ = try BackupManager.install(temp, as: db)
                 attempts.append(InitAttempt(source: source, outcome: "used", detail: newest.key))
-                // A database other than the last compaction's snapshot may lack diffs compaction pruned: the first
-                // sync merges the snapshot too (see SyncDatabase+Restore).
-                let snapshot = source == .bucket ? try? await remote.latestSnapshotKey(user: settings.userID, retry: retry) : nil
                 let result = try finish(source, settings: &settings, attempts: attempts)
-                if let snapshot, snapshot != newest.key { try SyncDatabase(path: db.path).markCatchUpPending() }
+                if source == .bucket {
+                    // The new device's cursor goes to the bucket now, so that no compaction from here on prunes a diff
+                    // it has not applied (when this fails, its first sync publishes it, and then catches up).
+                    let sync = try SyncDatabase(path: db.path)
+                    let inbound = Syncer.inboundPrefix(user: settings.userID)
+                    if let listed = try? await retry.run({ try await remote.list(prefix: inbound) }) {
+                        let ids = listed.compactMap { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count)))?.string }
+                        if (try? await Compactor.publishCursor(db: sync, user: settings.userID, listed: ids, remote: remote, home: home)) != nil {
+                            try? fm.removeItem(at: Syncer.pendingCursorMarker(home))
+                        }
+                    }
+                    // A database other than the last compaction's snapshot may lack diffs compaction pruned: the first
+                    // sync merges the snapshot too (see SyncDatabase+Restore). Read after the cursor is published, so a
+                    // compaction that did not see the cursor has recorded its snapshot by then.
+                    // When the pointer cannot be read, the first sync looks for itself.
+                    var behind = true
+                    do { behind = try await remote.latestSnapshotKey(user: settings.userID, retry: retry).map { $0 != newest.key } ?? false } catch {}
+                    if behind { try sync.markCatchUpPending() }
+                }
                 return result
             } catch {
                 attempts.append(InitAttempt(source: source, outcome: "failed", detail: "\(prefix): \(error)"))

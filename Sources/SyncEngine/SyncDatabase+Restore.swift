@@ -91,6 +91,24 @@ extension SyncDatabase {
         }
     }
 
+    /// Whether this site's cursor has reached the bucket (`recordCursorPublished()`): until it has, no compaction
+    /// waits for this device, so one may have pruned diffs it never applied.
+    public func cursorPublished() throws -> Bool {
+        try locked {
+            try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_cursor_published'") != nil
+                && db.scalar("SELECT 1 FROM rtsync_cursor_published WHERE site = (SELECT site_id FROM rtsync_site)") != nil
+        }
+    }
+
+    /// Records that this site's cursor is in the bucket (a copy of this database has another site id, so it does not
+    /// inherit the record).
+    public func recordCursorPublished() throws {
+        try locked {
+            try db.execute("CREATE TABLE IF NOT EXISTS rtsync_cursor_published(site TEXT PRIMARY KEY) WITHOUT ROWID")
+            try db.execute("INSERT OR IGNORE INTO rtsync_cursor_published(site) SELECT site_id FROM rtsync_site")
+        }
+    }
+
     /// Clears the catch-up mark (nothing in the bucket to catch up from).
     func clearCatchUp() throws {
         try locked {

@@ -463,13 +463,27 @@ public struct Syncer: Sendable {
             let marker = Self.pendingCursorMarker(home)
             let retiring = (try? db.retiredSites().contains { !$0.cursorRemoved && !$0.catchUp }) == true
             let changed = report.exported != nil || report.applied.contains { $0.status == .applied || $0.status == .skipped } || retiring
-            if changed || fm.fileExists(atPath: marker.path) {
+            // A site whose cursor never reached the bucket publishes it now, even when idle (see below).
+            let firstCursor = (try? db.cursorPublished()) == false
+            if changed || fm.fileExists(atPath: marker.path) || firstCursor {
                 do {
                     try Data("cursor of \(user) to publish to \(Compactor.cursorKey(user: user, site: try db.siteID()))\n".utf8).write(to: marker)
                     guard let listedIDs else { throw RemoteStoreError.failed(key: inbound, reason: "inbound could not be listed; the cursor is published by the next sync") }
                     try await Compactor.publishCursor(db: db, user: user, listed: listedIDs + (report.exported.map { [$0.diffID] } ?? []), remote: remote, home: home)
                     try? fm.removeItem(at: marker)
                     if retiring { await retireOldCursors(db: db, user: user, report: &report) }
+                    // Until now no compaction waited for this device: one may have pruned diffs it never applied,
+                    // which are in that compaction's snapshot. With the cursor published, no later one will.
+                    // (Unless the bucket says it holds no snapshot, catch up: the catch-up finds out for itself.)
+                    var snapshotMayExist = firstCursor
+                    if firstCursor { do { snapshotMayExist = try await remote.latestSnapshotKey(user: user, retry: retry) != nil } catch {} }
+                    if snapshotMayExist {
+                        try db.markCatchUpPending()
+                        await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
+                            onProgress?(SyncProgress(phase: .catchUp, item: message))
+                            text(message)
+                        })
+                    }
                 } catch {
                     report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not publish this device's cursor (the next sync publishes it)", error: "\(error)"))
                 }
