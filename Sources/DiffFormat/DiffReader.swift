@@ -605,12 +605,17 @@ private struct CarriedTables {
             if let last = table.lastChanged, rows.columnIsText(8, equalTo: last.text) {
                 changed = last.names
             } else {
-                guard let t = rows.column(8).string, let names = JSON.names(t),
-                      names.allSatisfy({ def.columnIndex($0) != nil }) else {
+                guard let t = rows.column(8).string, let names = JSON.names(t) else {
                     throw bad("changed must be a JSON array of the table's column names")
                 }
-                table.lastChanged = (t, names)
-                changed = names
+                let indexes = names.compactMap { def.columnIndex($0) }
+                guard indexes.count == names.count else { throw bad("changed must be a JSON array of the table's column names") }
+                // A column named twice (in any spelling) changed once: the set merge reads the list as a set, and
+                // the per-row merge would otherwise set it twice (past 2,000 names, an UPDATE SQLite refuses).
+                var taken = Set<Int>()
+                let once = zip(names, indexes).filter { taken.insert($0.1).inserted }.map(\.0)
+                table.lastChanged = (t, once)
+                changed = once
             }
         default: throw bad("changed must be NULL or JSON text")
         }

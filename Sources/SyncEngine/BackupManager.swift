@@ -713,3 +713,33 @@ final class FolderLock {
         close(fd)
     }
 }
+
+extension BackupManager {
+    /// Makes a backup fit to leave the device (`<user>/backups/`, a compaction's snapshot): the database's pending
+    /// changes are exported to `outbox` first, and a copy that still holds some (another connection wrote meanwhile)
+    /// is kept locally only and made again, up to `attempts` times. Devices join from such a copy, so each row in it
+    /// must be one whose later delete this device will send: a row inserted and deleted before an export is never
+    /// sent at all. Returns the backup and whether it is fit to upload (false after `attempts` copies with changes).
+    public func createForUpload(exportingFrom db: SyncDatabase, outbox: URL, signingKey: Curve25519.Signing.PrivateKey? = nil,
+                                verification: BackupVerification = .immediate, attempts: Int = 3,
+                                shouldStop: (@Sendable () -> Bool)? = nil) throws -> (info: BackupInfo, uploadable: Bool) {
+        var info: BackupInfo?
+        for _ in 0..<max(1, attempts) {
+            if db.isTracked, try db.pendingChangeCount() > 0 {
+                try FileManager.default.createDirectory(at: outbox, withIntermediateDirectories: true)
+                _ = try db.exportChanges(to: outbox, signingKey: signingKey, shouldStop: shouldStop)
+            }
+            let made = try create(verification: verification)
+            info = made
+            if try !Self.holdsPendingChanges(folder.appendingPathComponent(made.file, isDirectory: false)) { return (made, true) }
+        }
+        return (info!, false)
+    }
+
+    /// Whether the database file at `url` holds captured changes not yet exported.
+    static func holdsPendingChanges(_ url: URL) throws -> Bool {
+        let c = try Connection(path: url.path, mode: .readOnly)
+        guard try c.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_changes'") != nil else { return false }
+        return try c.scalar("SELECT 1 FROM rtsync_changes LIMIT 1") != nil
+    }
+}

@@ -104,11 +104,12 @@ public struct Compactor: Sendable {
         // Changes not yet exported go to the outbox first (the next sync uploads them): a snapshot is merged by
         // devices that join or restore, so a row in it must be one whose later delete this device will send.
         // Otherwise a row made here and deleted before any export would live on in the snapshot alone.
-        if try db.pendingChangeCount() > 0 {
-            _ = try db.exportChanges(to: home.outbox, signingKey: signingKey, shouldStop: shouldStop)
-        }
         try FileManager.default.createDirectory(at: home.backups, withIntermediateDirectories: true)
-        let backup = try BackupManager(home: home, keep: settings.keepBackups).create()
+        let (backup, uploadable) = try BackupManager(home: home, keep: settings.keepBackups)
+            .createForUpload(exportingFrom: db, outbox: home.outbox, signingKey: signingKey, shouldStop: shouldStop)
+        guard uploadable else {
+            throw LifecycleError.backupFailed(path: home.database.path, reason: "the database changed while each of three snapshots was made (kept as local backups); run compact again when writes pause")
+        }
         let snapshotKey = "\(user)/backups/\(backup.file)"
         if stop() {
             return CompactionReport(snapshotKey: "", devices: [], pruned: [], kept: listed.count,

@@ -150,6 +150,8 @@ extension SyncDatabase {
             var missing: [Int64] = []
             var covered = Int64.min
             for (a, b) in list.sorted(by: { $0.0 < $1.0 }) {
+                // (A forged range may end at Int64.max: nothing lies above it, and covered + 1 would overflow.)
+                if covered == Int64.max { break }
                 if covered != Int64.min, a > covered + 1 {
                     var n = covered + 1
                     while n < a, missing.count < Self.maxListedGaps { missing.append(n); n += 1 }

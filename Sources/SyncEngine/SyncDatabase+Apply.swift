@@ -2,6 +2,11 @@ import CClone
 import DiffFormat
 import Foundation
 import RTSQLite
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 extension SyncDatabase {
     /// Applies diff files in KSUID order; each diff is one transaction and is applied at most once.
@@ -199,10 +204,28 @@ extension SyncDatabase {
         do {
             try fm.createDirectory(at: folder, withIntermediateDirectories: true)
             var target = folder.appendingPathComponent(url.lastPathComponent)
+            // The same file rejected again (a bad diff left in the bucket is downloaded by every sync): one copy.
+            var info = stat()
+            if lstat(url.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, fm.contentsEqual(atPath: url.path, andPath: target.path) {
+                if !keepingOriginal { try fm.removeItem(at: url) }
+                try? Data((reason + "\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
+                return target.path
+            }
             if fm.fileExists(atPath: target.path) {
                 target = folder.appendingPathComponent(KSUID.generate().string + "-" + url.lastPathComponent)
             }
-            if keepingOriginal { try fm.copyItem(at: url, to: target) } else { try fm.moveItem(at: url, to: target) }
+            if keepingOriginal {
+                // Only a regular file is copied: copying a FIFO would wait for a writer forever, and a folder
+                // named like a diff would be copied whole. Otherwise the reason alone is kept.
+                var info = stat()
+                guard lstat(url.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                    try Data((reason + "\n(not copied: not a regular file)\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
+                    return target.path + ".reason.txt"
+                }
+                try fm.copyItem(at: url, to: target)
+            } else {
+                try fm.moveItem(at: url, to: target)
+            }
             try? Data((reason + "\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
             return target.path
         } catch { return nil }

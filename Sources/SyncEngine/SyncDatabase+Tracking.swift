@@ -231,6 +231,18 @@ extension SyncDatabase {
                 table: name, reason: "it has no PRIMARY KEY, and rowids differ from device to device, so its rows cannot be matched",
                 hint: "add a PRIMARY KEY (for example a TEXT column holding a KSUID) and run track again")
         }
+        // SQLite folds only ASCII letters in names, diffs fold every letter: `é` and `É` are two names to SQLite, one
+        // to a reader, which would reject every diff holding both.
+        let lowered = def.columnNames.map { $0.lowercased() }
+        if let twin = lowered.enumerated().first(where: { lowered.firstIndex(of: $0.element) != $0.offset }) {
+            throw SyncEngineError.untrackableTable(table: name, reason: "column '\(def.columnNames[twin.offset])' differs from another column only in the case of non-ASCII letters, which diffs do not tell apart",
+                                                   hint: "rename one of the two columns")
+        }
+        for r in try db.rows("SELECT name FROM rtsync_tracked") {
+            guard let other = r[0].string, other != name, other.lowercased() == name.lowercased() else { continue }
+            throw SyncEngineError.untrackableTable(table: name, reason: "it differs from the tracked table '\(other)' only in the case of non-ASCII letters, which diffs do not tell apart",
+                                                   hint: "rename one of the two tables")
+        }
         if DiffFile.rowidAlias(for: def.columnNames) == nil {
             throw SyncEngineError.untrackableTable(table: name, reason: "columns named rowid, _rowid_ and oid leave no way to address rows", hint: "rename one of those columns")
         }

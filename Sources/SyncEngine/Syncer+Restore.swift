@@ -6,8 +6,10 @@ import Foundation
 extension Syncer {
     /// Catches a restored database up from the user's newest database in the bucket, once, before anything is
     /// exported: diffs it had applied after the backup may have been pruned by compaction since.
-    func catchUpAfterRestore(db: SyncDatabase, user: String, report: inout SyncReport, progress: @Sendable (String) -> Void) async {
-        guard (try? db.needsCatchUp()) == true else { return }
+    /// Returns the key of the snapshot (or database) it merged, if any.
+    @discardableResult
+    func catchUpAfterRestore(db: SyncDatabase, user: String, report: inout SyncReport, progress: @Sendable (String) -> Void) async -> String? {
+        guard (try? db.needsCatchUp()) == true else { return nil }
         let fm = FileManager.default
         let temp = home.support.appendingPathComponent(".catch-up-\(KSUID.generate().string).sqlite")
         defer { try? fm.removeItem(at: temp) }
@@ -26,16 +28,18 @@ extension Syncer {
                 // Compaction uploads a database before it prunes anything: with none there, nothing was pruned.
                 try db.clearCatchUp()
                 report.phases.append(SyncPhase(name: "catch-up", ok: true, summary: "catch-up: nothing under \(user)/backups/ to catch up from (no diff was pruned)"))
-                return
+                return nil
             }
             let r = try db.catchUp(from: temp, scratch: home.support)
             let ok = r.status == .applied || r.status == .skipped
             report.phases.append(SyncPhase(name: "catch-up", ok: ok,
                                            summary: "caught up: merged \(newest.key) (inserted \(r.inserted), updated \(r.updated), deleted \(r.deleted), conflicts \(r.conflicts))",
                                            error: ok ? nil : "\(newest.key): \(r.reason ?? "\(r.status)"); the next sync tries again"))
+            return ok ? newest.key : nil
         } catch {
             report.phases.append(SyncPhase(name: "catch-up", ok: false, summary: "could not catch up from the bucket",
                                            error: "\(error); the next sync tries again"))
+            return nil
         }
     }
 

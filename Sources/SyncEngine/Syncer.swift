@@ -198,7 +198,8 @@ public struct Syncer: Sendable {
         }
 
         // A database restored from a backup first catches up on what compaction may have pruned since.
-        if !dryRun { await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
+        var caughtUpFrom: String?
+        if !dryRun { caughtUpFrom = await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
             onProgress?(SyncProgress(phase: .catchUp, item: message))
             text(message)
         }) }
@@ -475,8 +476,11 @@ public struct Syncer: Sendable {
                     // Until now no compaction waited for this device: one may have pruned diffs it never applied,
                     // which are in that compaction's snapshot. With the cursor published, no later one will.
                     // (Unless the bucket says it holds no snapshot, catch up: the catch-up finds out for itself.)
+                    // (Nor when this sync has just merged that same snapshot, after a restore.)
                     var snapshotMayExist = firstCursor
-                    if firstCursor { do { snapshotMayExist = try await remote.latestSnapshotKey(user: user, retry: retry) != nil } catch {} }
+                    if firstCursor {
+                        do { snapshotMayExist = try await remote.latestSnapshotKey(user: user, retry: retry).map { $0 != caughtUpFrom } ?? false } catch {}
+                    }
                     if snapshotMayExist {
                         try db.markCatchUpPending()
                         await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
@@ -523,10 +527,16 @@ public struct Syncer: Sendable {
             if due {
                 do {
                     step(SyncProgress(phase: .backup))
-                    let b = try backups.create()
+                    // A backup that leaves the device holds no unexported change (`createForUpload`).
+                    let uploading = (try? settings.tier.require(.uploadBackup(cloud: !remote.isLocal))) != nil
+                    let (b, uploadable) = uploading
+                        ? try backups.createForUpload(exportingFrom: db, outbox: home.outbox, signingKey: signingKey, shouldStop: shouldStop)
+                        : (try backups.create(), false)
                     report.backup = b
                     var summary = "backup \(b.id) (\(b.method), \(b.bytes) bytes)"
-                    if (try? settings.tier.require(.uploadBackup(cloud: !remote.isLocal))) != nil {
+                    if uploading && !uploadable {
+                        summary += ", kept here only: the database changed while each copy was made (the next backup is uploaded)"
+                    } else if uploading {
                         try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(b.file), key: user + "/backups/" + b.file, ifAbsent: false) }
                         summary += ", uploaded"
                         let rotated = try await remote.rotateBackups(user: user, keep: settings.keepBackups, retry: retry)

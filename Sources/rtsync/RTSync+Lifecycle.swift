@@ -269,10 +269,25 @@ extension RTSync {
                     display.set(verifyLater ? "backup: copying" : "backup: copying and verifying (quick_check)")
                     // The copy is written to a temp file and renamed and listed only when whole: a signal meanwhile
                     // waits for it.
-                    var info = try manager.create(verification: verifyLater ? .deferred : .immediate)
+                    var info: BackupInfo
+                    var uploadable = true
+                    if upload {
+                        // Devices join from it: this database's pending changes are exported first (they upload with
+                        // the next sync), and a copy that still holds some is not uploaded.
+                        let home = options.resolvedHome
+                        (info, uploadable) = try manager.createForUpload(exportingFrom: try SyncDatabase(path: home.database.path), outbox: home.outbox,
+                                                                         signingKey: try? DeviceKeys(home: home).signingKey(),
+                                                                         verification: verifyLater ? .deferred : .immediate)
+                    } else {
+                        info = try manager.create(verification: verifyLater ? .deferred : .immediate)
+                    }
                     var uploaded: String?
                     var rotated: [String] = []
                     if upload {
+                        guard uploadable else {
+                            throw fail("backup \(info.id) made but not uploaded: the database changed while each of three copies was made, and a copy in the bucket must hold no unexported change",
+                                       hint: "run rtsync backup create --upload again when the app's writes pause")
+                        }
                         if let sig = signals.receivedSignal {
                             throw StopSignals.stopped("backup create", by: sig, done: "backup \(info.id) made", left: "its upload to the bucket",
                                                       path: backups, hint: "nothing was lost; run rtsync backup create --upload again to upload a new backup")

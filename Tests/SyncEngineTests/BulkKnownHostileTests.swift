@@ -225,6 +225,23 @@ struct BulkKnownHostileTests {
         #expect(try b.bulk.value("SELECT count(*) FROM rtsync_clocks WHERE col = 'id'") == b.perRow.value("SELECT count(*) FROM rtsync_clocks WHERE col = 'id'"))
     }
 
+    /// Found by a diff fuzzer: a list naming one column 2,001 times was applied by the set path and rejected by the
+    /// per-row merge (`UPDATE … SET "body" = ?, "body" = ?, …`: too many columns), so devices diverged. The reader
+    /// now hands each column once to both.
+    @Test func changedListNamingAColumnThousandsOfTimes_appliesAlikeOnBothPaths() throws {
+        let box = try Sandbox("hostile-changed-2001")
+        let born = clock(20_000)
+        let b = try twins(box, born: born)
+        let w = try writer(box)
+        try w.addTable(Self.notes)
+        for i in 0..<Self.rows {
+            try update(w, i, body: "many \(i)", changed: i == 7 ? Array(repeating: "body", count: 2_001) + ["BODY"] : ["body"], clock: clock(1_000), born: born)
+        }
+        let r = try b.applyCountingSetRows(try w.finish())
+        #expect(r.bulk.status == .applied && r.bulk.updated == Self.rows, "\(r.bulk)")
+        #expect(try b.perRow.value("SELECT body FROM notes WHERE id = 'n7'") == .text("many 7"))
+    }
+
     /// 64 distinct `changed` texts (spellings of the same names) are merged as a set; 65 go to the per-row merge.
     @Test(arguments: [64, 65])
     func manyDistinctChangedLists_mergeAsPerRow(_ count: Int) throws {

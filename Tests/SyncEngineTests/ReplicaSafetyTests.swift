@@ -46,6 +46,46 @@ struct ReplicaSafetyTests {
         #expect(report?.reason?.contains("not a regular file") == true, "\(report?.reason ?? "")")
     }
 
+    /// Found by a diff fuzzer: `rtsync diff apply` of a FIFO (or of a folder holding one under a diff's name) was
+    /// rejected, then hung copying it into quarantine (the copy opened the FIFO and waited for a writer).
+    @Test func quarantiningACopyOfAFIFOOrAFolder_keepsTheReasonAndReturns() throws {
+        let box = try Sandbox("safety-quarantine-fifo")
+        let fifo = box.path("3MirsnHcSwlbWOXh5okh3IINGmh.sqlite")
+        #expect(mkfifo(fifo.path, 0o600) == 0)
+        let folder = box.path("3MisUq7tGcYKerdzZ2xRuwRcCt2.sqlite")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let quarantine = box.path("quarantine")
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var kept: [String?] = []
+        Thread.detachNewThread {
+            for url in [fifo, folder] { kept.append(SyncDatabase.quarantine(url, folder: quarantine, reason: "not a regular file", keepingOriginal: true)) }
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 20) == .success, "quarantine of a FIFO hung")
+        #expect(kept.allSatisfy { $0?.hasSuffix(".reason.txt") == true }, "\(kept)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: quarantine.path).sorted()
+        #expect(names == [fifo.lastPathComponent + ".reason.txt", folder.lastPathComponent + ".reason.txt"].sorted())
+    }
+
+    /// Found by a diff fuzzer: a bad diff left in the bucket is downloaded and rejected by every sync, and each
+    /// rejection added another copy to the quarantine folder, without bound. The same file is kept once.
+    @Test func theSameFileRejectedAgain_isKeptOnceInQuarantine() throws {
+        let box = try Sandbox("safety-quarantine-again")
+        let quarantine = box.path("quarantine")
+        for round in 0..<3 {
+            let file = box.path("3MirsnHcSwlbWOXh5okh3IINGmh.sqlite")
+            try Data("not a diff".utf8).write(to: file)
+            #expect(SyncDatabase.quarantine(file, folder: quarantine, reason: "round \(round)", keepingOriginal: round == 1) != nil)
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: quarantine.path).sorted()
+        #expect(names == ["3MirsnHcSwlbWOXh5okh3IINGmh.sqlite", "3MirsnHcSwlbWOXh5okh3IINGmh.sqlite.reason.txt"])
+        // Another file under the same name still gets a place of its own.
+        let other = box.path("3MirsnHcSwlbWOXh5okh3IINGmh.sqlite")
+        try Data("another bad file".utf8).write(to: other)
+        _ = SyncDatabase.quarantine(other, folder: quarantine, reason: "other", keepingOriginal: false)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: quarantine.path).count == 4)
+    }
+
     @Test func diffClaimingAHugeSequenceNumber_givesBoundedGapsQuickly() throws {
         let box = try Sandbox("safety-gaps")
         let (_, b) = try Self.pair(box)
@@ -61,6 +101,22 @@ struct ReplicaSafetyTests {
         let gaps = try b.db.sequenceGaps()
         #expect(gaps["site-X"]?.count == SyncDatabase.maxListedGaps)
         #expect(gaps["site-X"]?.first == 2)
+    }
+
+    /// Found by a diff fuzzer: a range ending at Int64.max, then any later one of the site, made `rtsync status`
+    /// trap on every run (`covered + 1` overflowed).
+    @Test func diffClaimingARangeUpToTheLargestSequenceNumber_thenAnother_givesGapsWithoutTrapping() throws {
+        let box = try Sandbox("safety-gaps-max")
+        let (_, b) = try Self.pair(box)
+        let folder = box.path("forged")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        for range: ClosedRange<Int64> in [1...1, 3...Int64.max, 5...5] {
+            let w = try DiffWriter(directory: folder, kind: .changes, authorUser: "user-B", authorSite: "site-X", sequence: range)
+            let source = try Connection(path: b.dbURL.path, mode: .readOnly)
+            try w.addTable(try #require(try TableDefinition.read(table: "items", from: source)))
+            #expect(b.apply(try w.finish()).status == .applied)
+        }
+        #expect(try b.db.sequenceGaps() == ["site-X": [2]])
     }
 
     @Test func diffClaimingToBeThisDevices_recordsNoSequenceNumbers() throws {

@@ -39,6 +39,28 @@ struct TrackingTests {
         #expect(try b.db.siteID() != site)
     }
 
+    /// Found by a diff fuzzer: SQLite folds only ASCII letters, so `étab` and `ÉTAB` (or two such columns) are
+    /// distinct to it; every reader rejected the diffs holding both, while the writer recorded them as sent.
+    @Test func track_namesDifferingOnlyInNonASCIICase_areRefusedWithReason() throws {
+        let box = try Sandbox("non-ascii-case")
+        let a = try box.replica("A", fixture: "routines-logs")
+        try a.exec(#"CREATE TABLE "étab"(id TEXT PRIMARY KEY NOT NULL, v TEXT); CREATE TABLE "ÉTAB"(id TEXT PRIMARY KEY NOT NULL, w INTEGER)"#)
+        try a.exec(#"CREATE TABLE pair(id TEXT PRIMARY KEY NOT NULL, "é" TEXT, "É" TEXT)"#)
+        var refused: [String] = []
+        for table in ["étab", "ÉTAB", "pair"] {
+            do {
+                try a.db.track(tables: [table])
+            } catch SyncEngineError.untrackableTable(let name, let reason, let hint) {
+                #expect(reason.contains("non-ASCII"), "\(reason)")
+                #expect(hint.contains("rename"))
+                refused.append(name)
+            }
+        }
+        #expect(refused.count == 2 && refused.contains("pair"), "one of étab and ÉTAB is tracked, the other and pair refused: \(refused)")
+        let tracked = try a.db.trackedTables().map(\.name)
+        #expect(!tracked.contains("pair") && tracked.filter { ["étab", "ÉTAB"].contains($0) }.count == 1, "\(tracked)")
+    }
+
     @Test func track_tableWithoutPrimaryKey_isRefusedWithReason() throws {
         let box = try Sandbox("nopk")
         let a = try box.replica("A", fixture: "routines-logs")
