@@ -188,7 +188,7 @@ extension TableDefinition {
     }
 
     /// A default value is kept only when it is a plain literal; anything else (an expression) is dropped.
-    static func safeDefault(_ value: String?) -> String? {
+    package static func safeDefault(_ value: String?) -> String? {
         guard var v = value?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
         while v.hasPrefix("(") && v.hasSuffix(")") && v.count >= 2 { v = String(v.dropFirst().dropLast()).trimmingCharacters(in: .whitespaces) }
         let upper = v.uppercased()

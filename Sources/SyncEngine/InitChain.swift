@@ -125,6 +125,12 @@ public struct InitChain: Sendable {
 
         // 2. The user's newest database in the bucket; 3. the bucket's demo database.
         for (source, prefix) in [(InitSource.bucket, settings.userID.isEmpty ? nil : settings.userID + "/backups/"), (.demo, demoPrefix)] {
+            // Demo data and the bundled asset make a new user: a device asked to join a user whose database could not
+            // be read (the bucket failed, not: holds none) would go on syncing as someone else. It fails instead.
+            if source == .demo, let joinUser, !joinUser.isEmpty, attempts.last?.source == .bucket, attempts.last?.outcome == "failed" {
+                attempts.append(InitAttempt(source: .demo, outcome: "skipped", detail: "joining user \(joinUser) needs its database from the bucket; demo data would make a new user"))
+                throw LifecycleError.noSourceAvailable(attempts: attempts.map { "\($0.source.rawValue): \($0.outcome) (\($0.detail))" })
+            }
             guard let remote else { attempts.append(InitAttempt(source: source, outcome: "unavailable", detail: "no bucket configured")); continue }
             guard let prefix else {
                 attempts.append(InitAttempt(source: source, outcome: "unavailable", detail: source == .demo ? "no demo source named" : "no user id set"))

@@ -42,17 +42,19 @@ extension SyncDatabase {
             // A UNIQUE constraint's own conflict clause (REPLACE would delete another row, its captured delete dropped
             // below) must not act here: the move fails instead, as it does on a plain UNIQUE collision.
             let orAbort = try UniqueIndex.hasUniqueConflictClause(table: def.name, in: db) ? " OR ABORT" : ""
+            // A NULL kept aside (by an older version, from a delete) never breaks a NOT NULL column the app adds.
+            let notNull = def.columns.first { $0.name == local }?.notNull == true ? " AND a.value IS NOT NULL" : ""
             try db.execute("""
                 UPDATE\(orAbort) \(quoteIdentifier(table)) AS o SET \(quoteIdentifier(local)) = a.value
                 FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
                   LEFT JOIN rtsync_clocks k ON k.tid = a.tid AND k.pk = a.pk AND k.col = ? COLLATE NOCASE
-                WHERE a.tid = ? AND a.col = ? AND a.pk = \(keyExpr) AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)
+                WHERE a.tid = ? AND a.col = ? AND a.pk = \(keyExpr) AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)\(notNull)
                 """, [.text(local), .integer(tid), .text(col)])
             try db.execute("""
                 INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site)
                 SELECT a.tid, a.pk, ?, a.hlc, a.site FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
                   LEFT JOIN rtsync_clocks k ON k.tid = a.tid AND k.pk = a.pk AND k.col = ? COLLATE NOCASE
-                WHERE a.tid = ? AND a.col = ? AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)
+                WHERE a.tid = ? AND a.col = ? AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)\(notNull)
                   AND EXISTS (SELECT 1 FROM \(quoteIdentifier(table)) AS o WHERE \(keyExpr) = a.pk)
                 """, [.text(local), .text(local), .integer(tid), .text(col)])
             try db.execute("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks WHERE tid = ? ON CONFLICT(tid, pk) DO NOTHING", [.integer(tid)])
@@ -80,8 +82,10 @@ extension SyncDatabase {
 
 extension Merger {
     /// Keeps the incoming values of columns this table does not have, for a row that exists here after the merge;
-    /// drops them for a row that does not. Per column, the later clock wins.
-    mutating func keepAside(_ r: RowContext, key: String) throws {
+    /// drops them for a row that does not. Per column, the later clock wins. A row this merge `created` (an update
+    /// that arrived before its insert makes the whole row) keeps every such column, the unchanged ones with the
+    /// row's birth clock, as its columns here have.
+    mutating func keepAside(_ r: RowContext, key: String, created: Bool) throws {
         let tid = r.info.table.id
         let exists = try cached(r.plan.selectSQL)
         try exists.bind(r.keyValues)
@@ -91,10 +95,13 @@ extension Merger {
             try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ?").run([.integer(tid), .text(key)])
             return
         }
+        // A delete carries no values (NULL in every other column): a delete refused here keeps none aside.
+        if r.change.operation == .delete { return }
         let changed = r.change.changedColumns.map { Set($0.map { $0.lowercased() }) }
         for (position, name) in r.plan.aside where position < r.change.values.count {
-            if let changed, !changed.contains(name.lowercased()) { continue }
-            let clock = r.clock(name)
+            let listed = changed?.contains(name.lowercased()) ?? true
+            if !listed && !created { continue }
+            let clock = listed ? r.clock(name) : r.change.born
             try cached("""
                 INSERT INTO rtsync_aside(tid, pk, col, value, hlc, site) VALUES (?,?,?,?,?,?)
                 ON CONFLICT(tid, pk, col) DO UPDATE SET value = excluded.value, hlc = excluded.hlc, site = excluded.site

@@ -56,7 +56,7 @@ extension Merger {
         } else {
             try mergeUpsert(ctx, local)
         }
-        if !plan.aside.isEmpty { try keepAside(ctx, key: local.key) }
+        if !plan.aside.isEmpty { try keepAside(ctx, key: local.key, created: local.values == nil) }
     }
 
     /// A key value in the storage class the local key column gives it; rejects the diff when that would change it.
@@ -211,6 +211,9 @@ extension Merger {
         let insertColumns: [String]
         /// Declared values of NOT NULL columns the diff lacks, by lower-cased name.
         let fillers: [String: SQLValue]
+        /// Sets the columns the diff does not carry (an older app version's row) as a new row has them (declared default,
+        /// the app's value for sync, or NULL), for a new incarnation that replaces a row here; nil when there are none.
+        let resetMissingSQL: String?
         /// NOT NULL columns without a default that the diff lacks and that have no declared value.
         let unplaceable: [String]
         /// Local column index by lower-cased name.
@@ -284,6 +287,17 @@ extension Merger {
             insertAllSQL = "INSERT" + orAbort + " INTO " + table + " (" + insertColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: insertColumns.count).joined(separator: ", ") + ")"
             deleteSQL = "DELETE FROM " + table + " WHERE " + whereKey
+            var resets: [String] = []
+            for c in def.columns where c.primaryKey == 0 && !carried.contains(c.name.lowercased()) {
+                if let v = fillers[c.name.lowercased()] {
+                    resets.append(quoteIdentifier(c.name) + " = " + v.sqlLiteral)
+                } else if let d = TableDefinition.safeDefault(c.defaultValue) {
+                    resets.append(quoteIdentifier(c.name) + " = " + d)
+                } else if c.defaultValue == nil && !c.notNull {
+                    resets.append(quoteIdentifier(c.name) + " = NULL")
+                }
+            }
+            resetMissingSQL = resets.isEmpty ? nil : "UPDATE" + orAbort + " " + table + " SET " + resets.joined(separator: ", ") + " WHERE " + whereKey
             insertNewSQL = "INSERT" + orAbort + " INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: allColumns.count).joined(separator: ", ") + ")" + " ON CONFLICT (" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
         }
@@ -585,6 +599,8 @@ extension Merger {
             }
         }
         guard try update(r, local, columns: cols) else { return }
+        // The new incarnation has no value of its own for columns its author's app version lacks: never a mixed row.
+        if let sql = r.plan.resetMissingSQL { try cached(sql).run(r.keyValues) }
         try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
         try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
         try purgePending(r, local)

@@ -41,7 +41,8 @@ public enum RemoteStoreError: Error, Sendable, Equatable, CustomStringConvertibl
         case .bucketNotFound(let b): return "bucket not found (\(b))"
         case .notFound(let k): return "no such object (\(k))"
         case .alreadyExists(let k): return "object already exists (\(k))"
-        case .failed(let k, let r): return "\(r) (\(k))"
+        // The store's own text often names the key already.
+        case .failed(let k, let r): return r.contains(k) ? r : "\(r) (\(k))"
         }
     }
 }

@@ -119,6 +119,9 @@ public struct Syncer: Sendable {
     /// The marker of a cursor that still has to be published (`support/.cursor-pending`).
     public static func pendingCursorMarker(_ home: RTSyncHome) -> URL { home.support.appendingPathComponent(".cursor-pending") }
 
+    /// The marker of a backup upload that failed: the next sync makes and uploads a backup even when none is due.
+    public static func pendingBackupUploadMarker(_ home: RTSyncHome) -> URL { home.support.appendingPathComponent(".backup-upload-pending") }
+
     /// Runs one sync. With `dryRun`, only reports what would be uploaded and downloaded.
     ///
     /// Cancelling the task that runs it (`Task.cancel()`) stops the run at its next safe point, as ``shouldStop``
@@ -296,7 +299,7 @@ public struct Syncer: Sendable {
                     } catch RemoteStoreError.alreadyExists {
                         // An earlier run uploaded it but stopped before clearing the outbox; unless the object is
                         // another diff of the same name, which must not take this one's place unnoticed.
-                        guard try await bucketHoldsTheSameDiff(key: key, as: file) else {
+                        guard try await remote.holdsTheSameDiff(key: key, as: file, scratch: home.support, retry: retry) else {
                             failure = "\(key): the bucket already holds a different diff under this name; \(name) stays in the outbox"
                             failureHint = "keep the outbox file and report this: two devices made the same diff id"
                             break
@@ -523,7 +526,11 @@ public struct Syncer: Sendable {
         if !dryRun {
             let backups = BackupManager(home: home, keep: settings.keepBackups)
             let last = backups.list().first.flatMap { ISO8601.parse($0.createdAt) }
-            let due = last.map { Date().timeIntervalSince($0) >= Double(settings.backupIntervalMinutes * 60) } ?? true
+            // A backup whose upload failed is owed to the bucket (new devices join from it): the next sync makes one
+            // and uploads it, due or not.
+            let uploadOwed = Self.pendingBackupUploadMarker(home)
+            let owed = fm.fileExists(atPath: uploadOwed.path)
+            let due = owed || (last.map { Date().timeIntervalSince($0) >= Double(settings.backupIntervalMinutes * 60) } ?? true)
             if due {
                 do {
                     step(SyncProgress(phase: .backup))
@@ -534,11 +541,16 @@ public struct Syncer: Sendable {
                         : (try backups.create(), false)
                     report.backup = b
                     var summary = "backup \(b.id) (\(b.method), \(b.bytes) bytes)"
-                    if uploading && !uploadable {
-                        summary += ", kept here only: the database changed while each copy was made (the next backup is uploaded)"
-                    } else if uploading {
+                    if !uploading {
+                        try? fm.removeItem(at: uploadOwed)
+                    } else if !uploadable {
+                        try Data("a backup of this database is owed to the bucket\n".utf8).write(to: uploadOwed)
+                        summary += ", kept here only: the database changed while each copy was made (the next sync uploads one)"
+                    } else {
+                        try Data("a backup of this database is owed to the bucket\n".utf8).write(to: uploadOwed)
                         try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(b.file), key: user + "/backups/" + b.file, ifAbsent: false) }
                         summary += ", uploaded"
+                        try? fm.removeItem(at: uploadOwed)
                         let rotated = try await remote.rotateBackups(user: user, keep: settings.keepBackups, retry: retry)
                         if !rotated.isEmpty { summary += ", \(rotated.count) old bucket backup(s) rotated away" }
                     }
@@ -594,16 +606,16 @@ extension SyncDatabase {
     }
 }
 
-extension Syncer {
-    /// Whether the diff object at `key` holds exactly the diff file `file` (an earlier run's upload of it), read back
-    /// and expanded as a download would be.
-    func bucketHoldsTheSameDiff(key: String, as file: URL) async throws -> Bool {
-        // In the work folder under names HomeDebris removes when a run is killed here.
+extension RemoteStore {
+    /// Whether the diff object at `key` holds exactly the diff file `file` (an earlier try's upload of it, whose answer
+    /// was lost), read back and expanded as a download would be. Scratch files go in `folder` under names
+    /// `HomeDebris` removes when a run is killed meanwhile (a home's support folder).
+    public func holdsTheSameDiff(key: String, as file: URL, scratch folder: URL, retry: RemoteRetryPolicy) async throws -> Bool {
         let stem = ".download-check-\(UUID().uuidString).sqlite"
-        let staging = home.support.appendingPathComponent(stem + ".object", isDirectory: false)
-        let expanded = home.support.appendingPathComponent(stem, isDirectory: false)
+        let staging = folder.appendingPathComponent(stem + ".object", isDirectory: false)
+        let expanded = folder.appendingPathComponent(stem, isDirectory: false)
         defer { for f in [staging, expanded] { unlink(f.path) } }
-        try await retry.run { try await remote.download(key: key, to: staging) }
+        try await retry.run { try await download(key: key, to: staging) }
         _ = try DiffTransport.install(staging, as: expanded, name: key)
         return try Data(contentsOf: expanded) == Data(contentsOf: file)
     }

@@ -143,7 +143,14 @@ struct ErrorExplanation: Equatable {
         if text.contains("bucket not found") || text.contains("nosuchbucket") {
             return "create the bucket, or fix the bucket URL (--bucket or `bucket` in settings.json)"
         }
-        return nil
+        switch e {
+        case .failed:
+            return "check the network and the bucket's endpoint and credentials, then run the command again (what it finished stays done)"
+        case .alreadyExists:
+            return "another run already stored this object; run the command again to go on from there"
+        default:
+            return nil
+        }
     }
 
     // MARK: - Files

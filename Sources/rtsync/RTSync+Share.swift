@@ -31,7 +31,14 @@ extension RTSync {
             parcel = try await remote.sendSharedMedia(media, home: home, from: settings.userID, to: found, share: share)
         }
         var sent = [key]
-        try await RemoteRetryPolicy().run { try await remote.upload(file: file, key: key, ifAbsent: true) }
+        do {
+            try await RemoteRetryPolicy().run { try await remote.upload(file: file, key: key, ifAbsent: true) }
+        } catch RemoteStoreError.alreadyExists {
+            // A try whose answer was lost stored it. (A share encrypted to the recipient cannot be read back here: its
+            // name, a new diff id of this device, is taken as the proof.)
+            let same = try? await remote.holdsTheSameDiff(key: key, as: file, scratch: home.support, retry: RemoteRetryPolicy())
+            if same == false { throw RemoteStoreError.failed(key: key, reason: "the bucket already holds a different diff under this name; the share was not sent") }
+        }
         sent += parcel
         for path in media where parcel.isEmpty {
             let local = options.resolvedHome.documents.appendingPathComponent(path)

@@ -49,6 +49,59 @@ struct AsideColumnsTests {
         #expect(try old.value("SELECT rating FROM things WHERE id = 't1'") == .integer(3))
     }
 
+    /// Found by the CLI chaos harness: an update that reaches the older device before the insert it follows makes
+    /// the whole row there; its values of the newer columns were dropped (only the changed ones were kept), so after
+    /// the older app's migration the row had the default where every other device had the value.
+    @Test func updateArrivingBeforeItsInsert_keepsEveryNewerColumnAside() throws {
+        let box = try Sandbox("aside-update-first")
+        let (old, new) = try Self.devices(box)
+        try new.exec("INSERT INTO things VALUES ('t2', 'lamp', -715)")
+        let insert = try new.exportFile()
+        tick()
+        try new.exec("UPDATE things SET title = 'floor lamp' WHERE id = 't2'")
+        #expect(old.apply(try new.exportFile()).status == .applied)
+        #expect(try old.db.asideValues(table: "things")["'t2'"] == ["rating": .integer(-715)])
+        #expect(old.apply(insert).status == .applied)
+        try old.exec("ALTER TABLE things ADD COLUMN rating INTEGER")
+        _ = try old.export()
+        #expect(try old.rows("SELECT title, rating FROM things WHERE id = 't2'") == [[.text("floor lamp"), .integer(-715)]])
+        try expectSameData(old, new)
+    }
+
+    /// Found by the CLI chaos harness: a delete refused here (this device made a newer incarnation of the row) kept
+    /// its NULLs aside (a delete carries no values); the app's migration adding the column NOT NULL then failed on
+    /// every try, and so did every export after the app migrated by itself.
+    @Test func refusedDelete_keepsNothingAside_andANotNullColumnCanBeAdded() throws {
+        let box = try Sandbox("aside-refused-delete")
+        let (old, new) = try Self.devices(box)
+        tick()
+        try old.exec("INSERT OR REPLACE INTO things VALUES ('t1', 'made again here')")
+        try new.exec("DELETE FROM things WHERE id = 't1'")
+        #expect(old.apply(try new.exportFile()).status == .applied)
+        #expect(try old.value("SELECT title FROM things WHERE id = 't1'") == .text("made again here"))
+        #expect(try old.db.asideValues(table: "things").isEmpty)
+        try old.db.migrate(sql: "ALTER TABLE things ADD COLUMN rating INTEGER NOT NULL DEFAULT 0")
+        #expect(try old.value("SELECT rating FROM things WHERE id = 't1'") == .integer(0))
+        #expect(try old.export() != nil)
+    }
+
+    /// Found by the CLI chaos harness: a new incarnation of a row (INSERT OR REPLACE) made by an older app version
+    /// replaced the row on a newer device but left the old incarnation's value in the column the older version lacks,
+    /// while the older device, once migrated, had the default: never a mixed row.
+    @Test func newIncarnationFromAnOlderVersion_leavesTheNewerColumnsAsANewRowHasThem() throws {
+        let box = try Sandbox("aside-new-incarnation")
+        let (old, new) = try Self.devices(box)
+        try new.exec("UPDATE things SET rating = 4 WHERE id = 't1'")
+        #expect(old.apply(try new.exportFile()).status == .applied)
+        tick()
+        try old.exec("INSERT OR REPLACE INTO things VALUES ('t1', 'made again')")
+        #expect(new.apply(try old.exportFile()).status == .applied)
+        #expect(try new.rows("SELECT title, rating FROM things WHERE id = 't1'") == [[.text("made again"), .null]])
+        try old.exec("ALTER TABLE things ADD COLUMN rating INTEGER")
+        _ = try old.export()
+        try expectSameData(old, new)
+    }
+
     @Test func deletedRow_dropsWhatWasKeptAside() throws {
         let box = try Sandbox("aside-delete")
         let (old, new) = try Self.devices(box)
