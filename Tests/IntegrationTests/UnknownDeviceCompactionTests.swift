@@ -31,6 +31,15 @@ struct UnknownDeviceCompactionTests {
 
     static func user(_ d: LTDevice) throws -> String { try SyncDatabase(path: d.db.path).userID() }
 
+    /// A inserts r1 and syncs; then B joins A's user from the bucket (and does not sync).
+    static func rowThenJoin(_ dir: TemporaryDirectory) async throws -> (a: LTDevice, b: LTDevice) {
+        let bucket = LTBucket.local(dir)
+        let a = try await existingDevice(dir, bucket, "A")
+        try a.execute("INSERT INTO t VALUES ('r1', 'before B joined')")
+        #expect(try await a.sync().ok)
+        return (a, try await existingDevice(dir, bucket, "B", user: try user(a)))
+    }
+
     @Test func firstDeviceWhoseSyncsSentNothing_isWaitedForByCompaction() async throws {
         let dir = try TemporaryDirectory()
         defer { withExtendedLifetime(dir) {} }
@@ -51,11 +60,7 @@ struct UnknownDeviceCompactionTests {
     @Test func deviceThatOnlyRanInit_isWaitedForByCompaction() async throws {
         let dir = try TemporaryDirectory()
         defer { withExtendedLifetime(dir) {} }
-        let bucket = LTBucket.local(dir)
-        let a = try await Self.existingDevice(dir, bucket, "A")
-        try a.execute("INSERT INTO t VALUES ('r1', 'before B joined')")
-        #expect(try await a.sync().ok)
-        let b = try await Self.existingDevice(dir, bucket, "B", user: try Self.user(a))  // no sync yet
+        let (a, b) = try await Self.rowThenJoin(dir)  // B: no sync yet
         try a.execute("INSERT INTO t VALUES ('r2', 'after B joined')")
         #expect(try await a.sync().ok)
         let c = try await Compactor(home: a.home, remote: a.remote, retry: ltShortRetry).run()
@@ -71,11 +76,7 @@ struct UnknownDeviceCompactionTests {
     @Test func deviceUnknownToACompaction_catchesUpFromItsSnapshotWhenItFirstPublishes() async throws {
         let dir = try TemporaryDirectory()
         defer { withExtendedLifetime(dir) {} }
-        let bucket = LTBucket.local(dir)
-        let a = try await Self.existingDevice(dir, bucket, "A")
-        try a.execute("INSERT INTO t VALUES ('r1', 'before B joined')")
-        #expect(try await a.sync().ok)
-        let b = try await Self.existingDevice(dir, bucket, "B", user: try Self.user(a))
+        let (a, b) = try await Self.rowThenJoin(dir)
         // As if B's init had not published its cursor.
         try await b.remote.delete(key: Compactor.cursorKey(user: try Self.user(b), site: try b.siteID()))
         try Connection(path: b.db.path, mode: .readWrite).execute("DROP TABLE rtsync_cursor_published")
