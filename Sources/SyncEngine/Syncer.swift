@@ -459,6 +459,18 @@ public struct Syncer: Sendable {
                                            error: rejected.isEmpty ? nil : rejected.map { "\(URL(fileURLWithPath: $0.file).lastPathComponent): \($0.reason ?? "")" }.joined(separator: "; ")))
         }
 
+        // A catch-up that failed at the start, typically because the snapshot's rows refer to rows the diffs this
+        // sync just applied bring (a foreign key), is tried once more now; one failure is reported, not two.
+        if !dryRun, caughtUpFrom == nil, (try? db.needsCatchUp()) == true,
+           let failed = report.phases.firstIndex(where: { $0.name == "catch-up" && !$0.ok }) {
+            let before = report.phases.count
+            caughtUpFrom = await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
+                onProgress?(SyncProgress(phase: .catchUp, item: message))
+                text(message)
+            })
+            if caughtUpFrom != nil { report.phases.remove(at: failed) } else if report.phases.count > before { report.phases.removeLast(report.phases.count - before) }
+        }
+
         // Publish what this device has applied (only when that changed, so an idle sync stays one LIST),
         // and compact automatically once inbound grows past the threshold.
         // A cursor owed by an earlier run (its publish failed, or the run ended first) is published now, even
