@@ -94,8 +94,7 @@ public struct Compactor: Sendable {
         if try db.needsCatchUp() { throw SyncEngineError.catchUpPending(path: home.database.path) }
         let user = settings.userID.isEmpty ? try db.userID() : settings.userID
         let inbound = Syncer.inboundPrefix(user: user)
-        let listed = try await retry.run { try await remote.list(prefix: inbound) }
-            .compactMap { o -> String? in DiffFile.diffID(fromFileName: String(o.key.dropFirst(inbound.count))).map(\.string) }
+        let listed = Syncer.diffIDs(in: try await retry.run { try await remote.list(prefix: inbound) }, under: inbound)
 
         let stop = { shouldStop?() ?? false }
         if stop() { return CompactionReport(snapshotKey: "", devices: [], pruned: [], kept: listed.count, stoppedBefore: "the snapshot, then pruning") }

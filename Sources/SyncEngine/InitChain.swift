@@ -158,8 +158,8 @@ public struct InitChain: Sendable {
                     let sync = try SyncDatabase(path: db.path)
                     let inbound = Syncer.inboundPrefix(user: settings.userID)
                     if let listed = try? await retry.run({ try await remote.list(prefix: inbound) }) {
-                        let ids = listed.compactMap { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count)))?.string }
-                        if (try? await Compactor.publishCursor(db: sync, user: settings.userID, listed: ids, remote: remote, home: home)) != nil {
+                        if (try? await Compactor.publishCursor(db: sync, user: settings.userID, listed: Syncer.diffIDs(in: listed, under: inbound),
+                                                               remote: remote, home: home)) != nil {
                             try? fm.removeItem(at: Syncer.pendingCursorMarker(home))
                         }
                     }

@@ -204,9 +204,10 @@ extension SyncDatabase {
         do {
             try fm.createDirectory(at: folder, withIntermediateDirectories: true)
             var target = folder.appendingPathComponent(url.lastPathComponent)
-            // The same file rejected again (a bad diff left in the bucket is downloaded by every sync): one copy.
             var info = stat()
-            if lstat(url.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, fm.contentsEqual(atPath: url.path, andPath: target.path) {
+            let regular = lstat(url.path, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+            // The same file rejected again (a bad diff left in the bucket is downloaded by every sync): one copy.
+            if regular, fm.contentsEqual(atPath: url.path, andPath: target.path) {
                 if !keepingOriginal { try fm.removeItem(at: url) }
                 try? Data((reason + "\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
                 return target.path
@@ -217,8 +218,7 @@ extension SyncDatabase {
             if keepingOriginal {
                 // Only a regular file is copied: copying a FIFO would wait for a writer forever, and a folder
                 // named like a diff would be copied whole. Otherwise the reason alone is kept.
-                var info = stat()
-                guard lstat(url.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                guard regular else {
                     try Data((reason + "\n(not copied: not a regular file)\n").utf8).write(to: URL(fileURLWithPath: target.path + ".reason.txt"))
                     return target.path + ".reason.txt"
                 }

@@ -119,6 +119,11 @@ public struct Syncer: Sendable {
     /// The marker of a cursor that still has to be published (`support/.cursor-pending`).
     public static func pendingCursorMarker(_ home: RTSyncHome) -> URL { home.support.appendingPathComponent(".cursor-pending") }
 
+    /// The ids of the diffs among `listed` objects under `prefix` (an inbound folder); other names are left out.
+    static func diffIDs(in listed: [RemoteObject], under prefix: String) -> [String] {
+        listed.compactMap { DiffFile.diffID(fromFileName: String($0.key.dropFirst(prefix.count)))?.string }
+    }
+
     /// The marker of a backup upload that failed: the next sync makes and uploads a backup even when none is due.
     public static func pendingBackupUploadMarker(_ home: RTSyncHome) -> URL { home.support.appendingPathComponent(".backup-upload-pending") }
 
@@ -168,6 +173,11 @@ public struct Syncer: Sendable {
             onProgress?(p)
             text(p.description)
         }
+        /// A catch-up's messages, to both listeners.
+        @Sendable func catchUpProgress(_ message: String) {
+            onProgress?(SyncProgress(phase: .catchUp, item: message))
+            text(message)
+        }
         let db = try SyncDatabase(path: home.database.path)
         db.applyGroupLimit = applyGroupLimit
         // A database never initialized for sync must not sync under an empty user (its keys would start with "/").
@@ -202,10 +212,7 @@ public struct Syncer: Sendable {
 
         // A database restored from a backup first catches up on what compaction may have pruned since.
         var caughtUpFrom: String?
-        if !dryRun { caughtUpFrom = await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
-            onProgress?(SyncProgress(phase: .catchUp, item: message))
-            text(message)
-        }) }
+        if !dryRun { caughtUpFrom = await catchUpAfterRestore(db: db, user: user, report: &report, progress: catchUpProgress) }
 
         // Diffs this database has applied or made (read once; the export below adds its own id).
         var applied = Set(try db.query("SELECT diff_id FROM rtsync_applied").compactMap { $0[0].string })
@@ -323,7 +330,7 @@ public struct Syncer: Sendable {
         var listedIDs: [String]?
         do {
             let listed = try await retry.run { try await remote.list(prefix: inbound) }
-            listedIDs = listed.compactMap { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count)))?.string }
+            listedIDs = Self.diffIDs(in: listed, under: inbound)
             let wanted = listed.filter { obj in
                 let name = String(obj.key.dropFirst(inbound.count))
                 guard !name.contains("/"), let id = DiffFile.diffID(fromFileName: name) else { return false }
@@ -464,10 +471,7 @@ public struct Syncer: Sendable {
         if !dryRun, caughtUpFrom == nil, (try? db.needsCatchUp()) == true,
            let failed = report.phases.firstIndex(where: { $0.name == "catch-up" && !$0.ok }) {
             let before = report.phases.count
-            caughtUpFrom = await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
-                onProgress?(SyncProgress(phase: .catchUp, item: message))
-                text(message)
-            })
+            caughtUpFrom = await catchUpAfterRestore(db: db, user: user, report: &report, progress: catchUpProgress)
             if caughtUpFrom != nil { report.phases.remove(at: failed) } else if report.phases.count > before { report.phases.removeLast(report.phases.count - before) }
         }
 
@@ -498,10 +502,7 @@ public struct Syncer: Sendable {
                     }
                     if snapshotMayExist {
                         try db.markCatchUpPending()
-                        await catchUpAfterRestore(db: db, user: user, report: &report, progress: { message in
-                            onProgress?(SyncProgress(phase: .catchUp, item: message))
-                            text(message)
-                        })
+                        await catchUpAfterRestore(db: db, user: user, report: &report, progress: catchUpProgress)
                     }
                 } catch {
                     report.phases.append(SyncPhase(name: "cursor", ok: false, summary: "could not publish this device's cursor (the next sync publishes it)", error: "\(error)"))
@@ -553,13 +554,14 @@ public struct Syncer: Sendable {
                         : (try backups.create(), false)
                     report.backup = b
                     var summary = "backup \(b.id) (\(b.method), \(b.bytes) bytes)"
-                    if !uploading {
-                        try? fm.removeItem(at: uploadOwed)
-                    } else if !uploadable {
+                    if uploading {
                         try Data("a backup of this database is owed to the bucket\n".utf8).write(to: uploadOwed)
-                        summary += ", kept here only: the database changed while each copy was made (the next sync uploads one)"
                     } else {
-                        try Data("a backup of this database is owed to the bucket\n".utf8).write(to: uploadOwed)
+                        try? fm.removeItem(at: uploadOwed)
+                    }
+                    if uploading && !uploadable {
+                        summary += ", kept here only: the database changed while each copy was made (the next sync uploads one)"
+                    } else if uploading {
                         try await retry.run { try await remote.upload(file: home.backups.appendingPathComponent(b.file), key: user + "/backups/" + b.file, ifAbsent: false) }
                         summary += ", uploaded"
                         try? fm.removeItem(at: uploadOwed)
