@@ -37,6 +37,13 @@ public enum DiffFile {
         return try? KSUID(string: String(name.dropLast(fileExtension.count + 1)))
     }
 
+    /// The `CREATE TABLE` statement of a carried table: its columns quoted, with no declared type (BLOB affinity, so
+    /// values keep their storage class) and nothing else. SQLite keeps this text, without `schemaPrefix`, in
+    /// `sqlite_schema`, which is how a reader knows the file declares nothing more.
+    package static func carriedTableSQL(name: String, columns: [String], schemaPrefix: String = "") -> String {
+        "CREATE TABLE " + schemaPrefix + quoteIdentifier(name) + " (" + columns.map(quoteIdentifier).joined(separator: ", ") + ")"
+    }
+
     /// Which of `rowid`, `_rowid_`, `oid` still names the rowid given these column names.
     package static func rowidAlias(for columns: [String]) -> String? {
         let names = Set(columns.map { $0.lowercased() })

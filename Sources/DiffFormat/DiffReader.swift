@@ -100,6 +100,17 @@ public final class DiffReader: @unchecked Sendable {
         if header[18] == 2 || header[19] == 2 {
             throw DiffFormatError.corrupt(file: file, detail: "database is in WAL mode; diffs are single self-contained files")
         }
+        // Nothing after the last page: bytes SQLite never reads would travel, be stored and be kept unchecked. The
+        // header's page count (bytes 28-31) is SQLite's own when bytes 92-95 match the change counter (24-27), as
+        // every SQLite since 3.7.0 writes it; otherwise SQLite takes the file's size, which must then be whole pages.
+        func be32(_ at: Int) -> Int64 { header[at..<(at + 4)].reduce(0) { $0 << 8 | Int64($1) } }
+        let pageSize: Int64 = header[16] == 0 && header[17] == 1 ? 65536 : Int64(header[16]) << 8 | Int64(header[17])
+        if pageSize >= 512 {
+            let expected = be32(92) == be32(24) && be32(28) > 0 ? be32(28) * pageSize : size - size % pageSize
+            if size != expected {
+                throw DiffFormatError.corrupt(file: file, detail: "\(size - expected) bytes \(size > expected ? "after the last page" : "missing from the last pages") (\(size) bytes in the file, \(expected) in its pages); a diff is exactly its SQLite pages")
+            }
+        }
 
         // 2. Open read-only and immutable, locked down against anything the file could run.
         do {
@@ -113,10 +124,12 @@ public final class DiffReader: @unchecked Sendable {
             // 3. Schema objects: only our structure tables and the declared carried tables; no triggers, views or indexes.
             //    (Automatic indexes are tolerated, but every query below reads the tables themselves (NOT INDEXED):
             //    quick_check does not compare an index with its table, so an index could hold other values.)
-            let objects = try db.rows("SELECT type, name FROM sqlite_schema")
+            let objects = try db.rows("SELECT type, name, sql FROM sqlite_schema")
             var fileTables = Set<String>()
+            var declaredSQL: [String: String] = [:]
             for o in objects {
                 let type = o[0].string ?? "", name = o[1].string ?? ""
+                if type == "table" { declaredSQL[name] = o[2].string ?? "" }
                 switch type {
                 case "trigger": throw DiffFormatError.containsTrigger(file: file, name: name)
                 case "view": throw DiffFormatError.containsView(file: file, name: name)
@@ -227,13 +240,14 @@ public final class DiffReader: @unchecked Sendable {
                 if byID[tid] != nil || defs.contains(where: { $0.name.lowercased() == name.lowercased() }) {
                     throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "declared twice")
                 }
-                // The PRAGMA itself (columns: cid, name, …), not the `pragma_table_info` table function: the same rows
-                // without setting up a virtual table, a sixth of the cost (this runs for every table of every diff).
-                let present = try db.rows("PRAGMA table_info(" + quoteIdentifier(name) + ")").compactMap { $0[1].string }
-                guard present == def.columnNames else {
-                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "carried table columns \(present) differ from its definition \(def.columnNames)")
+                // The carried table must be declared exactly as a writer declares it: its definition's columns, no
+                // types, constraints, defaults or generated columns (an expression in the file would be SQL of its
+                // own, and `PRAGMA table_info` does not list generated columns). One string comparison, no query.
+                let expected = DiffFile.carriedTableSQL(name: name, columns: def.columnNames)
+                guard declaredSQL[name] == expected else {
+                    throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "carried table is declared as \(String(reflecting: String((declaredSQL[name] ?? "").prefix(200)))), not as its definition's plain columns (\(expected))")
                 }
-                guard DiffFile.rowidAlias(for: present) != nil else {
+                guard DiffFile.rowidAlias(for: def.columnNames) != nil else {
                     throw DiffFormatError.invalidTableDefinition(file: file, table: name, reason: "no rowid alias left to address rows")
                 }
                 tablesHash.add([.integer(tid), .text(name), .text(colsText), .text(consText), .text(hash)])

@@ -220,7 +220,7 @@ extension DiffFile {
         do {
             try db.execute("INSERT INTO \(prefix)rtsync_tables(id, name, columns, constraints, schema_hash) VALUES (?,?,?,?,?)", row)
             // Carried values keep their storage class exactly: the columns have no declared type (BLOB affinity).
-            try db.execute("CREATE TABLE " + prefix + quoteIdentifier(definition.name) + " (" + definition.columnNames.map(quoteIdentifier).joined(separator: ", ") + ")")
+            try db.execute(DiffFile.carriedTableSQL(name: definition.name, columns: definition.columnNames, schemaPrefix: prefix))
         } catch {
             throw DiffFormatError.writeFailed(file: file, reason: "\(error)")
         }

@@ -259,14 +259,16 @@ struct BulkApplyTests {
         return (b, try a.exportFile())
     }
 
-    /// A carried table with a generated column (invisible to the reader's checks, which only look at declared
-    /// columns) is not attached for bulk writes; the per-row merge reads only the declared columns.
-    @Test func diffWithAGeneratedColumn_isMergedRowByRow() throws {
+    /// A carried table with a generated column (an expression the file would have SQLite evaluate, which
+    /// `PRAGMA table_info` does not list) is refused by the reader, before any write, by both merges.
+    @Test func diffWithAGeneratedColumn_isRejected() throws {
         let box = try Sandbox("bulk-hidden")
         let (b, file) = try translationsDiff(box, lang: "gg", count: 20)
         do { try Connection(path: file.path).execute("ALTER TABLE translations ADD COLUMN extra AS (length(value) * 2)") }
+        let before = try b.bulk.fullDump()
         let report = try b.apply(file)
-        #expect(report.bulk.status == .applied && report.bulk.inserted == 20, "\(report.bulk)")
+        #expect(report.bulk.status == .rejected && report.bulk.reason?.contains("carried table is declared as") == true, "\(report.bulk)")
+        #expect(try b.bulk.fullDump() == before)
         #expect(b.bulk.db.bulkRowsWritten == 0)
     }
 

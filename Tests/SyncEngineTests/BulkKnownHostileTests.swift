@@ -169,9 +169,9 @@ struct BulkKnownHostileTests {
         #expect(r.bulk.status == .applied && r.bulk.conflicts == 20, "\(r.bulk)")
     }
 
-    /// A forged carried table whose columns are declared `COLLATE NOCASE`: a key in other letters is another key
-    /// (the local column's collation decides), a body in other letters another value; the per-row merge takes it.
-    @Test func carriedColumnsDeclaredNoCase_mergeAsPerRow() throws {
+    /// A forged carried table whose columns are declared `COLLATE NOCASE` (which would make a key in other letters
+    /// the same key to SQL over the file): the reader refuses the file, so neither merge writes anything.
+    @Test func carriedColumnsDeclaredNoCase_areRejected() throws {
         let box = try Sandbox("hostile-nocase-carried")
         let born = clock(20_000)
         let b = try twins(box, born: born)
@@ -182,9 +182,11 @@ struct BulkKnownHostileTests {
         try forge(file) { c in
             try redeclare(c, "notes", "CREATE TABLE \"notes\" (\"id\" TEXT COLLATE NOCASE, \"body\" TEXT COLLATE NOCASE, \"extra\" COLLATE NOCASE, \"n\")")
         }
+        let before = try b.bulk.fullDump()
         let r = try b.applyCountingSetRows(file)
-        #expect(r.setRows == 0, "a declared collation leaves the file to the per-row merge")
-        #expect(r.bulk.status == .applied && r.bulk.inserted == 1 && r.bulk.updated == (Self.rows - 2) / 2, "\(r.bulk)")
+        #expect(r.setRows == 0)
+        #expect(r.bulk.status == .rejected && r.bulk.reason?.contains("carried table is declared as") == true, "\(r.bulk)")
+        #expect(try b.bulk.fullDump() == before)
     }
 
     // MARK: `changed` lists
