@@ -270,6 +270,12 @@ extension TableDefinition {
     /// also when other databases are attached).
     /// - Returns: nil when the table does not exist.
     package static func read(table: String, from db: Connection) throws -> TableDefinition? {
+        // Read before every export and apply, while the schema seldom changes: remembered until it does.
+        try db.memoizedBySchema("TableDefinition.read\u{0}" + table) { try readFromSchema(table: table, from: db) }
+    }
+
+    /// `read(table:from:)` without the memo: the pragmas themselves.
+    static func readFromSchema(table: String, from db: Connection) throws -> TableDefinition? {
         let info = try db.rows("SELECT name, type, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?, 'main')", [.text(table)])
         if info.isEmpty { return nil }
         let columns = info.compactMap { r -> ColumnDefinition? in

@@ -47,7 +47,51 @@ public final class Connection {
         sqlite3_extended_result_codes(db, 1)
     }
 
-    deinit { sqlite3_close_v2(handle) }
+    deinit {
+        if let cookieStatement { sqlite3_finalize(cookieStatement) }
+        sqlite3_close_v2(handle)
+    }
+
+    // MARK: - Schema memo
+
+    /// `PRAGMA main.schema_version`, prepared once (a raw statement: a `Statement` kept here would hold this connection).
+    private var cookieStatement: OpaquePointer?
+    /// Values computed from the schema (`memoizedBySchema`), valid while the schema cookie is `cookie`.
+    private var schemaMemo: (cookie: Int64, values: [String: Any]) = (-1, [:])
+
+    /// The schema cookie of the main database: SQLite changes it with every change of the schema, by any connection.
+    package func schemaCookie() throws -> Int64 {
+        if cookieStatement == nil {
+            var statement: OpaquePointer?
+            let rc = sqlite3_prepare_v2(handle, "PRAGMA main.schema_version", -1, &statement, nil)
+            guard rc == SQLITE_OK, let statement else { throw SQLiteError(code: rc, message: lastErrorMessage) }
+            cookieStatement = statement
+        }
+        let statement = cookieStatement!
+        defer { sqlite3_reset(statement) }
+        let rc = sqlite3_step(statement)
+        guard rc == SQLITE_ROW else { throw SQLiteError(code: rc, message: lastErrorMessage) }
+        return sqlite3_column_int64(statement, 0)
+    }
+
+    /// `compute()`, which must depend on the main database's schema only, remembered on this connection under `key`
+    /// while the schema cookie stays the same.
+    ///
+    /// A value is remembered only when it was read from a committed schema: outside a write transaction (whose own
+    /// schema change may be rolled back to a savepoint, and the cookie it had reused by another change), and with
+    /// the cookie the same before and after reading. Committed cookies only grow, so a remembered value is never
+    /// taken for another schema; inside a write transaction the cookie equals it only while the transaction has
+    /// changed no schema (or rolled such a change back).
+    package func memoizedBySchema<T>(_ key: String, _ compute: () throws -> T) throws -> T {
+        let cookie = try schemaCookie()
+        if schemaMemo.cookie == cookie, let remembered = schemaMemo.values[key], let value = remembered as? T { return value }
+        let value = try compute()
+        if sqlite3_txn_state(handle, "main") != SQLITE_TXN_WRITE, try schemaCookie() == cookie {
+            if schemaMemo.cookie != cookie { schemaMemo = (cookie, [:]) }
+            schemaMemo.values[key] = value
+        }
+        return value
+    }
 
     /// Test hook: `julianday('now')` on this connection reports the wall clock shifted by `offsetMilliseconds`, as on a
     /// device whose clock is wrong (the capture triggers take a change's time from it). Only `'now'` is understood.

@@ -282,7 +282,9 @@ extension SyncDatabase {
 
     static func loadTracked(_ db: Connection) throws -> [String: TrackedInfo] {
         var out: [String: TrackedInfo] = [:]
-        let hasDefaults = try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_tracked') WHERE name = 'sync_defaults'") != nil
+        let hasDefaults = try db.memoizedBySchema("rtsync_tracked.sync_defaults") {
+            try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_tracked', 'main') WHERE name = 'sync_defaults'") != nil
+        }
         let adding = try addColumnsTables(db)
         let renames = try loadRenames(db)
         for r in try db.rows("SELECT tid, name, columns, policy, owner_column, on_delete_conflict, \(hasDefaults ? "sync_defaults" : "NULL") FROM rtsync_tracked") {
