@@ -100,7 +100,8 @@ extension Merger {
         let changed = r.change.changedColumns.map { Set($0.map { $0.lowercased() }) }
         for (position, name) in r.plan.aside where position < r.change.values.count {
             let listed = changed?.contains(name.lowercased()) ?? true
-            if !listed && !created { continue }
+            // A state diff lists every column its row has a value of: the others hold a placeholder (`remoteValues`).
+            if !listed && (!created || meta.kind == .snapshot) { continue }
             let clock = listed ? r.clock(name) : r.change.born
             try cached("""
                 INSERT INTO rtsync_aside(tid, pk, col, value, hlc, site) VALUES (?,?,?,?,?,?)

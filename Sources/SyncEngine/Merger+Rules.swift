@@ -42,7 +42,7 @@ extension Merger {
         }
         let keyValues = plan.keyPositions.map { $0.map { change.values[$0] } ?? .null }
         let info = plan.info
-        let remote = plan.remoteValues(change)
+        let remote = plan.remoteValues(change, snapshot: meta.kind == .snapshot)
         let local = try localRow(info, keyValues: keyValues, plan: plan)
         let ctx = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         // Rows this user shared read-only with the author may not be changed by the author's diffs.
@@ -106,6 +106,9 @@ extension Merger {
         // A key in another storage class than the local column's is converted by the full merge.
         for (i, position) in keyPositions.enumerated() where !plan.keyAffinities[i].isNatural(row.value(position)) { return false }
         if let ownerPosition = plan.ownerPosition, !row.isText(ownerPosition, equalTo: meta.authorUser) { return false }
+        // A state diff's row that lacks some of the carried columns (values another app version's columns kept
+        // aside on its device, `writeStateDiff`) has a placeholder there: the full merge leaves those columns out.
+        if meta.kind == .snapshot, row.change.changedColumns != nil { return false }
         let tid = info.table.id
         if !pending.isEmpty || !readOnlyShares.isEmpty {
             let tk = RowKey(tid, try keyText(keyPositions.map { row.value($0) }, of: info.definition))
@@ -214,6 +217,29 @@ extension Merger {
         /// Sets the columns the diff does not carry (an older app version's row) as a new row has them (declared default,
         /// the app's value for sync, or NULL), for a new incarnation that replaces a row here; nil when there are none.
         let resetMissingSQL: String?
+
+        /// `UPDATE` setting `columns` as a new row has them (declared value for sync, declared default, or NULL for a
+        /// nullable column without one; others are left), for the row with the bound key; nil when none can be set.
+        static func resetSQL(_ columns: [ColumnDefinition], fillers: [String: SQLValue], table: String, whereKey: String, orAbort: String) -> String? {
+            var resets: [String] = []
+            for c in columns {
+                if let v = fillers[c.name.lowercased()] {
+                    resets.append(quoteIdentifier(c.name) + " = " + v.sqlLiteral)
+                } else if let d = TableDefinition.safeDefault(c.defaultValue) {
+                    resets.append(quoteIdentifier(c.name) + " = " + d)
+                } else if c.defaultValue == nil && !c.notNull {
+                    resets.append(quoteIdentifier(c.name) + " = NULL")
+                }
+            }
+            return resets.isEmpty ? nil : "UPDATE" + orAbort + " " + table + " SET " + resets.joined(separator: ", ") + " WHERE " + whereKey
+        }
+
+        /// `resetSQL` for some local columns (by name) of this table.
+        func resetSQL(_ names: [String]) -> String? {
+            let wanted = Set(names.map { $0.lowercased() })
+            return Self.resetSQL(info.definition.columns.filter { $0.primaryKey == 0 && wanted.contains($0.name.lowercased()) }, fillers: fillers,
+                                 table: quoteIdentifier(info.definition.name), whereKey: whereKey, orAbort: orAbort)
+        }
         /// NOT NULL columns without a default that the diff lacks and that have no declared value.
         let unplaceable: [String]
         /// Local column index by lower-cased name.
@@ -228,9 +254,16 @@ extension Merger {
         let aside: [(position: Int, name: String)]
 
         /// The incoming values of a change by lower-cased column name.
-        func remoteValues(_ change: RowChange) -> [String: SQLValue] {
+        /// The incoming values by lower-cased name. In a state diff (`snapshot`: `writeStateDiff`), a row with a
+        /// `changed` list holds no value for the carried columns outside it (a newer app version's column its device
+        /// kept no value of, a NULL placeholder in the file): those are left out, as columns the diff lacks are.
+        func remoteValues(_ change: RowChange, snapshot: Bool = false) -> [String: SQLValue] {
             var remote: [String: SQLValue] = Dictionary(minimumCapacity: remoteLower.count)
             for (i, c) in remoteLower.enumerated() { remote[c] = change.values[i] }
+            if snapshot, let changed = change.changedColumns {
+                let held = Set(changed.map { (renamedFrom[$0.lowercased()] ?? $0).lowercased() })
+                for c in remoteLower where !held.contains(c) && !keyLower.contains(c) { remote[c] = nil }
+            }
             return remote
         }
 
@@ -287,17 +320,8 @@ extension Merger {
             insertAllSQL = "INSERT" + orAbort + " INTO " + table + " (" + insertColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: insertColumns.count).joined(separator: ", ") + ")"
             deleteSQL = "DELETE FROM " + table + " WHERE " + whereKey
-            var resets: [String] = []
-            for c in def.columns where c.primaryKey == 0 && !carried.contains(c.name.lowercased()) {
-                if let v = fillers[c.name.lowercased()] {
-                    resets.append(quoteIdentifier(c.name) + " = " + v.sqlLiteral)
-                } else if let d = TableDefinition.safeDefault(c.defaultValue) {
-                    resets.append(quoteIdentifier(c.name) + " = " + d)
-                } else if c.defaultValue == nil && !c.notNull {
-                    resets.append(quoteIdentifier(c.name) + " = NULL")
-                }
-            }
-            resetMissingSQL = resets.isEmpty ? nil : "UPDATE" + orAbort + " " + table + " SET " + resets.joined(separator: ", ") + " WHERE " + whereKey
+            resetMissingSQL = Self.resetSQL(def.columns.filter { c in c.primaryKey == 0 && !carried.contains(c.name.lowercased()) }, fillers: fillers,
+                                            table: table, whereKey: whereKey, orAbort: orAbort)
             insertNewSQL = "INSERT" + orAbort + " INTO " + table + " (" + allColumns.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
                 + Array(repeating: "?", count: allColumns.count).joined(separator: ", ") + ")" + " ON CONFLICT (" + def.primaryKeyColumns.map(quoteIdentifier).joined(separator: ", ") + ") DO NOTHING"
         }
@@ -317,8 +341,10 @@ extension Merger {
             guard let changed = change.changedColumns else { return plan.allColumns }
             return changed.compactMap { plan.localName[$0.lowercased()] }
         }
-        /// Every incoming column named as in the local table.
-        var allColumns: [String] { plan.allColumns }
+        /// Every incoming column named as in the local table (without those a state diff's row holds no value for).
+        var allColumns: [String] {
+            plan.allColumns.count == remote.count ? plan.allColumns : plan.allColumns.filter { remote[$0.lowercased()] != nil }
+        }
         /// Index of a local column by name (case-insensitive).
         func index(_ column: String) -> Int? { plan.localIndex[column.lowercased()] }
         func value(_ column: String) -> SQLValue { remote[column.lowercased()] ?? plan.fillers[column.lowercased()] ?? .null }
@@ -579,8 +605,14 @@ extension Merger {
 
     mutating func insertWhole(_ r: RowContext, _ local: LocalRow) throws {
         guard try placeOrHold(r, local) else { return }
-        let cols = r.plan.insertColumns
-        let sql = r.plan.insertAllSQL
+        var cols = r.plan.insertColumns
+        var sql = r.plan.insertAllSQL
+        if r.allColumns.count < r.plan.allColumns.count {
+            // A state diff's row without a value for some columns: they take their defaults, as on an insert without them.
+            cols = cols.filter { r.remote[$0.lowercased()] != nil || r.plan.fillers[$0.lowercased()] != nil }
+            sql = "INSERT" + r.plan.orAbort + " INTO " + quoteIdentifier(r.table) + " (" + cols.map(quoteIdentifier).joined(separator: ", ") + ") VALUES ("
+                + Array(repeating: "?", count: cols.count).joined(separator: ", ") + ")"
+        }
         guard try writeResolvingUnique(r, local, newRow: Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a }),
                                        { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
         try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
@@ -601,6 +633,9 @@ extension Merger {
         guard try update(r, local, columns: cols) else { return }
         // The new incarnation has no value of its own for columns its author's app version lacks: never a mixed row.
         if let sql = r.plan.resetMissingSQL { try cached(sql).run(r.keyValues) }
+        // Nor for those a state diff's row holds no value for.
+        let absent = r.plan.allColumns.filter { r.remote[$0.lowercased()] == nil }
+        if !absent.isEmpty, let sql = r.plan.resetSQL(absent) { try cached(sql).run(r.keyValues) }
         try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
         try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
         try purgePending(r, local)
