@@ -45,6 +45,17 @@ extension SyncDatabase {
                 if reports[i].status == .applied { progress = true }
             }
         }
+        // Diffs still waiting for rows, each for rows another of them brings (a row that lost a UNIQUE collision here,
+        // whose reference a later diff of its author settles, while that diff needs rows of the first): applied together,
+        // in file order in one transaction whose commit checks the foreign keys, as one diff holding both. All or none:
+        // nothing goes to quarantine from this try, and when any of them fails they stay deferred.
+        let waiting = reports.indices.filter { reports[$0].status == .deferred && reports[$0].reason?.contains("(FOREIGN KEY)") == true }
+        if !stopped, waiting.count >= 2, shouldStop?() != true {
+            let together = applyGroup(waiting.map { ordered[$0] }, quarantine: nil, limits: limits, shouldStop: nil, together: true) { _ in }
+            if together.committed, together.reports.count == waiting.count {
+                for (k, i) in waiting.enumerated() { reports[i] = together.reports[k] }
+            }
+        }
         if reports.contains(where: { $0.status == .applied }) { _ = try? settleConflictsByCurrentValues() }
         return reports
     }
@@ -122,7 +133,7 @@ extension SyncDatabase {
                 var bulkRows = 0, bulkKnownRows = 0
                 var after: ApplyGroupState.Carried?
                 do {
-                    try diffTransaction(grouped: grouped) {
+                    try diffTransaction(grouped: grouped, checkForeignKeys: group?.foreignKeysAtCommit != true) {
                         for id in replacingHeld {
                             try db.execute("DELETE FROM rtsync_held_cells WHERE held_id = ?", [.integer(id)])
                             try db.execute("DELETE FROM rtsync_held WHERE id = ?", [.integer(id)])

@@ -49,6 +49,8 @@ final class ApplyGroupState {
     /// Whether a diff of the group was merged and released: the bookkeeping is at this version (`upgradeBookkeeping`
     /// ran inside the group's transaction).
     var bookkeepingCurrent = false
+    /// Foreign keys are checked once, by the group's commit, instead of after each diff (`applyTogether`).
+    var foreignKeysAtCommit = false
 
     /// Takes what a diff merged and released to its savepoint leaves.
     func carry(_ c: Carried) {
@@ -139,7 +141,7 @@ extension SyncDatabase {
     /// Applies `group` in one transaction, each diff in a savepoint. `committed` is false when the transaction
     /// could not begin or commit (then nothing of it stayed, apart from rejected diffs moved to quarantine).
     /// `shouldStop` is asked between diffs; the diffs done by then are committed, the rest get no report.
-    func applyGroup(_ group: [URL], quarantine: URL?, limits: DiffLimits, shouldStop: (@Sendable () -> Bool)?,
+    func applyGroup(_ group: [URL], quarantine: URL?, limits: DiffLimits, shouldStop: (@Sendable () -> Bool)?, together: Bool = false,
                     onDiff: (Int) -> Void) -> (reports: [ApplyReport], committed: Bool) {
         locked {
             // Bookkeeping is installed in a transaction of its own (only a never-tracked database needs it).
@@ -149,12 +151,18 @@ extension SyncDatabase {
             guard (try? db.execute("BEGIN IMMEDIATE")) != nil else { return ([], false) }
             var reports: [ApplyReport] = []
             let state = ApplyGroupState()
+            state.foreignKeysAtCommit = together
             for (i, url) in group.enumerated() {
                 if i > 0, shouldStop?() == true { break }
                 onDiff(i)
                 reports.append(applyLocked(diff: url, quarantine: quarantine, limits: limits, replacingHeld: [], group: state))
                 // SQLite itself rolled the whole transaction back (a full disk, an I/O error): the group failed.
                 if db.isAutocommit { return (reports, false) }
+            }
+            // Together: all of them or none.
+            if together, reports.contains(where: { $0.status != .applied && $0.status != .skipped }) {
+                try? db.execute("ROLLBACK")
+                return (reports, false)
             }
             do {
                 // The capture triggers the merges left dropped, as each diff alone re-creates them before its commit.
@@ -175,13 +183,13 @@ extension SyncDatabase {
     /// Runs one diff's merge in its own transaction, or (`grouped`) in a savepoint of the group's. A diff in a
     /// group that leaves a foreign key unresolved is rolled back to its savepoint with the error its own commit
     /// would have given (it waits for the diffs that bring the rows), so the group's commit finds none.
-    func diffTransaction(grouped: Bool, _ body: () throws -> Void) throws {
+    func diffTransaction(grouped: Bool, checkForeignKeys: Bool = true, _ body: () throws -> Void) throws {
         guard grouped else { try db.transaction(body); return }
         let unresolvedBefore = db.hasUnresolvedForeignKeys
         try db.execute("SAVEPOINT rtsync_group_diff")
         do {
             try body()
-            if !unresolvedBefore && db.hasUnresolvedForeignKeys {
+            if checkForeignKeys && !unresolvedBefore && db.hasUnresolvedForeignKeys {
                 throw SQLiteError(code: 787, message: "FOREIGN KEY constraint failed")
             }
             try db.execute("RELEASE rtsync_group_diff")

@@ -47,7 +47,7 @@ BASE_COLS = {
 }
 # Migrations run with `rtsync migrate` on one device first, later on the others.
 MIGRATIONS = [
-    ("parent", "extra", "ALTER TABLE parent ADD COLUMN extra TEXT"),
+    ("parent", "extra", "ALTER TABLE parent ADD COLUMN extra TEXT DEFAULT 'none'"),  # nullable, with a default
     ("tag", "flag", "ALTER TABLE tag ADD COLUMN flag INTEGER NOT NULL DEFAULT 0"),
     ("child", "memo", "ALTER TABLE child ADD COLUMN memo TEXT COLLATE NOCASE"),
 ]
