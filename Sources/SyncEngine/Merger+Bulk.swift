@@ -21,6 +21,8 @@ extension Merger {
         /// it runs, the rows written in bulk are noted in file order (`noteClocks`), as the per-row merge notes each
         /// row, so that a decision it captures is timed as when every row is merged one by one.
         var maxAuthorHLC: Int64 = 0
+        /// The latest clock of any site among the rows (see `Merger.maxAnyHLC`).
+        var maxAnyHLC: Int64 = 0
 
         /// Whether `row` was written in bulk.
         func wrote(_ row: DiffRow) -> Bool {
@@ -140,6 +142,7 @@ extension Merger {
         }
         try db.execute("RELEASE rtsync_bulk_all")
         result.maxAuthorHLC = check.maxAuthorHLC
+        result.maxAnyHLC = check.maxAnyHLC
         return result
     }
 
@@ -313,6 +316,8 @@ final class BackgroundRowCheck: @unchecked Sendable {
     private var error: Error?
     /// The latest clock of the diff's author in any row (valid after `wait()`).
     private(set) var maxAuthorHLC: Int64 = 0
+    /// The latest clock of any site in the rows, once `wait()` returned.
+    private(set) var maxAnyHLC: Int64 = 0
 
     /// Starts the check.
     init(reader: DiffReader, clockLimit: Int64) {
@@ -329,7 +334,7 @@ final class BackgroundRowCheck: @unchecked Sendable {
 
     private func run(clockLimit: Int64) {
         let author = reader.metadata.authorSite, file = reader.url.path
-        var latest: Int64 = 0
+        var latest: Int64 = 0, latestAny: Int64 = 0
         var keyPositions: [Int64: [Int]] = [:]
         do {
             try reader.forEachRow { row in
@@ -344,6 +349,7 @@ final class BackgroundRowCheck: @unchecked Sendable {
                 func note(_ clock: Clock) throws {
                     if let e = Merger.clockError(clock, table: row.table.name, limit: clockLimit, file: file) { throw e }
                     if clock.site == author { latest = max(latest, clock.hlc.rawValue) }
+                    latestAny = max(latestAny, clock.hlc.rawValue)
                 }
                 try note(row.clock)
                 try note(row.born)
@@ -351,6 +357,7 @@ final class BackgroundRowCheck: @unchecked Sendable {
             }
         } catch { self.error = error }
         maxAuthorHLC = latest
+        maxAnyHLC = latestAny
         done.signal()
     }
 

@@ -86,6 +86,7 @@ extension Merger {
     mutating func checkClock(_ clock: Clock, _ table: String) throws {
         if clock.hlc.rawValue > clockLimit, let error = Merger.clockError(clock, table: table, limit: clockLimit, file: reader.url.path) { throw error }
         if clock.site == meta.authorSite { maxRemoteHLC = max(maxRemoteHLC, clock.hlc.rawValue) }
+        maxAnyHLC = max(maxAnyHLC, clock.hlc.rawValue)
     }
 
     /// The rejection of a clock more than a day ahead of this device's (`limit`), or nil.

@@ -256,6 +256,9 @@ struct Merger {
     var pending: [RowKey: PendingLocal] = [:]
     var statements: [String: Statement] = [:]
     var maxRemoteHLC: Int64 = 0
+    /// The latest clock of any site in the diff (a state diff or a relayed row carries other sites' clocks): this
+    /// device's clock moves past it, so that its next edit of such a row is later than what it holds.
+    var maxAnyHLC: Int64 = 0
     /// The largest clock accepted: a day ahead of this device's wall time.
     let clockLimit = (HLC.wallMilliseconds() + 86_400_000) << 16
     var readOnlyShares = Set<RowKey>()
@@ -359,6 +362,7 @@ struct Merger {
                 }
             }
             maxRemoteHLC = max(maxRemoteHLC, bulk.maxAuthorHLC)
+            maxAnyHLC = max(maxAnyHLC, bulk.maxAnyHLC)
         } else {
             try reader.forEachRow { row in try self.merge(row) }
         }
@@ -374,8 +378,10 @@ struct Merger {
                         .integer(Int64(report.inserted)), .integer(Int64(report.updated)), .integer(Int64(report.deleted)), .integer(Int64(report.conflicts))])
         // Move the local clock past everything seen, so later local edits win over what was just applied.
         // A clock more than a day ahead of our wall time is not followed (a badly skewed or hostile device).
+        if max(maxRemoteHLC, maxAnyHLC) > 0 {
+            try cached("UPDATE rtsync_site SET hlc = max(hlc, ?)").run([.integer(max(maxRemoteHLC, maxAnyHLC))])
+        }
         if maxRemoteHLC > 0 {
-            try cached("UPDATE rtsync_site SET hlc = max(hlc, ?)").run([.integer(maxRemoteHLC)])
             try cached("INSERT INTO rtsync_seen(site, hlc) VALUES (?, ?) ON CONFLICT(site) DO UPDATE SET hlc = max(hlc, excluded.hlc)")
                 .run([.text(meta.authorSite), .integer(maxRemoteHLC)])
         }
