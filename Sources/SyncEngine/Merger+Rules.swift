@@ -150,7 +150,10 @@ extension Merger {
         let key = try keyText(keyValues, of: info.definition)
         let remote = plan.remoteValues(change)
         let r = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
-        if needsClocks { try setColumnClocks(r, key, columns: r.changedColumns, clearFirst: true) }
+        if needsClocks {
+            try setColumnClocks(r, key, columns: r.changedColumns, clearFirst: true)
+            try markUncarriedColumns(r, key)
+        }
         if plan.hasDeleteActions {
             let local = LocalRow(key: key, hasMeta: true, values: nil, born: change.born, deleted: nil, clocks: [:], pending: nil, pendingClocks: [:])
             try applyDeleteActionsForDeletedParents(r, local, written: r.allColumns)
@@ -618,6 +621,7 @@ extension Merger {
                                        { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
         try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
         try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
+        try markUncarriedColumns(r, local.key)
         try purgePending(r, local)
         report.inserted += 1
         try applyDeleteActionsForDeletedParents(r, local, written: cols)
@@ -639,6 +643,7 @@ extension Merger {
         if !absent.isEmpty, let sql = r.plan.resetSQL(absent) { try cached(sql).run(r.keyValues) }
         try setRowMeta(r, local.key, born: r.change.born, deleted: nil)
         try setColumnClocks(r, local.key, columns: r.changedColumns, clearFirst: true)
+        try markUncarriedColumns(r, local.key)
         try purgePending(r, local)
         report.updated += 1
         try applyDeleteActionsForDeletedParents(r, local, written: cols)
@@ -877,6 +882,21 @@ extension Merger {
             if clearFirst && clock == r.change.born { continue }
             try set.run([.integer(tid), .text(key), .text(c), .integer(clock.hlc.rawValue), .text(clock.site)])
         }
+    }
+
+    /// Columns of the local table the incoming row holds no value of (its author's app version lacks them, or a state
+    /// diff's placeholder) get a zero clock when the row is made here from anything but its creator's insert (an update
+    /// that arrived first, a relayed row): the value the row was born with, arriving later from a device that has the
+    /// column, then wins over the default made up here instead of tying with the row's birth and losing.
+    mutating func markUncarriedColumns(_ r: RowContext, _ key: String) throws {
+        let c = r.change
+        guard c.changedColumns != nil || c.clock != c.born || !c.columnClocks.isEmpty else { return }
+        let carried = Set(r.allColumns.map { $0.lowercased() })
+        let keys = Set(r.def.primaryKeyColumns.map { $0.lowercased() })
+        let uncarried = r.def.columnNames.filter { !carried.contains($0.lowercased()) && !keys.contains($0.lowercased()) }
+        guard !uncarried.isEmpty else { return }
+        let set = try cached("INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site) VALUES (?, ?, ?, 0, '')")
+        for column in uncarried { try set.run([.integer(r.info.table.id), .text(key), .text(column)]) }
     }
 
     /// Drops unexported local changes to a row that was replaced or deleted by the merge.
