@@ -57,8 +57,8 @@ public final class DiffWriter {
             let pageSize = expectedRows <= 64 ? 512 : 4096
             // Starts from a copy of an empty diff (the structure tables only) when one could be made: running the
             // structure DDL was a fifth of a one-row export.
-            let template = DiffWriter.emptyDiff(pageSize: pageSize)
-            if let template { try DiffWriter.create(temporary.path, holding: template) }
+            let template = DiffWriter.emptyDiffs[pageSize]
+            if let template { try template.write(to: temporary, options: .withoutOverwriting) }
             let db = try Connection(path: temporary.path)
             // The temp file is renamed into place only after an explicit fsync, so SQLite's journal adds nothing.
             try db.execute("PRAGMA page_size = \(pageSize); PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE; PRAGMA auto_vacuum = NONE")
@@ -76,8 +76,8 @@ public final class DiffWriter {
 
     /// The bytes of an empty diff file (the structure tables, nothing else) of each page size writers use, made once
     /// per process by the same statements a writer runs; nil when they could not be made (a writer then runs them).
-    private static let emptyDiffs: [Int: [UInt8]] = {
-        var made: [Int: [UInt8]] = [:]
+    private static let emptyDiffs: [Int: Data] = {
+        var made: [Int: Data] = [:]
         for pageSize in [512, 4096] {
             let path = FileManager.default.temporaryDirectory
                 .appendingPathComponent("rtsync-empty-diff-\(getpid())-\(UUID().uuidString).sqlite", isDirectory: false).path
@@ -89,27 +89,10 @@ public final class DiffWriter {
             } catch { continue }
             // The connection is closed: its scope ended.
             guard let bytes = FileManager.default.contents(atPath: path), bytes.count >= 2 * pageSize, bytes.count % pageSize == 0 else { continue }
-            made[pageSize] = [UInt8](bytes)
+            made[pageSize] = bytes
         }
         return made
     }()
-
-    /// The empty diff of `pageSize` (see `emptyDiffs`).
-    static func emptyDiff(pageSize: Int) -> [UInt8]? { emptyDiffs[pageSize] }
-
-    /// Creates `path` (which must not exist) holding `bytes`.
-    static func create(_ path: String, holding bytes: [UInt8]) throws {
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw DiffFormatError.writeFailed(file: path, reason: "cannot create the file: \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var written = 0
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, bytes.count - written) }
-            if n < 0, errno == EINTR { continue }
-            guard n > 0 else { throw DiffFormatError.writeFailed(file: path, reason: "cannot write the file: \(String(cString: strerror(errno)))") }
-            written += n
-        }
-    }
 
     /// Declares a carried table; must precede its rows.
     /// - Throws: `DiffFormatError.invalidTableDefinition` for reserved names or unsound definitions.

@@ -49,7 +49,7 @@ extension SyncDatabase {
         // whose reference a later diff of its author settles, while that diff needs rows of the first): applied together,
         // in file order in one transaction whose commit checks the foreign keys, as one diff holding both. All or none:
         // nothing goes to quarantine from this try, and when any of them fails they stay deferred.
-        let waiting = reports.indices.filter { reports[$0].status == .deferred && reports[$0].reason?.contains("(FOREIGN KEY)") == true }
+        let waiting = reports.indices.filter { reports[$0].status == .deferred && reports[$0].reason == Self.waitingForRowsReason }
         if !stopped, waiting.count >= 2, shouldStop?() != true {
             let together = applyGroup(waiting.map { ordered[$0] }, quarantine: nil, limits: limits, shouldStop: nil, together: true) { _ in }
             if together.committed, together.reports.count == waiting.count {
@@ -59,6 +59,9 @@ extension SyncDatabase {
         if reports.contains(where: { $0.status == .applied }) { _ = try? settleConflictsByCurrentValues() }
         return reports
     }
+
+    /// The reason of a diff deferred for rows other diffs bring (a foreign key left unresolved).
+    static let waitingForRowsReason = "refers to rows this device has not received yet (FOREIGN KEY); nothing was changed, apply it again after the diffs that bring them"
 
     /// Applies one diff file (see `apply(diffs:quarantine:limits:)`).
     public func apply(diff url: URL, quarantine: URL? = nil, limits: DiffLimits = .default) -> ApplyReport {
@@ -173,7 +176,7 @@ extension SyncDatabase {
                 return postpone("the database is busy (another connection held its write lock past the busy timeout); nothing was changed, apply it again later")
             } catch let e as SQLiteError where e.isForeignKeyViolation {
                 // Diffs may arrive in any order: a row whose parent another diff brings waits for it.
-                return postpone("refers to rows this device has not received yet (FOREIGN KEY); nothing was changed, apply it again after the diffs that bring them")
+                return postpone(Self.waitingForRowsReason)
             } catch let e as SQLiteError {
                 return reject(e.isConstraintViolation ? "constraint failed: \(e.message)" : e.description)
             } catch {

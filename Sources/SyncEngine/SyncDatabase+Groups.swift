@@ -49,7 +49,8 @@ final class ApplyGroupState {
     /// Whether a diff of the group was merged and released: the bookkeeping is at this version (`upgradeBookkeeping`
     /// ran inside the group's transaction).
     var bookkeepingCurrent = false
-    /// Foreign keys are checked once, by the group's commit, instead of after each diff (`applyTogether`).
+    /// Foreign keys are checked once, by the group's commit, instead of after each diff (`applyGroup(together: true)`,
+    /// for diffs that wait for each other's rows).
     var foreignKeysAtCommit = false
 
     /// Takes what a diff merged and released to its savepoint leaves.

@@ -10,16 +10,24 @@ import Testing
         try TableDefinition.read(table: table, from: db)?.columnNames
     }
 
+    /// A new folder holding `app.sqlite` with `t(id INTEGER PRIMARY KEY, a)` (in WAL mode when `wal`), its path, and a
+    /// connection to it (the folder is removed when `dir` is released).
+    private func database(wal: Bool) throws -> (dir: TemporaryDirectory, path: String, db: Connection) {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("app.sqlite").path
+        let db = try Connection(path: path)
+        try db.execute((wal ? "PRAGMA journal_mode = WAL; " : "") + "CREATE TABLE t(id INTEGER PRIMARY KEY, a)")
+        return (dir, path, db)
+    }
+
     /// Each read must equal one without the memo.
     private func expectFresh(_ db: Connection, _ table: String = "t", sourceLocation: SourceLocation = #_sourceLocation) throws {
         #expect(try TableDefinition.read(table: table, from: db) == TableDefinition.readFromSchema(table: table, from: db), sourceLocation: sourceLocation)
     }
 
     @Test func anotherConnectionsChanges_areSeen() throws {
-        let dir = try TemporaryDirectory()
-        let path = dir.file("app.sqlite").path
-        let db = try Connection(path: path)
-        try db.execute("PRAGMA journal_mode = WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, a)")
+        let (dir, path, db) = try database(wal: true)
+        defer { withExtendedLifetime(dir) {} }
         #expect(try columns(db) == ["id", "a"])
         #expect(try columns(db, "u") == nil)
         let other = try Connection(path: path)
@@ -40,10 +48,8 @@ import Testing
     }
 
     @Test func ownChanges_inTransactionsAndSavepoints_areSeen() throws {
-        let dir = try TemporaryDirectory()
-        let path = dir.file("app.sqlite").path
-        let db = try Connection(path: path)
-        try db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, a)")
+        let (dir, path, db) = try database(wal: false)
+        defer { withExtendedLifetime(dir) {} }
         #expect(try columns(db) == ["id", "a"])
         try db.execute("BEGIN IMMEDIATE")
         try db.execute("SAVEPOINT s")
@@ -68,10 +74,8 @@ import Testing
     }
 
     @Test func aReadTransaction_seesItsSnapshot_andTheNextOneTheNewSchema() throws {
-        let dir = try TemporaryDirectory()
-        let path = dir.file("app.sqlite").path
-        let db = try Connection(path: path)
-        try db.execute("PRAGMA journal_mode = WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, a)")
+        let (dir, path, db) = try database(wal: true)
+        defer { withExtendedLifetime(dir) {} }
         try db.execute("BEGIN")
         #expect(try columns(db) == ["id", "a"])
         let other = try Connection(path: path)

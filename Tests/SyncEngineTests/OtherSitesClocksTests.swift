@@ -14,6 +14,16 @@ import Testing
 struct OtherSitesClocksTests {
     let k = BulkKnownRowsTests()
 
+    /// A diff by `site` of notes n0…n39 made on another device, with that device's `clock`.
+    func relayed(_ box: Sandbox, by site: String, clock: Clock) throws -> URL {
+        let w = try k.writer(box, site: site)
+        try w.addTable(BulkKnownRowsTests.notes)
+        for i in 0..<40 {
+            try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n\(i)"), .text("body"), .null, .integer(Int64(i))], clock: clock, born: clock))
+        }
+        return try w.finish()
+    }
+
     @Test(arguments: [false, true])
     func editAfterMergingAnotherSitesRow_isLaterThanThatRow(setPaths: Bool) throws {
         let box = try Sandbox("other-sites-clocks")
@@ -22,23 +32,13 @@ struct OtherSitesClocksTests {
         if setPaths { device.db.bulkApplyMinimumBytes = 0 }
         // Author "other" relays rows made on "ahead", whose clock runs ten minutes ahead of everyone's.
         let ahead = k.clock(-600_000, "ahead")
-        let w = try k.writer(box)
-        try w.addTable(BulkKnownRowsTests.notes)
-        for i in 0..<40 {
-            try w.append(RowChange(table: "notes", operation: .upsert, values: [.text("n\(i)"), .text("body"), .null, .integer(Int64(i))], clock: ahead, born: ahead))
-        }
-        #expect(device.apply(try w.finish()).status == .applied)
+        #expect(device.apply(try relayed(box, by: "other", clock: ahead)).status == .applied)
         try device.exec("UPDATE notes SET body = 'edited' WHERE id = 'n0'")
         let edit = try #require(try device.value("SELECT hlc FROM rtsync_changes ORDER BY seq DESC LIMIT 1")?.int64)
         #expect(edit > ahead.hlc.rawValue, "the local edit (\(HLC(rawValue: edit))) must be later than the row it edits (\(ahead.hlc))")
         // Another device holding the same rows takes the edit.
         let other = try k.device(box, "C")
-        let w2 = try k.writer(box, site: "relay")
-        try w2.addTable(BulkKnownRowsTests.notes)
-        for i in 0..<40 {
-            try w2.append(RowChange(table: "notes", operation: .upsert, values: [.text("n\(i)"), .text("body"), .null, .integer(Int64(i))], clock: ahead, born: ahead))
-        }
-        #expect(other.apply(try w2.finish()).status == .applied)
+        #expect(other.apply(try relayed(box, by: "relay", clock: ahead)).status == .applied)
         // (The value it replaces may be logged as a conflict: this device's `seen` names the sites of the diffs it
         // applied, not every site whose clocks they carried. Logged, not lost.)
         let report = other.apply(try device.exportFile())
