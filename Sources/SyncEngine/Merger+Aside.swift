@@ -17,8 +17,16 @@ extension SyncDatabase {
     static let asideTablesSQL = """
         CREATE TABLE IF NOT EXISTS rtsync_aside_cols(tid INTEGER NOT NULL, col TEXT NOT NULL COLLATE NOCASE, type TEXT NOT NULL, PRIMARY KEY (tid, col)) WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS rtsync_aside(tid INTEGER NOT NULL, pk TEXT NOT NULL, col TEXT NOT NULL COLLATE NOCASE, value, hlc INTEGER NOT NULL, site TEXT NOT NULL,
-          PRIMARY KEY (tid, pk, col)) WITHOUT ROWID;
+          born_hlc INTEGER, born_site TEXT, PRIMARY KEY (tid, pk, col)) WITHOUT ROWID;
         """
+
+    /// The condition (on `rtsync_aside a` and `rtsync_rows m`) that a value kept aside belongs to the row's incarnation
+    /// here: the one it was kept for, and no insert of this device's not exported yet (a new incarnation, no remote
+    /// value is part of). A value kept before incarnations were recorded with it (`born_hlc` NULL) is taken as the row's.
+    static func asideOfRowIncarnationSQL(tid: Int64) -> String {
+        "(a.born_hlc IS NULL OR (a.born_hlc = coalesce(m.born_hlc, 0) AND a.born_site = coalesce(m.born_site, ''))) "
+            + "AND a.pk NOT IN (SELECT pk FROM rtsync_changes WHERE tid = \(tid) AND op = 1)"
+    }
 
     /// Moves values kept aside into columns the table has now (the app's migration added them), with their clocks,
     /// without capturing that as a local change. Inside the caller's transaction. Returns whether any was moved.
@@ -37,8 +45,9 @@ extension SyncDatabase {
                     ?? translatedColumns(remote: [col], local: def.columnNames, renames: renames[tid]?.all ?? [])[0] else { continue }
             let keyExpr = try keyExpression(def, row: "o", rowidAlias: try hasRowidAliasKey(db, def), in: db)
             let before = try db.scalar("SELECT max(seq) FROM rtsync_changes")?.int64 ?? 0
-            // Only values at least as late as the column's value here (or the row's birth: a key re-used since keeps
-            // its own row).
+            // Only values of the row's incarnation here (an update of a row another device has since replaced, kept
+            // aside before the replacement arrived or while it was not exported yet, is not this row's) at least as
+            // late as the column's value here (or the row's birth: a key re-used since keeps its own row).
             // A UNIQUE constraint's own conflict clause (REPLACE would delete another row, its captured delete dropped
             // below) must not act here: the move fails instead, as it does on a plain UNIQUE collision.
             let orAbort = try UniqueIndex.hasUniqueConflictClause(table: def.name, in: db) ? " OR ABORT" : ""
@@ -48,13 +57,13 @@ extension SyncDatabase {
                 UPDATE\(orAbort) \(quoteIdentifier(table)) AS o SET \(quoteIdentifier(local)) = a.value
                 FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
                   LEFT JOIN rtsync_clocks k ON k.tid = a.tid AND k.pk = a.pk AND k.col = ? COLLATE NOCASE
-                WHERE a.tid = ? AND a.col = ? AND a.pk = \(keyExpr) AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)\(notNull)
+                WHERE a.tid = ? AND a.col = ? AND a.pk = \(keyExpr) AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0) AND \(asideOfRowIncarnationSQL(tid: tid))\(notNull)
                 """, [.text(local), .integer(tid), .text(col)])
             try db.execute("""
                 INSERT OR REPLACE INTO rtsync_clocks(tid, pk, col, hlc, site)
                 SELECT a.tid, a.pk, ?, a.hlc, a.site FROM rtsync_aside a LEFT JOIN rtsync_rows m ON m.tid = a.tid AND m.pk = a.pk
                   LEFT JOIN rtsync_clocks k ON k.tid = a.tid AND k.pk = a.pk AND k.col = ? COLLATE NOCASE
-                WHERE a.tid = ? AND a.col = ? AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0)\(notNull)
+                WHERE a.tid = ? AND a.col = ? AND a.hlc >= coalesce(k.hlc, m.born_hlc, 0) AND \(asideOfRowIncarnationSQL(tid: tid))\(notNull)
                   AND EXISTS (SELECT 1 FROM \(quoteIdentifier(table)) AS o WHERE \(keyExpr) = a.pk)
                 """, [.text(local), .text(local), .integer(tid), .text(col)])
             try db.execute("INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site) SELECT DISTINCT tid, pk, 0, '' FROM rtsync_clocks WHERE tid = ? ON CONFLICT(tid, pk) DO NOTHING", [.integer(tid)])
@@ -97,6 +106,16 @@ extension Merger {
         }
         // A delete carries no values (NULL in every other column): a delete refused here keeps none aside.
         if r.change.operation == .delete { return }
+        // Values are kept for the row's incarnation here. Those kept for one the row no longer is (it was replaced
+        // since) go; under last writer wins, an older incarnation's (an update of a row replaced here or elsewhere
+        // since, or an insert that lost to the row here) are not this row's and are not kept.
+        let bornStmt = try cached("SELECT born_hlc, born_site FROM rtsync_rows WHERE tid = ? AND pk = ?")
+        try bornStmt.bind([.integer(tid), .text(key)])
+        let born = try bornStmt.step() ? Clock(hlc: HLC(rawValue: bornStmt.column(0).int64 ?? 0), site: bornStmt.column(1).string ?? "") : Clock.zero
+        bornStmt.reset()
+        try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ? AND born_hlc IS NOT NULL AND (born_hlc <> ? OR born_site <> ?)")
+            .run([.integer(tid), .text(key), .integer(born.hlc.rawValue), .text(born.site)])
+        if r.change.born < born, [.lwwColumn, .lwwRow, .ownerOnly].contains(r.info.table.policy.policy) { return }
         let changed = r.change.changedColumns.map { Set($0.map { $0.lowercased() }) }
         for (position, name) in r.plan.aside where position < r.change.values.count {
             let listed = changed?.contains(name.lowercased()) ?? true
@@ -104,10 +123,12 @@ extension Merger {
             if !listed && (!created || meta.kind == .snapshot) { continue }
             let clock = listed ? r.clock(name) : r.change.born
             try cached("""
-                INSERT INTO rtsync_aside(tid, pk, col, value, hlc, site) VALUES (?,?,?,?,?,?)
-                ON CONFLICT(tid, pk, col) DO UPDATE SET value = excluded.value, hlc = excluded.hlc, site = excluded.site
+                INSERT INTO rtsync_aside(tid, pk, col, value, hlc, site, born_hlc, born_site) VALUES (?,?,?,?,?,?,?,?)
+                ON CONFLICT(tid, pk, col) DO UPDATE SET value = excluded.value, hlc = excluded.hlc, site = excluded.site,
+                  born_hlc = excluded.born_hlc, born_site = excluded.born_site
                 WHERE excluded.hlc > rtsync_aside.hlc OR (excluded.hlc = rtsync_aside.hlc AND excluded.site > rtsync_aside.site)
-                """).run([.integer(tid), .text(key), .text(name), r.change.values[position], .integer(clock.hlc.rawValue), .text(clock.site)])
+                """).run([.integer(tid), .text(key), .text(name), r.change.values[position], .integer(clock.hlc.rawValue), .text(clock.site),
+                          .integer(born.hlc.rawValue), .text(born.site)])
         }
     }
 }

@@ -190,7 +190,11 @@ extension SyncDatabase {
             // Values of a newer app version's columns kept aside there go as columns of their own, each row carrying
             // only the ones it has (`changedColumns`), so the receiver keeps them aside (or has the columns).
             let hasAside = try s.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_aside_cols'") != nil
-            let asideValues = hasAside ? try s.prepare("SELECT col, value, hlc, site FROM rtsync_aside WHERE tid = ? AND pk = ?") : nil
+            // Only those of the row's incarnation (`asideOfRowIncarnationSQL`); a snapshot of an earlier version has no
+            // incarnation recorded with them.
+            let asideBorn = try hasAside && (s.scalar("SELECT 1 FROM pragma_table_info('rtsync_aside') WHERE name = 'born_hlc'")) != nil
+            let asideValues = hasAside
+                ? try s.prepare("SELECT col, value, hlc, site, \(asideBorn ? "born_hlc, born_site" : "NULL, NULL") FROM rtsync_aside WHERE tid = ? AND pk = ?") : nil
             func own(_ hlc: Int64) -> Clock { Clock(hlc: HLC(rawValue: hlc), site: site) }
             for info in tracked.values.sorted(by: { $0.table.id < $1.table.id }) {
                 let tid = info.table.id
@@ -234,6 +238,8 @@ extension SyncDatabase {
                         var kept: [String: (SQLValue, Clock)] = [:]
                         try asideValues.bind([.integer(tid), .text(pk)])
                         while try asideValues.step() {
+                            if let bornHLC = asideValues.column(4).int64,
+                               Clock(hlc: HLC(rawValue: bornHLC), site: asideValues.column(5).string ?? "") != b { continue }
                             if let c = asideValues.column(0).string, let name = asideNames.first(where: { $0.lowercased() == c.lowercased() }) {
                                 kept[name] = (asideValues.column(1), Clock(hlc: HLC(rawValue: asideValues.column(2).int64 ?? 0), site: asideValues.column(3).string ?? ""))
                             }

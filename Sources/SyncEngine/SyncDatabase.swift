@@ -164,7 +164,7 @@ public final class SyncDatabase: @unchecked Sendable {
     /// One-time repairs of bookkeeping written by earlier versions, each recorded in `rtsync_upgrades` once done
     /// (one indexed lookup when there is nothing to do). Runs from `track`, before every export and every apply.
     func upgradeBookkeeping() throws {
-        if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'nul-key-text'")) != nil { return }
+        if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'aside-born'")) != nil { return }
         // All or nothing, also where the caller has no transaction open (another connection's writes between dropping
         // and re-making a table's triggers would go unrecorded).
         try db.execute("SAVEPOINT rtsync_upgrade")
@@ -212,6 +212,20 @@ public final class SyncDatabase: @unchecked Sendable {
         // elsewhere, wins over it (every device that has it does the same). An insert an earlier trigger logged under
         // the prefix's key text is dropped where it can only be such a row's: the prefix's row is known here and no
         // delete of it is logged (inserting the prefix itself again needs one).
+        if try db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'nul-key-text'") == nil {
+            try upgradeNULKeyText()
+            try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('nul-key-text')")
+        }
+        // Values kept aside record the row incarnation they were kept for since; those kept before hold NULL there
+        // and are taken as the row's (as they were).
+        if try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_aside'") != nil,
+           try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_aside') WHERE name = 'born_hlc'") == nil {
+            try db.execute("ALTER TABLE rtsync_aside ADD COLUMN born_hlc INTEGER; ALTER TABLE rtsync_aside ADD COLUMN born_site TEXT")
+        }
+        try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('aside-born')")
+    }
+
+    private func upgradeNULKeyText() throws {
         for info in try Self.loadTracked(db).values {
             try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
             let def = info.definition, tid = info.table.id, keys = def.primaryKeyColumns
@@ -234,7 +248,6 @@ public final class SyncDatabase: @unchecked Sendable {
             try db.execute("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(key), ?, ?, 1 FROM \(table) AS o WHERE \(hasNUL)",
                            [.integer(others.isEmpty ? 1 : 2), others.isEmpty ? .null : Merger.changeMask(info, columns: others)])
         }
-        try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('nul-key-text')")
     }
 
     /// A new diff id for a file this site writes, later than every id it wrote before, also across processes
