@@ -92,8 +92,8 @@ extension SyncDatabase {
 extension Merger {
     /// Keeps the incoming values of columns this table does not have, for a row that exists here after the merge;
     /// drops them for a row that does not. Per column, the later clock wins. A row this merge `created` (an update
-    /// that arrived before its insert makes the whole row) keeps every such column, the unchanged ones with the
-    /// row's birth clock, as its columns here have.
+    /// that arrived before its insert makes the whole row, or one of a later incarnation replaces it) keeps every such
+    /// column, the unchanged ones with the row's birth clock, as its columns here have.
     mutating func keepAside(_ r: RowContext, key: String, created: Bool) throws {
         let tid = r.info.table.id
         let exists = try cached(r.plan.selectSQL)
@@ -116,6 +116,9 @@ extension Merger {
         try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ? AND born_hlc IS NOT NULL AND (born_hlc <> ? OR born_site <> ?)")
             .run([.integer(tid), .text(key), .integer(born.hlc.rawValue), .text(born.site)])
         if r.change.born < born, [.lwwColumn, .lwwRow, .ownerOnly].contains(r.info.table.policy.policy) { return }
+        // Nor is anything kept for an earlier incarnation (or, by an earlier version, without one) the row's, once a
+        // change made or replaced it here.
+        if created && r.change.born == born { try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ?").run([.integer(tid), .text(key)]) }
         let changed = r.change.changedColumns.map { Set($0.map { $0.lowercased() }) }
         for (position, name) in r.plan.aside where position < r.change.values.count {
             let listed = changed?.contains(name.lowercased()) ?? true

@@ -56,7 +56,9 @@ extension Merger {
         } else {
             try mergeUpsert(ctx, local)
         }
-        if !plan.aside.isEmpty { try keepAside(ctx, key: local.key, created: local.values == nil) }
+        // A row made here by this change (its first, or a new incarnation replacing the row here) takes every value
+        // the change carries.
+        if !plan.aside.isEmpty { try keepAside(ctx, key: local.key, created: local.values == nil || ctx.born(local)) }
     }
 
     /// A key value in the storage class the local key column gives it; rejects the diff when that would change it.
