@@ -890,9 +890,13 @@ extension Merger {
     /// diff's placeholder) get a zero clock when the row is made here from anything but its creator's insert (an update
     /// that arrived first, a relayed row): the value the row was born with, arriving later from a device that has the
     /// column, then wins over the default made up here instead of tying with the row's birth and losing.
+    /// Such a row is also noted in `rtsync_partial`: columns this device's own migration adds later get a zero clock
+    /// on it (`SyncDatabase.refreshTrackedTables`), for the same reason.
     mutating func markUncarriedColumns(_ r: RowContext, _ key: String) throws {
         let c = r.change
         guard c.changedColumns != nil || c.clock != c.born || !c.columnClocks.isEmpty else { return }
+        try cached("INSERT OR REPLACE INTO rtsync_partial(tid, pk, born_hlc, born_site) VALUES (?, ?, ?, ?)")
+            .run([.integer(r.info.table.id), .text(key), .integer(c.born.hlc.rawValue), .text(c.born.site)])
         let carried = Set(r.allColumns.map { $0.lowercased() })
         let keys = Set(r.def.primaryKeyColumns.map { $0.lowercased() })
         let uncarried = r.def.columnNames.filter { !carried.contains($0.lowercased()) && !keys.contains($0.lowercased()) }

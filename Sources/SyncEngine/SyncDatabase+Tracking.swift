@@ -545,6 +545,19 @@ extension SyncDatabase {
                 try update.run([mask, r[0]])
             }
             _ = try trackTable(db, info.table.name, policy: nil)
+            // A row made here from a change other than its creator's insert holds the default of a column added now,
+            // not the value it was born with: a zero clock, so that value wins when it arrives (as a column the
+            // change did not carry has, `Merger.markUncarriedColumns`). Values kept aside for it move in after this.
+            let setZero = try db.prepare("""
+                INSERT OR IGNORE INTO rtsync_clocks(tid, pk, col, hlc, site)
+                SELECT p.tid, p.pk, ?, 0, '' FROM rtsync_partial p JOIN rtsync_rows m ON m.tid = p.tid AND m.pk = p.pk
+                WHERE p.tid = ? AND m.born_hlc = p.born_hlc AND m.born_site = p.born_site AND m.del_hlc IS NULL
+                """)
+            // Not a column renamed to (its values and clocks are the old column's).
+            let renameTargets = Set((try loadRenames(db)[info.table.id]?.all ?? []).map { $0.new.lowercased() })
+            for position in added where !renamed && !keys.contains(new[position].lowercased()) && !renameTargets.contains(new[position].lowercased()) {
+                try setZero.run([.text(new[position]), .integer(info.table.id)])
+            }
         }
         if try db.scalar("SELECT track_all FROM rtsync_site")?.int64 == 1 {
             let tracked = Set(try db.rows("SELECT name FROM rtsync_tracked").compactMap { $0[0].string?.lowercased() })

@@ -132,6 +132,9 @@ public final class SyncDatabase: @unchecked Sendable {
       born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL,
       del_hlc INTEGER, del_site TEXT,
       PRIMARY KEY (tid, pk)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS rtsync_partial(
+      tid INTEGER NOT NULL, pk TEXT NOT NULL, born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL,
+      PRIMARY KEY (tid, pk)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS rtsync_applied(
       diff_id TEXT PRIMARY KEY, kind TEXT NOT NULL, author_user TEXT NOT NULL, author_site TEXT NOT NULL,
       seq_first INTEGER, seq_last INTEGER, applied_at TEXT NOT NULL,
@@ -222,6 +225,8 @@ public final class SyncDatabase: @unchecked Sendable {
            try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_aside') WHERE name = 'born_hlc'") == nil {
             try db.execute("ALTER TABLE rtsync_aside ADD COLUMN born_hlc INTEGER; ALTER TABLE rtsync_aside ADD COLUMN born_site TEXT")
         }
+        // Rows made here from a change other than their creator's insert (`Merger.markUncarriedColumns`).
+        try db.execute("CREATE TABLE IF NOT EXISTS rtsync_partial(tid INTEGER NOT NULL, pk TEXT NOT NULL, born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL, PRIMARY KEY (tid, pk)) WITHOUT ROWID")
         try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('aside-born')")
     }
 
