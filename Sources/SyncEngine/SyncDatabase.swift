@@ -167,7 +167,8 @@ public final class SyncDatabase: @unchecked Sendable {
     /// One-time repairs of bookkeeping written by earlier versions, each recorded in `rtsync_upgrades` once done
     /// (one indexed lookup when there is nothing to do). Runs from `track`, before every export and every apply.
     func upgradeBookkeeping() throws {
-        if (try? db.scalar("SELECT 1 FROM rtsync_upgrades WHERE name = 'aside-born'")) != nil { return }
+        // Nothing to do once the two latest are recorded (an earlier version recorded the ones before them first).
+        if (try? db.scalar("SELECT count(*) FROM rtsync_upgrades WHERE name IN ('nul-key-text', 'aside-born')"))??.int64 == 2 { return }
         // All or nothing, also where the caller has no transaction open (another connection's writes between dropping
         // and re-making a table's triggers would go unrecorded).
         try db.execute("SAVEPOINT rtsync_upgrade")
