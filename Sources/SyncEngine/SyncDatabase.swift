@@ -94,6 +94,12 @@ public final class SyncDatabase: @unchecked Sendable {
     /// Gives a key an `rtsync_rows` entry (born 0: unknown) unless it has one.
     static let ensureRowMetaSQL = "INSERT INTO rtsync_rows(tid, pk, born_hlc, born_site) VALUES (?, ?, 0, '') ON CONFLICT(tid, pk) DO NOTHING"
 
+    /// Rows made here from a change other than their creator's insert, with the incarnation (`Merger.markUncarriedColumns`).
+    static let partialTableSQL = """
+        CREATE TABLE IF NOT EXISTS rtsync_partial(tid INTEGER NOT NULL, pk TEXT NOT NULL, born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL,
+          PRIMARY KEY (tid, pk)) WITHOUT ROWID
+        """
+
     static let bookkeepingDDL = """
     CREATE TABLE IF NOT EXISTS rtsync_site(
       id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -132,9 +138,7 @@ public final class SyncDatabase: @unchecked Sendable {
       born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL,
       del_hlc INTEGER, del_site TEXT,
       PRIMARY KEY (tid, pk)) WITHOUT ROWID;
-    CREATE TABLE IF NOT EXISTS rtsync_partial(
-      tid INTEGER NOT NULL, pk TEXT NOT NULL, born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL,
-      PRIMARY KEY (tid, pk)) WITHOUT ROWID;
+    \(partialTableSQL);
     CREATE TABLE IF NOT EXISTS rtsync_applied(
       diff_id TEXT PRIMARY KEY, kind TEXT NOT NULL, author_user TEXT NOT NULL, author_site TEXT NOT NULL,
       seq_first INTEGER, seq_last INTEGER, applied_at TEXT NOT NULL,
@@ -226,8 +230,7 @@ public final class SyncDatabase: @unchecked Sendable {
            try db.scalar("SELECT 1 FROM pragma_table_info('rtsync_aside') WHERE name = 'born_hlc'") == nil {
             try db.execute("ALTER TABLE rtsync_aside ADD COLUMN born_hlc INTEGER; ALTER TABLE rtsync_aside ADD COLUMN born_site TEXT")
         }
-        // Rows made here from a change other than their creator's insert (`Merger.markUncarriedColumns`).
-        try db.execute("CREATE TABLE IF NOT EXISTS rtsync_partial(tid INTEGER NOT NULL, pk TEXT NOT NULL, born_hlc INTEGER NOT NULL, born_site TEXT NOT NULL, PRIMARY KEY (tid, pk)) WITHOUT ROWID")
+        try db.execute(Self.partialTableSQL)
         try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('aside-born')")
     }
 

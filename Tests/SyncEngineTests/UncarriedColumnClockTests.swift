@@ -10,20 +10,25 @@ import Testing
 /// re-insert of it, and kept `memo` NULL where every other device has the value.
 @Suite("Columns a diff does not carry")
 struct UncarriedColumnClockTests {
-    @Test func insertArrivingAfterAnOlderVersionsUpdate_bringsTheNewerColumn() throws {
-        let box = try Sandbox("uncarried-column-clock")
+    /// `new` inserts a row with the newer column; `old` (the older version) edits it; `late` (newer or older) gets
+    /// nothing yet. Returns the devices and both diffs.
+    static func scenario(_ box: Sandbox, lateIsNewer: Bool) throws -> (new: Replica, late: Replica, insert: URL, update: URL) {
         let urls = ["new", "old", "late"].map { box.path("\($0).sqlite") }
         let newer = "CREATE TABLE things(id TEXT PRIMARY KEY NOT NULL, title TEXT, rating INTEGER)"
-        try Connection(path: urls[0].path).execute(newer)
-        try Connection(path: urls[1].path).execute("CREATE TABLE things(id TEXT PRIMARY KEY NOT NULL, title TEXT)")
-        try Connection(path: urls[2].path).execute(newer)
+        let older = "CREATE TABLE things(id TEXT PRIMARY KEY NOT NULL, title TEXT)"
+        for (url, sql) in zip(urls, [newer, older, lateIsNewer ? newer : older]) { try Connection(path: url.path).execute(sql) }
         let new = try box.replica("new", source: urls[0]), old = try box.replica("old", source: urls[1]), late = try box.replica("late", source: urls[2])
         try new.exec("INSERT INTO things VALUES ('t1', 'chair', 5)")
         let insert = try new.exportFile()
         #expect(old.apply(insert).status == .applied)
         tick()
         try old.exec("UPDATE things SET title = 'armchair' WHERE id = 't1'")
-        let update = try old.exportFile()
+        return (new, late, insert, try old.exportFile())
+    }
+
+    @Test func insertArrivingAfterAnOlderVersionsUpdate_bringsTheNewerColumn() throws {
+        let box = try Sandbox("uncarried-column-clock")
+        let (new, late, insert, update) = try Self.scenario(box, lateIsNewer: true)
         // The late device gets the older version's update first (it makes the row), then the insert.
         #expect(late.apply(update).status == .applied)
         #expect(try late.rows("SELECT title, rating FROM things") == [[.text("armchair"), .null]])
@@ -40,18 +45,7 @@ struct UncarriedColumnClockTests {
     /// AsideVersionsPropertyTests (seed 9511).
     @Test func olderDeviceMigratingBeforeTheInsertArrives_getsTheValueTheRowWasBornWith() throws {
         let box = try Sandbox("uncarried-column-migrated")
-        let urls = ["new", "old", "late"].map { box.path("\($0).sqlite") }
-        let older = "CREATE TABLE things(id TEXT PRIMARY KEY NOT NULL, title TEXT)"
-        try Connection(path: urls[0].path).execute("CREATE TABLE things(id TEXT PRIMARY KEY NOT NULL, title TEXT, rating INTEGER)")
-        try Connection(path: urls[1].path).execute(older)
-        try Connection(path: urls[2].path).execute(older)
-        let new = try box.replica("new", source: urls[0]), old = try box.replica("old", source: urls[1]), late = try box.replica("late", source: urls[2])
-        try new.exec("INSERT INTO things VALUES ('t1', 'chair', 5)")
-        let insert = try new.exportFile()
-        #expect(old.apply(insert).status == .applied)
-        tick()
-        try old.exec("UPDATE things SET title = 'armchair' WHERE id = 't1'")
-        let update = try old.exportFile()
+        let (new, late, insert, update) = try Self.scenario(box, lateIsNewer: false)
         // The late device (older version too) gets the edit first, then runs its migration, then gets the insert.
         #expect(late.apply(update).status == .applied)
         try late.db.migrate(sql: "ALTER TABLE things ADD COLUMN rating INTEGER")
