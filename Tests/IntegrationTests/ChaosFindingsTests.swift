@@ -23,7 +23,7 @@ struct ChaosFindingsTests {
         let r: CommandResult
         if let skew = device?.skew {
             let faketime = try #require(findExecutable("faketime"), "needs faketime", sourceLocation: sourceLocation)
-            r = try runCommand(URL(fileURLWithPath: faketime), ["-f", skew, binary.path] + arguments)
+            r = try runUnderFaketime(URL(fileURLWithPath: faketime), offset: skew, [binary.path] + arguments)
         } else {
             r = try runCommand(binary, arguments)
         }

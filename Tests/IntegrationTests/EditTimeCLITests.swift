@@ -30,7 +30,8 @@ struct EditTimeCLITests {
         let sqlite3 = try #require(findExecutable("sqlite3"))
         if let shift {
             let faketime = try #require(findExecutable("faketime"), "faketime is needed for a shifted clock (scripts/test.sh installs it)")
-            _ = try runProcess(faketime, ["-f", shift, sqlite3, device.db.path, sql])
+            let r = try runUnderFaketime(URL(fileURLWithPath: faketime), offset: shift, [sqlite3, device.db.path, sql])
+            try #require(r.status == 0, "sqlite3 under faketime failed (\(r.status)): \(r.stderr)")
         } else {
             _ = try runProcess(sqlite3, [device.db.path, sql])
         }

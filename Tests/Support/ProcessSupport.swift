@@ -313,6 +313,17 @@ public func runCommand(_ executable: URL, _ arguments: [String], environment: [S
     return try collect(waitForExitBlocking(process).status, outURL, errURL, out, err)
 }
 
+/// Runs `arguments` (a program and its arguments) under the `faketime` wrapper, its clock shifted by `offset` ("-2h").
+/// The wrapper now and then fails before starting the program ("sem_open: File exists": a semaphore left in /dev/shm by
+/// a wrapper killed earlier, whose process id this one got); it is run again then, as the chaos harness does.
+public func runUnderFaketime(_ faketime: URL, offset: String, _ arguments: [String]) throws -> CommandOutput {
+    for _ in 0..<4 {
+        let r = try runCommand(faketime, ["-f", offset] + arguments)
+        if r.status == 0 || !(r.stderr.contains("sem_open") && r.stderr.contains("faketime")) { return r }
+    }
+    return try runCommand(faketime, ["-f", offset] + arguments)
+}
+
 /// The same, waiting without blocking a thread of the (small) cooperative pool.
 public func runCommand(_ executable: URL, _ arguments: [String], environment: [String: String?] = [:]) async throws -> CommandOutput {
     let (process, outURL, errURL, out, err) = try startCapturing(executable, arguments, environment: environment)

@@ -69,6 +69,17 @@ def sql_lit(v):
     return "'" + v.replace("'", "''") + "'"
 
 
+
+def remove_faketime_leftovers(pid):
+    """The faketime wrapper keeps a semaphore and a shared-memory object named by its process id in /dev/shm; one
+    killed with SIGKILL leaves them behind, and a later wrapper given the same id then fails to start ("sem_open: File
+    exists", in this harness and in the test suite alike). Removes those of a wrapper this harness killed."""
+    for name in (f"/dev/shm/faketime_shm_{pid}", f"/dev/shm/sem.faketime_sem_{pid}"):
+        try:
+            os.remove(name)
+        except OSError:
+            pass
+
 class Failure(Exception):
     pass
 
@@ -160,12 +171,14 @@ class Chaos:
                 os.killpg(p.pid, signal.SIGKILL)
                 killed = True
                 out, err = p.communicate()
+                remove_faketime_leftovers(p.pid)
         else:
             try:
                 out, err = p.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 out, err = p.communicate()
+                remove_faketime_leftovers(p.pid)
                 self.problem("hang", f"{' '.join(args)} on {dev.name if dev else '-'} did not end in {timeout}s")
                 return (-9, out.decode(errors="replace"), err.decode(errors="replace"))
         rc = p.returncode
