@@ -113,12 +113,15 @@ extension Merger {
         try bornStmt.bind([.integer(tid), .text(key)])
         let born = try bornStmt.step() ? Clock(hlc: HLC(rawValue: bornStmt.column(0).int64 ?? 0), site: bornStmt.column(1).string ?? "") : Clock.zero
         bornStmt.reset()
-        try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ? AND born_hlc IS NOT NULL AND (born_hlc <> ? OR born_site <> ?)")
-            .run([.integer(tid), .text(key), .integer(born.hlc.rawValue), .text(born.site)])
-        if r.change.born < born, [.lwwColumn, .lwwRow, .ownerOnly].contains(r.info.table.policy.policy) { return }
         // Nor is anything kept for an earlier incarnation (or, by an earlier version, without one) the row's, once a
         // change made or replaced it here.
-        if created && r.change.born == born { try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ?").run([.integer(tid), .text(key)]) }
+        if created && r.change.born == born {
+            try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ?").run([.integer(tid), .text(key)])
+        } else {
+            try cached("DELETE FROM rtsync_aside WHERE tid = ? AND pk = ? AND born_hlc IS NOT NULL AND (born_hlc <> ? OR born_site <> ?)")
+                .run([.integer(tid), .text(key), .integer(born.hlc.rawValue), .text(born.site)])
+        }
+        if r.change.born < born, [.lwwColumn, .lwwRow, .ownerOnly].contains(r.info.table.policy.policy) { return }
         let changed = r.change.changedColumns.map { Set($0.map { $0.lowercased() }) }
         for (position, name) in r.plan.aside where position < r.change.values.count {
             let listed = changed?.contains(name.lowercased()) ?? true
