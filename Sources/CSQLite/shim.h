@@ -8,6 +8,11 @@ static inline int rtsync_db_config_int(sqlite3 *db, int op, int value) {
     return sqlite3_db_config(db, op, value, &out);
 }
 
+// Reads a flag option without changing it (a negative value leaves it as it is).
+static inline int rtsync_db_config_query(sqlite3 *db, int op, int *out) {
+    return sqlite3_db_config(db, op, -1, out);
+}
+
 // Turns off SQLite's global memory statistics, whose mutex is taken on every allocation. Must run
 // before SQLite initializes; afterwards it returns SQLITE_MISUSE and changes nothing.
 static inline int rtsync_disable_memstatus(void) {

@@ -288,6 +288,23 @@ public final class Connection {
         guard rc == SQLITE_OK else { throw SQLiteError(code: rc, message: "cannot add rtsync_key_value (\(path))") }
     }
 
+    // MARK: - Triggers of this connection
+
+    /// Turns the main schema's triggers off or on for this connection's own writes (`SQLITE_DBCONFIG_ENABLE_TRIGGER`;
+    /// TEMP triggers and foreign key actions run either way). No schema change and nothing written: other
+    /// connections keep firing them and keep their compiled statements; SQLite recompiles this connection's.
+    package func setMainTriggers(enabled: Bool) throws {
+        let rc = rtsync_db_config_int(handle, SQLITE_DBCONFIG_ENABLE_TRIGGER, enabled ? 1 : 0)
+        if rc != SQLITE_OK { throw SQLiteError(code: rc, message: "sqlite3_db_config(SQLITE_DBCONFIG_ENABLE_TRIGGER) failed") }
+    }
+
+    /// Whether the main schema's triggers fire for this connection's own writes (``setMainTriggers(enabled:)``).
+    package var mainTriggersEnabled: Bool {
+        var on: Int32 = 1
+        _ = rtsync_db_config_query(handle, SQLITE_DBCONFIG_ENABLE_TRIGGER, &on)
+        return on != 0
+    }
+
     // MARK: - Hardening for untrusted files
 
     /// Locks the connection down for reading a file from outside: defensive mode, untrusted schema,

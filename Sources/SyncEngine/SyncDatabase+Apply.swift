@@ -79,6 +79,9 @@ extension SyncDatabase {
     /// takes what the diffs before it in the group read (`ApplyGroupState`).
     func applyLocked(diff url: URL, quarantine: URL?, limits: DiffLimits, replacingHeld: [Int64], group: ApplyGroupState?) -> ApplyReport {
         let grouped = group != nil
+        // A merge alone may have turned the capture triggers off for this connection; they are on again once it ends,
+        // however it ends (a group's are turned on by `applyGroup`).
+        defer { if !grouped, !db.mainTriggersEnabled { try? db.setMainTriggers(enabled: true) } }
         do {
             var report = ApplyReport(file: url.path, diffID: nil, status: .rejected)
             func reject(_ reason: String) -> ApplyReport {
@@ -272,6 +275,10 @@ struct Merger {
     var restrictingKeys: [String: [RestrictingKey]]?
     /// Remote deletes of rows that children still referenced through such a key, decided once the diff is merged.
     var blockedDeletes: [(RowContext, LocalRow)] = []
+    /// Whether this merge dropped the capture triggers (re-created before the commit), or turned them off for the
+    /// connection (no other trigger then exists).
+    var captureDropped = false
+    var captureTurnedOff = false
     /// Whether rows new to this device may be written in bulk (`insertNewRowsInBulk`).
     var bulkAllowed = true
     /// Rows written in bulk.
@@ -337,15 +344,24 @@ struct Merger {
         // Changes captured since a schema change are re-keyed to the columns as they are now, before any is read.
         // In a group, the diff before read the tracked tables after its own schema changes, and only a diff's
         // schema changes or this refresh change them: its reading is what `loadTracked` would read now.
-        let known = group?.tracked
+        // A diff alone reads them once here (what `refreshTracking` and `adjustSchema` would each read again).
+        let known = try group?.tracked ?? SyncDatabaseInternals.loadTracked(db)
         let retracked = try SyncDatabase.refreshTracking(db, tracked: known)
         let schemaChanged = try adjustSchema(known: retracked ? nil : known) || retracked
-        if let known, !schemaChanged { tracked = known } else { tracked = try SyncDatabaseInternals.loadTracked(db) }
-        // Writes made while applying are not captured (no echo): the capture triggers are dropped for the
-        // length of this transaction and re-created before it commits (a rollback restores them too). In a
-        // group they stay dropped from the first diff merged to the group's commit (`applyGroup` re-creates them).
+        tracked = schemaChanged ? try SyncDatabaseInternals.loadTracked(db) : known
+        // Writes made while applying are not captured (no echo). When the schema holds no trigger but the capture
+        // triggers as they are now, they are turned off for this connection until the transaction ends
+        // (`applyLocked` and `applyGroup` turn them on again, whatever happens): no schema change. Otherwise they
+        // are dropped for the length of this transaction and re-created before it commits (a rollback restores
+        // them too). In a group they stay off from the first diff merged to the group's commit.
         if group?.triggersDropped != true || schemaChanged {
-            for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
+            if try SyncDatabase.holdsOnlyCurrentCaptureTriggers(db, tracked: tracked) {
+                if db.mainTriggersEnabled { try db.setMainTriggers(enabled: false) }
+                captureTurnedOff = true
+            } else {
+                for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
+                captureDropped = true
+            }
         }
         // In a group, the unexported local changes as the diff before left them: every write the merge makes to
         // the change log it also makes to its copy (`captureDecision`, `purgePending`).
@@ -371,9 +387,12 @@ struct Merger {
         }
         try finishBlockedDeletes()
         if group == nil {
-            for info in try SyncDatabaseInternals.loadTracked(db).values {
-                try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
+            if captureDropped {
+                for info in try SyncDatabaseInternals.loadTracked(db).values {
+                    try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
+                }
             }
+            if !db.mainTriggersEnabled { try db.setMainTriggers(enabled: true) }
         }
         try cached("INSERT INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at, inserted, updated, deleted, conflicts) VALUES (?,?,?,?,?,?,?,?,?,?,?)").run(
                        [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
@@ -392,7 +411,9 @@ struct Merger {
 
     /// What the next diff of the group may take from this one: read after its last schema change, and kept in
     /// step with its writes.
-    var carried: ApplyGroupState.Carried { .init(tracked: tracked, pending: pending, plans: plans, statements: statements) }
+    var carried: ApplyGroupState.Carried {
+        .init(tracked: tracked, pending: pending, plans: plans, statements: statements, droppedTriggers: captureDropped)
+    }
 
     // MARK: - Schema adjustment
 

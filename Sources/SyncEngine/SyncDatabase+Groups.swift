@@ -27,14 +27,18 @@ final class ApplyGroupState {
         var pending: [RowKey: Merger.PendingLocal]
         var plans: [String: Merger.TablePlan]
         var statements: [String: Statement]
+        /// Whether the diff dropped the capture triggers (rather than turn them off for the connection).
+        var droppedTriggers: Bool
     }
 
     /// The tracked tables as `loadTracked` would read them now; nil: unknown.
     var tracked: [String: TrackedInfo]?
     /// The unexported local changes by row, as `Merger.loadPending` would read them now; nil: unknown.
     var pending: [RowKey: Merger.PendingLocal]?
-    /// Whether the capture triggers of every tracked table are dropped now.
+    /// Whether the capture triggers of every tracked table are dropped, or turned off for the connection, now.
     var triggersDropped = false
+    /// Whether a diff merged and released dropped them: they are re-created before the group commits.
+    var triggersToRecreate = false
     /// Whether a diff of the group was merged: its capture triggers are re-created before the group commits.
     var merged = false
     /// This device's site id and published clock (no diff changes them).
@@ -60,6 +64,7 @@ final class ApplyGroupState {
         plans = c.plans
         statements = c.statements
         triggersDropped = true
+        triggersToRecreate = triggersToRecreate || c.droppedTriggers
         merged = true
         bookkeepingCurrent = true
     }
@@ -149,6 +154,8 @@ extension SyncDatabase {
             if (try? requireTracked()) == nil {
                 guard (try? db.transaction({ try installBookkeeping() })) != nil else { return ([], false) }
             }
+            // The merges may turn the capture triggers off for this connection: on again however the group ends.
+            defer { if !db.mainTriggersEnabled { try? db.setMainTriggers(enabled: true) } }
             guard (try? db.execute("BEGIN IMMEDIATE")) != nil else { return ([], false) }
             var reports: [ApplyReport] = []
             let state = ApplyGroupState()
@@ -166,12 +173,14 @@ extension SyncDatabase {
                 return (reports, false)
             }
             do {
-                // The capture triggers the merges left dropped, as each diff alone re-creates them before its commit.
-                if state.merged {
+                // The capture triggers the merges left dropped, as each diff alone re-creates them before its commit,
+                // or turned off.
+                if state.merged && state.triggersToRecreate {
                     for info in try Self.loadTracked(db).values {
                         try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
                     }
                 }
+                if !db.mainTriggersEnabled { try db.setMainTriggers(enabled: true) }
                 try db.execute("COMMIT")
                 return (reports, true)
             } catch {

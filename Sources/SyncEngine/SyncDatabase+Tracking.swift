@@ -390,6 +390,12 @@ extension SyncDatabase {
     /// captured (with no known column in its mask, which `refreshTracking` reads as "the added columns").
     static func installTriggers(_ db: Connection, tid: Int64, definition def: TableDefinition) throws {
         try dropTriggers(db, tid: tid)
+        try db.execute(captureTriggers(db, tid: tid, definition: def).map(\.sql).joined(separator: ";\n"))
+    }
+
+    /// The capture triggers `installTriggers` creates for one table now: each one's name and its `CREATE TRIGGER`
+    /// statement, written as SQLite keeps it in `sqlite_schema` (no trailing semicolon).
+    static func captureTriggers(_ db: Connection, tid: Int64, definition def: TableDefinition) throws -> [(name: String, sql: String)] {
         let t = quoteIdentifier(def.name)
         let keys = def.primaryKeyColumns
         let rowidAlias = try hasRowidAliasKey(db, def)
@@ -403,16 +409,21 @@ extension SyncDatabase {
         var keyOf = keys
         for name in ["rowid", "oid", "_rowid_"] where !keyOf.contains(where: { $0.lowercased() == name }) { keyOf.append(name) }
         let clock = Self.captureClockSQL
-        var sql = """
-            CREATE TRIGGER rtsync_ins_\(tid) AFTER INSERT ON \(t) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 1, NULL, \(clock)); END;
-            CREATE TRIGGER rtsync_key_\(tid) AFTER UPDATE OF \(keyOf.map(quoteIdentifier).joined(separator: ", ")) ON \(t) WHEN NOT (\(sameKey)) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(oldKey), 3, NULL, \(clock));
-              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 1, NULL, \(clock)); END;
-            CREATE TRIGGER rtsync_del_\(tid) AFTER DELETE ON \(t) BEGIN
-              INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(oldKey), 3, NULL, \(clock)); END;
-
-            """
+        var triggers: [(name: String, sql: String)] = [
+            ("rtsync_ins_\(tid)", """
+                CREATE TRIGGER rtsync_ins_\(tid) AFTER INSERT ON \(t) BEGIN
+                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 1, NULL, \(clock)); END
+                """),
+            ("rtsync_key_\(tid)", """
+                CREATE TRIGGER rtsync_key_\(tid) AFTER UPDATE OF \(keyOf.map(quoteIdentifier).joined(separator: ", ")) ON \(t) WHEN NOT (\(sameKey)) BEGIN
+                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(oldKey), 3, NULL, \(clock));
+                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 1, NULL, \(clock)); END
+                """),
+            ("rtsync_del_\(tid)", """
+                CREATE TRIGGER rtsync_del_\(tid) AFTER DELETE ON \(t) BEGIN
+                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(oldKey), 3, NULL, \(clock)); END
+                """),
+        ]
         // INSERT OR REPLACE (and REPLACE INTO) deletes the rows whose key or UNIQUE value the new row takes, and
         // fires no delete trigger for them on a connection without recursive_triggers (the sqlite3 shell, most
         // apps): record those deletes before the insert. When the insert then fails, ignores the row or turns into
@@ -432,20 +443,39 @@ extension SyncDatabase {
             probes.append(index.sameEntry(as: newRow))
             taken.append("EXISTS (SELECT 1 FROM \(t) WHERE \(index.sameEntry(as: newRow)))")
         }
-        sql += """
+        triggers.append(("rtsync_rep_\(tid)", """
             CREATE TRIGGER rtsync_rep_\(tid) BEFORE INSERT ON \(t) WHEN \(taken.joined(separator: " OR ")) BEGIN
               INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) SELECT \(tid), \(try Self.keyExpression(def, row: "o", rowidAlias: rowidAlias, in: db)), 3, NULL, \(clock)
-                FROM \(t) AS o WHERE \(probes.joined(separator: " OR ")); END;
-
-            """
+                FROM \(t) AS o WHERE \(probes.joined(separator: " OR ")); END
+            """))
         // A table of key columns only has nothing an update could change but its key.
         if !nonKeyColumns.isEmpty {
-            sql += """
+            triggers.append(("rtsync_upd_\(tid)", """
                 CREATE TRIGGER rtsync_upd_\(tid) AFTER UPDATE ON \(t) WHEN \(sameKey) BEGIN
-                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 2, \(Self.changeMask(def, keys: keyNames)), \(clock)); END;
-                """
+                  INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (\(tid), \(newKey), 2, \(Self.changeMask(def, keys: keyNames)), \(clock)); END
+                """))
         }
-        try db.execute(sql)
+        return triggers
+    }
+
+    /// Whether the main schema's triggers are exactly the capture triggers of `tracked` as `installTriggers` would
+    /// create them now: none missing or out of date, and no other (the app's, demo protection). Then turning the
+    /// triggers off on the applying connection does what dropping and re-creating them does, without changing the
+    /// schema (which would make every connection of the app compile its statements again).
+    static func holdsOnlyCurrentCaptureTriggers(_ db: Connection, tracked: [String: TrackedInfo]) throws -> Bool {
+        var present: [String: String] = [:]
+        for r in try db.rows("SELECT name, sql FROM main.sqlite_schema WHERE type = 'trigger'") {
+            guard let name = r[0].string, let sql = r[1].string else { return false }
+            present[name] = sql
+        }
+        var expected = 0
+        for info in tracked.values {
+            for trigger in try captureTriggers(db, tid: info.table.id, definition: info.definition) {
+                guard present[trigger.name] == trigger.sql else { return false }
+                expected += 1
+            }
+        }
+        return present.count == expected
     }
 
     /// SQL for the mask of columns an UPDATE changed, in `columns` order: an integer bitmask (bit i for

@@ -126,6 +126,12 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         let oldFiles = try export(old, oneEach: true, into: dir.appendingPathComponent("old"))
         try check(try await syncA.sync(), "A")
         oldApply.append(try timeApply(oldFiles, "old", asBefore: true))
+        // RTSYNC_BENCH_CATCHUP_ALONE_LOOP=N (profiling only): the same files applied each in its own transaction, N more times.
+        if let loops = ProcessInfo.processInfo.environment["RTSYNC_BENCH_CATCHUP_ALONE_LOOP"].flatMap({ Int($0) }) {
+            var times: [Double] = []
+            for _ in 0..<loops { times.append(try timeApply(oldFiles, "old", asBefore: true)) }
+            ctx.log("catchup: apply loop of \(loops), each diff alone: median \(formatTime(Stat(samples: times).median))")
+        }
         let (tOld, rOld) = try await timeSyncB(old, asBefore: true)
         oldSync.append(tOld); oldCPU.append(lastCPU)
         guard rOld.applied.filter({ $0.status == .applied }).count == n else { throw BenchSQLiteError(code: 0, message: "B applied \(rOld.applied.count) of \(n) diffs (as before)") }
