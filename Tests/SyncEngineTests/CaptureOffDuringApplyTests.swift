@@ -123,6 +123,26 @@ struct CaptureOffDuringApplyTests {
         try Self.expectCaptureOn(two)
     }
 
+    /// A diff that brings a new table: created and tracked here, its rows not captured, later writes to it captured.
+    @Test func diffBringingANewTable_capturesNothing_thenCapturesLocalWrites() throws {
+        let (box, one, two) = try Self.pair("capture-off-new-table")
+        defer { withExtendedLifetime(box) {} }
+        try Connection(path: one.dbURL.path).execute("CREATE TABLE tags(name TEXT PRIMARY KEY NOT NULL, color TEXT); INSERT INTO tags VALUES ('home', 'blue')")
+        let report = two.apply(try one.exportFile())
+        #expect(report.status == .applied && report.tablesCreated == ["tags"])
+        #expect(try two.db.pendingChangeCount() == 0)
+        try two.exec("INSERT INTO tags VALUES ('work', 'red')")
+        #expect(try two.db.pendingChangeCount() == 1)
+        // The table's capture triggers are current: the next apply changes no schema.
+        try one.exec("UPDATE tags SET color = 'green' WHERE name = 'home'")
+        let diff = try one.exportFile()
+        let version = try Self.schemaVersion(two)
+        #expect(two.apply(diff).status == .applied)
+        #expect(try Self.schemaVersion(two) == version)
+        #expect(try two.rows("SELECT name, color FROM tags ORDER BY name") == [[.text("home"), .text("green")], [.text("work"), .text("red")]])
+        #expect(try two.db.pendingChangeCount() == 1)
+    }
+
     /// A diff that adds a column (the receiver's policy adds them) changes the schema and still leaves the capture
     /// triggers current and on.
     @Test func diffAddingAColumn_leavesCurrentTriggersOn() throws {
