@@ -123,6 +123,28 @@ struct CaptureOffDuringApplyTests {
         try Self.expectCaptureOn(two)
     }
 
+    /// Turning triggers off reaches statements compiled while they were on (SQLite compiles them again), and turning
+    /// them on again reaches those compiled while they were off: a statement kept on the connection never writes
+    /// past the switch.
+    @Test func switchingTriggers_reachesStatementsCompiledBefore() throws {
+        let box = try Sandbox("capture-off-compiled")
+        let db = try Connection(path: box.path("t.sqlite").path)
+        try db.execute("CREATE TABLE t(x); CREATE TABLE log(x); CREATE TRIGGER t_log AFTER INSERT ON t BEGIN INSERT INTO log VALUES (NEW.x); END")
+        let insert = try db.prepare("INSERT INTO t VALUES (?)")
+        try insert.run([.integer(1)])
+        try db.setMainTriggers(enabled: false)
+        #expect(!db.mainTriggersEnabled)
+        try insert.run([.integer(2)])
+        try db.setMainTriggers(enabled: true)
+        #expect(db.mainTriggersEnabled)
+        try insert.run([.integer(3)])
+        #expect(try db.rows("SELECT x FROM log ORDER BY x") == [[.integer(1)], [.integer(3)]])
+        // Another connection's writes fire them while this one has them off.
+        try db.setMainTriggers(enabled: false)
+        try Connection(path: box.path("t.sqlite").path).execute("INSERT INTO t VALUES (4)")
+        #expect(try db.rows("SELECT x FROM log ORDER BY x") == [[.integer(1)], [.integer(3)], [.integer(4)]])
+    }
+
     /// A diff that brings a new table: created and tracked here, its rows not captured, later writes to it captured.
     @Test func diffBringingANewTable_capturesNothing_thenCapturesLocalWrites() throws {
         let (box, one, two) = try Self.pair("capture-off-new-table")
