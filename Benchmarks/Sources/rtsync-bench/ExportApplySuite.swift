@@ -196,6 +196,17 @@ private func knownRowRows(_ ctx: BenchContext, n: Int, label: String, rows: [[Be
             }
             ctx.log("export-apply \(n) rows \(edit.name): run \(run + 1)/\(ctx.runs)")
         }
+        // RTSYNC_BENCH_KNOWN_LOOP=N with RTSYNC_BENCH_KNOWN_CASE=<edit, e.g. deleted> (profiling only): N more applies of that diff.
+        let env = ProcessInfo.processInfo.environment
+        if let loops = env["RTSYNC_BENCH_KNOWN_LOOP"].flatMap({ Int($0) }), env["RTSYNC_BENCH_KNOWN_CASE"] == edit.name {
+            var times: [Double] = []
+            for _ in 0..<loops {
+                try copyDatabase(base, to: dst)
+                let db = try SyncDatabase(path: dst)
+                times.append(timeOnce { _ = db.apply(diffs: [diff]) })
+            }
+            ctx.log("known rows \(edit.name): apply loop of \(loops): median \(formatTime(Stat(samples: times).median))")
+        }
         let size = "diff \(formatBytes(Double(fileSize(result.file)))), changeset \(formatBytes(Double(changeset.count)))"
         let plainName = edit.columns == nil ? "bulk delete" : "bulk update"
         var row = Row(suite: "export-apply", name: "apply \(label) \(edit.name) (keys known here)", rtsync: Stat(samples: rtsync),
