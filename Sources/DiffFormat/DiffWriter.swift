@@ -81,15 +81,7 @@ public final class DiffWriter {
         let fd = open(file.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
         defer { close(fd) }
-        try bytes.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-                offset += n
-            }
-        }
+        guard bytes.withUnsafeBytes({ DiffTransport.writeAll(fd, $0) }) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
     }
 
     /// The bytes of an empty diff file (the structure tables, nothing else) of each page size writers use, made once

@@ -92,7 +92,7 @@ extension Merger {
         guard !candidates.isEmpty || !knownCandidates.isEmpty,
               // rtsync's capture triggers are off (then no other trigger exists) or dropped by now: any trigger left
               // is the app's (or demo protection).
-              try captureTurnedOff || db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' LIMIT 1") == nil,
+              try captureSuspension == .turnedOff || db.scalar("SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' LIMIT 1") == nil,
               try attachDiff() else { return nil }
         // The diff's cell clocks, keyed by row: read by key instead of by a scan of the diff's table for every row.
         // If they cannot be copied, the per-row merge does all the work.

@@ -80,8 +80,8 @@ extension SyncDatabase {
     func applyLocked(diff url: URL, quarantine: URL?, limits: DiffLimits, replacingHeld: [Int64], group: ApplyGroupState?) -> ApplyReport {
         let grouped = group != nil
         // A merge alone may have turned the capture triggers off for this connection; they are on again once it ends,
-        // however it ends (a group's are turned on by `applyGroup`).
-        defer { if !grouped, !db.mainTriggersEnabled { try? db.setMainTriggers(enabled: true) } }
+        // however it ends (a group's are turned on by `applyGroup`). Turning them on when they are on changes nothing.
+        defer { if !grouped { try? db.setMainTriggers(enabled: true) } }
         do {
             var report = ApplyReport(file: url.path, diffID: nil, status: .rejected)
             func reject(_ reason: String) -> ApplyReport {
@@ -275,10 +275,8 @@ struct Merger {
     var restrictingKeys: [String: [RestrictingKey]]?
     /// Remote deletes of rows that children still referenced through such a key, decided once the diff is merged.
     var blockedDeletes: [(RowContext, LocalRow)] = []
-    /// Whether this merge dropped the capture triggers (re-created before the commit), or turned them off for the
-    /// connection (no other trigger then exists).
-    var captureDropped = false
-    var captureTurnedOff = false
+    /// How this merge keeps its writes out of the change log, once it has decided (`run`).
+    var captureSuspension: CaptureSuspension?
     /// Whether rows new to this device may be written in bulk (`insertNewRowsInBulk`).
     var bulkAllowed = true
     /// Rows written in bulk.
@@ -296,6 +294,14 @@ struct Merger {
     var publishedHLC: Int64 = 0
     /// The group of diffs this one is applied in (`applyGroup`), with what the diffs before it read.
     var group: ApplyGroupState?
+
+    /// How a merge keeps its own writes out of the change log (no echo).
+    enum CaptureSuspension {
+        /// The capture triggers are dropped, and re-created before the commit (the schema holds other triggers).
+        case dropped
+        /// Triggers are off for this connection until the apply ends (they are all capture triggers, as they are now).
+        case turnedOff
+    }
 
     /// A row's local changes not yet exported, with the clocks they got when they were made.
     struct PendingLocal {
@@ -354,13 +360,13 @@ struct Merger {
         // (`applyLocked` and `applyGroup` turn them on again, whatever happens): no schema change. Otherwise they
         // are dropped for the length of this transaction and re-created before it commits (a rollback restores
         // them too). In a group they stay off from the first diff merged to the group's commit.
-        if group?.triggersDropped != true || schemaChanged {
+        if group?.captureSuspended != true || schemaChanged {
             if try SyncDatabase.holdsOnlyCurrentCaptureTriggers(db, tracked: tracked) {
-                if db.mainTriggersEnabled { try db.setMainTriggers(enabled: false) }
-                captureTurnedOff = true
+                try db.setMainTriggers(enabled: false)
+                captureSuspension = .turnedOff
             } else {
                 for info in tracked.values { try SyncDatabaseInternals.dropTriggers(db, tid: info.table.id) }
-                captureDropped = true
+                captureSuspension = .dropped
             }
         }
         // In a group, the unexported local changes as the diff before left them: every write the merge makes to
@@ -386,14 +392,7 @@ struct Merger {
             try reader.forEachRow { row in try self.merge(row) }
         }
         try finishBlockedDeletes()
-        if group == nil {
-            if captureDropped {
-                for info in try SyncDatabaseInternals.loadTracked(db).values {
-                    try SyncDatabaseInternals.installTriggers(db, tid: info.table.id, definition: info.definition)
-                }
-            }
-            if !db.mainTriggersEnabled { try db.setMainTriggers(enabled: true) }
-        }
+        if group == nil, captureSuspension == .dropped { try SyncDatabase.installAllTriggers(db) }
         try cached("INSERT INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at, inserted, updated, deleted, conflicts) VALUES (?,?,?,?,?,?,?,?,?,?,?)").run(
                        [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
                         meta.sequenceFirst.map { .integer($0) } ?? .null, meta.sequenceLast.map { .integer($0) } ?? .null, .text(now),
@@ -412,7 +411,7 @@ struct Merger {
     /// What the next diff of the group may take from this one: read after its last schema change, and kept in
     /// step with its writes.
     var carried: ApplyGroupState.Carried {
-        .init(tracked: tracked, pending: pending, plans: plans, statements: statements, droppedTriggers: captureDropped)
+        .init(tracked: tracked, pending: pending, plans: plans, statements: statements, droppedTriggers: captureSuspension == .dropped)
     }
 
     // MARK: - Schema adjustment
@@ -623,8 +622,5 @@ struct Merger {
 enum SyncDatabaseInternals {
     static func loadTracked(_ db: Connection) throws -> [String: TrackedInfo] { try SyncDatabase.loadTracked(db) }
     static func dropTriggers(_ db: Connection, tid: Int64) throws { try SyncDatabase.dropTriggers(db, tid: tid) }
-    static func installTriggers(_ db: Connection, tid: Int64, definition: TableDefinition) throws {
-        try SyncDatabase.installTriggers(db, tid: tid, definition: definition)
-    }
     static func trackTable(_ db: Connection, _ name: String) throws -> TrackedTable { try SyncDatabase.trackTable(db, name, policy: nil) }
 }

@@ -36,11 +36,9 @@ final class ApplyGroupState {
     /// The unexported local changes by row, as `Merger.loadPending` would read them now; nil: unknown.
     var pending: [RowKey: Merger.PendingLocal]?
     /// Whether the capture triggers of every tracked table are dropped, or turned off for the connection, now.
-    var triggersDropped = false
+    var captureSuspended = false
     /// Whether a diff merged and released dropped them: they are re-created before the group commits.
     var triggersToRecreate = false
-    /// Whether a diff of the group was merged: its capture triggers are re-created before the group commits.
-    var merged = false
     /// This device's site id and published clock (no diff changes them).
     var ownSite: String?
     var publishedHLC: Int64?
@@ -63,9 +61,8 @@ final class ApplyGroupState {
         pending = c.pending
         plans = c.plans
         statements = c.statements
-        triggersDropped = true
+        captureSuspended = true
         triggersToRecreate = triggersToRecreate || c.droppedTriggers
-        merged = true
         bookkeepingCurrent = true
     }
 
@@ -81,7 +78,7 @@ final class ApplyGroupState {
         tracked = nil
         pending = nil
         plans = [:]
-        triggersDropped = false
+        captureSuspended = false
         bookkeepingCurrent = false
     }
 }
@@ -154,8 +151,9 @@ extension SyncDatabase {
             if (try? requireTracked()) == nil {
                 guard (try? db.transaction({ try installBookkeeping() })) != nil else { return ([], false) }
             }
-            // The merges may turn the capture triggers off for this connection: on again however the group ends.
-            defer { if !db.mainTriggersEnabled { try? db.setMainTriggers(enabled: true) } }
+            // The merges may turn the capture triggers off for this connection: on again however the group ends
+            // (turning them on when they are on changes nothing).
+            defer { try? db.setMainTriggers(enabled: true) }
             guard (try? db.execute("BEGIN IMMEDIATE")) != nil else { return ([], false) }
             var reports: [ApplyReport] = []
             let state = ApplyGroupState()
@@ -173,14 +171,8 @@ extension SyncDatabase {
                 return (reports, false)
             }
             do {
-                // The capture triggers the merges left dropped, as each diff alone re-creates them before its commit,
-                // or turned off.
-                if state.merged && state.triggersToRecreate {
-                    for info in try Self.loadTracked(db).values {
-                        try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
-                    }
-                }
-                if !db.mainTriggersEnabled { try db.setMainTriggers(enabled: true) }
+                // The capture triggers the merges left dropped, as each diff alone re-creates them before its commit.
+                if state.triggersToRecreate { try Self.installAllTriggers(db) }
                 try db.execute("COMMIT")
                 return (reports, true)
             } catch {

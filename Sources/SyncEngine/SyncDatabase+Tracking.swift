@@ -120,9 +120,7 @@ extension SyncDatabase {
                     try db.execute(sql)
                 }
                 try Self.refreshTracking(db)
-                for info in try Self.loadTracked(db).values {
-                    try Self.installTriggers(db, tid: info.table.id, definition: info.definition)
-                }
+                try Self.installAllTriggers(db)
             }
         }
     }
@@ -391,6 +389,11 @@ extension SyncDatabase {
     static func installTriggers(_ db: Connection, tid: Int64, definition def: TableDefinition) throws {
         try dropTriggers(db, tid: tid)
         try db.execute(captureTriggers(db, tid: tid, definition: def).map(\.sql).joined(separator: ";\n"))
+    }
+
+    /// (Re)creates the capture triggers of every tracked table.
+    static func installAllTriggers(_ db: Connection) throws {
+        for info in try loadTracked(db).values { try installTriggers(db, tid: info.table.id, definition: info.definition) }
     }
 
     /// The capture triggers `installTriggers` creates for one table now: each one's name and its `CREATE TRIGGER`

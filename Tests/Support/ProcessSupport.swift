@@ -317,11 +317,11 @@ public func runCommand(_ executable: URL, _ arguments: [String], environment: [S
 /// The wrapper now and then fails before starting the program ("sem_open: File exists": a semaphore left in /dev/shm by
 /// a wrapper killed earlier, whose process id this one got); it is run again then, as the chaos harness does.
 public func runUnderFaketime(_ faketime: URL, offset: String, _ arguments: [String]) throws -> CommandOutput {
-    for _ in 0..<4 {
-        let r = try runCommand(faketime, ["-f", offset] + arguments)
-        if r.status == 0 || !(r.stderr.contains("sem_open") && r.stderr.contains("faketime")) { return r }
+    var result = try runCommand(faketime, ["-f", offset] + arguments)
+    for _ in 0..<4 where result.status != 0 && result.stderr.contains("sem_open") && result.stderr.contains("faketime") {
+        result = try runCommand(faketime, ["-f", offset] + arguments)
     }
-    return try runCommand(faketime, ["-f", offset] + arguments)
+    return result
 }
 
 /// The same, waiting without blocking a thread of the (small) cooperative pool.

@@ -69,7 +69,6 @@ def sql_lit(v):
     return "'" + v.replace("'", "''") + "'"
 
 
-
 def remove_faketime_leftovers(pid):
     """The faketime wrapper keeps a semaphore and a shared-memory object named by its process id in /dev/shm; one
     killed with SIGKILL leaves them behind, and a later wrapper given the same id then fails to start ("sem_open: File
@@ -79,6 +78,7 @@ def remove_faketime_leftovers(pid):
             os.remove(name)
         except OSError:
             pass
+
 
 class Failure(Exception):
     pass
