@@ -116,7 +116,7 @@ package final class AttachedDiffWriter {
         while try cells.step() {
             for i in 0..<5 where !cellsHash.add(column: i, of: cells) { return false }
         }
-        let digest = CanonicalHasher.digest(meta: metadata.digestedValues, tables: tablesHash, rows: rowsHash, cells: cellsHash)
+        let digest = CanonicalHasher.digest(meta: metadata.digestInput, tables: tablesHash, rows: rowsHash, cells: cellsHash)
         metadata.digest = digest
         if let key = signingKey {
             metadata.signature = Array(try key.signature(for: [UInt8](hexString: digest)!))

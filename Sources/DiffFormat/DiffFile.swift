@@ -13,7 +13,13 @@ public enum DiffFile {
     static let tablesTable = "rtsync_tables"
     static let rowsTable = "rtsync_rows"
     static let cellsTable = "rtsync_cells"
-    static let structureTables: Set<String> = [metaTable, tablesTable, rowsTable, cellsTable]
+    /// The diffs a roll-up stands in for (only in a `rollup`).
+    static let coversTable = "rtsync_covers"
+    static let structureTables: Set<String> = [metaTable, tablesTable, rowsTable, cellsTable, coversTable]
+    /// The declaration of `rtsync_covers`, exactly as a reader expects it.
+    static let coversDDL = "CREATE TABLE rtsync_covers(diff_id TEXT NOT NULL)"
+    /// Most diffs one roll-up may cover.
+    public static let maxCovered = 100_000
 
     // Plain tables with no indexes beyond the rowid: rows are only appended, then read in rowid order.
     static let structureDDL = """
@@ -61,6 +67,12 @@ public enum DiffKind: String, Sendable, Codable, CaseIterable {
     case request
     /// The full state of the carried tables, for compaction.
     case snapshot
+    /// The present state of the rows some of the author's earlier `changes` diffs touched, standing in for those
+    /// diffs (``DiffMetadata/covers``): a device with many of them pending merges this one file instead.
+    case rollup
+
+    /// Whether the rows are states (each carries every column with its clock) rather than changes.
+    public var carriesState: Bool { self == .snapshot || self == .rollup }
 }
 
 /// What a row change does.
@@ -98,6 +110,8 @@ public struct DiffMetadata: Sendable, Hashable, Codable {
     public var signature: [UInt8]?
     /// The signer's Ed25519 public key (raw 32 bytes), if signed.
     public var signerKey: [UInt8]?
+    /// The ids of the diffs a `rollup` stands in for, ascending (nil for every other kind); covered by the digest.
+    public var covers: [String]? = nil
 }
 
 /// The row and column changes a diff carries for one row.
@@ -283,6 +297,11 @@ extension DiffMetadata {
         [.text(id.string), .text(kind.rawValue), .text(authorUser), .text(authorSite),
          sequenceFirst.map { .integer($0) } ?? .null, sequenceLast.map { .integer($0) } ?? .null,
          .text(ISO8601.format(createdAt, fractional: true)), .text(CanonicalSeen.text(seen))]
+    }
+
+    /// What the digest covers of the metadata: `digestedValues`, and for a roll-up the ids it covers (comma-separated).
+    var digestInput: [SQLValue] {
+        kind == .rollup ? digestedValues + [.text((covers ?? []).joined(separator: ","))] : digestedValues
     }
 }
 

@@ -164,7 +164,29 @@ public final class DiffReader: @unchecked Sendable {
                 throw DiffFormatError.fileNameMismatch(file: file, diffID: id.string)
             }
             guard let kindText = m[2].string, let kind = DiffKind(rawValue: kindText) else {
-                throw DiffFormatError.invalidMetadata(file: file, field: "kind", reason: "must be one of changes, share, request, snapshot")
+                throw DiffFormatError.invalidMetadata(file: file, field: "kind", reason: "must be one of changes, share, request, snapshot, rollup")
+            }
+            // A roll-up names the diffs it stands in for in `rtsync_covers`, declared exactly so, ascending KSUIDs
+            // without repeats; no other kind has the table.
+            var covers: [String]?
+            if kind == .rollup {
+                guard declaredSQL[DiffFile.coversTable] == DiffFile.coversDDL else {
+                    throw DiffFormatError.invalidMetadata(file: file, field: DiffFile.coversTable, reason: "a rollup must declare \(DiffFile.coversDDL)")
+                }
+                let rows = try db.rows("SELECT diff_id FROM rtsync_covers NOT INDEXED ORDER BY rowid LIMIT ?", [.integer(Int64(DiffFile.maxCovered) + 1)])
+                guard rows.count <= DiffFile.maxCovered else {
+                    throw DiffFormatError.limitExceeded(file: file, what: "diffs covered by a rollup", limit: Int64(DiffFile.maxCovered))
+                }
+                var ids: [String] = []
+                for r in rows {
+                    guard let t = r[0].string, (try? KSUID(string: t)) != nil, ids.last.map({ $0 < t }) ?? true else {
+                        throw DiffFormatError.invalidMetadata(file: file, field: DiffFile.coversTable, reason: "must hold KSUIDs in ascending order, each once")
+                    }
+                    ids.append(t)
+                }
+                covers = ids
+            } else if fileTables.contains(DiffFile.coversTable) {
+                throw DiffFormatError.invalidMetadata(file: file, field: DiffFile.coversTable, reason: "only a rollup names diffs it covers")
             }
             guard let user = m[3].string, let site = m[4].string, !site.isEmpty else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "author", reason: "author_user and author_site must be text")
@@ -199,7 +221,8 @@ public final class DiffReader: @unchecked Sendable {
             }
             let metadata = DiffMetadata(formatVersion: version, id: id, kind: kind, authorUser: user, authorSite: site,
                                         sequenceFirst: seqFirst, sequenceLast: seqLast, createdAt: created, seen: seen, digest: digest,
-                                        signature: try optionalBlob(m[10], "signature", 64), signerKey: try optionalBlob(m[11], "signer_key", 32))
+                                        signature: try optionalBlob(m[10], "signature", 64), signerKey: try optionalBlob(m[11], "signer_key", 32),
+                                        covers: covers)
             // The digest covers created_at as written; a differently formatted time would not hash the same.
             guard ISO8601.format(created, fractional: true) == createdText else {
                 throw DiffFormatError.invalidMetadata(file: file, field: "created_at", reason: "not in the canonical form YYYY-MM-DDTHH:MM:SS.sssZ")
@@ -428,7 +451,7 @@ public final class DiffReader: @unchecked Sendable {
                 throw DiffFormatError.invalidRow(file: file, table: DiffFile.cellsTable, row: 0, reason: "cell refers to a row not in rtsync_rows")
             }
         }
-        let actual = CanonicalHasher.digest(meta: metadata.digestedValues, tables: tablesHash, rows: rowsHash, cells: cellsHash)
+        let actual = CanonicalHasher.digest(meta: metadata.digestInput, tables: tablesHash, rows: rowsHash, cells: cellsHash)
         guard actual == metadata.digest else { throw DiffFormatError.digestMismatch(file: file, expected: metadata.digest, actual: actual) }
     }
 

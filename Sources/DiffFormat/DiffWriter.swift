@@ -42,15 +42,21 @@ public final class DiffWriter {
     ///   - createdAt: the creation time recorded in the metadata.
     ///   - seen: the newest clock the author had seen per site.
     ///   - expectedRows: a hint: small diffs use 512-byte pages so a one-row diff stays a few KB.
-    /// - Throws: `DiffFormatError.writeFailed` when the folder is not writable.
+    ///   - covers: for a `rollup` (and only for one), the ids of the diffs it stands in for.
+    /// - Throws: `DiffFormatError.writeFailed` when the folder is not writable or `covers` does not match `kind`.
     public init(directory: URL, id: KSUID = .generate(), kind: DiffKind, authorUser: String, authorSite: String,
-                sequence: ClosedRange<Int64>? = nil, createdAt: Date = Date(), seen: [String: Int64] = [:], expectedRows: Int = 0) throws {
+                sequence: ClosedRange<Int64>? = nil, createdAt: Date = Date(), seen: [String: Int64] = [:], expectedRows: Int = 0,
+                covers: [KSUID]? = nil) throws {
+        let coverIDs = covers.map { Array(Set($0)).sorted().map(\.string) }
         metadata = DiffMetadata(formatVersion: DiffFile.formatVersion, id: id, kind: kind, authorUser: authorUser,
                                 authorSite: authorSite, sequenceFirst: sequence?.lowerBound, sequenceLast: sequence?.upperBound,
-                                createdAt: createdAt, seen: seen, digest: "", signature: nil, signerKey: nil)
+                                createdAt: createdAt, seen: seen, digest: "", signature: nil, signerKey: nil, covers: coverIDs)
         // `isDirectory: false`: without it Foundation looks the path up on disk to decide.
         destination = directory.appendingPathComponent(DiffFile.fileName(for: id), isDirectory: false)
         temporary = directory.appendingPathComponent("." + DiffFile.fileName(for: id) + ".tmp", isDirectory: false)
+        guard (kind == .rollup) == (covers != nil), (coverIDs?.count ?? 0) <= DiffFile.maxCovered else {
+            throw DiffFormatError.writeFailed(file: destination.path, reason: "a rollup, and only a rollup, names the diffs it covers (at most \(DiffFile.maxCovered))")
+        }
         do {
             // A temporary file left by a crash (plain `unlink`: FileManager stats and walks before removing).
             _ = unlink(temporary.path)
@@ -64,6 +70,11 @@ public final class DiffWriter {
             try db.execute("PRAGMA page_size = \(pageSize); PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE; PRAGMA auto_vacuum = NONE")
             try db.execute("BEGIN")
             if template == nil { try db.execute(DiffFile.structureDDL) }
+            if let coverIDs {
+                try db.execute(DiffFile.coversDDL)
+                let add = try db.prepare("INSERT INTO rtsync_covers(diff_id) VALUES (?)")
+                for c in coverIDs { try add.run([.text(c)]) }
+            }
             insertRow = try db.prepare("INSERT INTO rtsync_rows(tid, rid, op, born, born_site, hlc, site, changed) VALUES (?,?,?,?,?,?,?,?)")
             insertCell = try db.prepare("INSERT INTO rtsync_cells(tid, rid, col, hlc, site) VALUES (?,?,?,?,?)")
             self.db = db
@@ -190,7 +201,7 @@ public final class DiffWriter {
     /// - Returns: the finished file.
     public func finish(signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> URL {
         guard let db else { throw DiffFormatError.writeFailed(file: destination.path, reason: "writer already finished") }
-        let digest = CanonicalHasher.digest(meta: metadata.digestedValues, tables: tablesHash, rows: rowsHash, cells: cellsHash)
+        let digest = CanonicalHasher.digest(meta: metadata.digestInput, tables: tablesHash, rows: rowsHash, cells: cellsHash)
         metadata.digest = digest
         if let key = signingKey {
             metadata.signature = Array(try key.signature(for: [UInt8](hexString: digest)!))

@@ -70,6 +70,21 @@ public struct Compactor: Sendable {
         try db.recordCursorPublished()
     }
 
+    /// Every published cursor under `<user>/devices/`: site id to the inbound diffs it has applied; nil when one of
+    /// them cannot be read.
+    static func readCursors(user: String, remote: any RemoteStore, retry: RemoteRetryPolicy, home: RTSyncHome) async throws -> [String: Set<String>]? {
+        var sets: [String: Set<String>] = [:]
+        let cursorKeys = try await retry.run { try await remote.list(prefix: "\(user)/devices/") }.filter { $0.key.hasSuffix(".json") }
+        for obj in cursorKeys {
+            let file = home.support.appendingPathComponent(".cursor-\(KSUID.generate().string).json")
+            defer { try? FileManager.default.removeItem(at: file) }
+            try await retry.run { try await remote.download(obj, to: file) }
+            guard let data = try? Data(contentsOf: file), let cursor = try? JSONDecoder().decode(DeviceCursor.self, from: data) else { return nil }
+            sets[cursor.site] = Set(cursor.applied)
+        }
+        return sets
+    }
+
     /// Runs a compaction.
     /// - Throws: `LifecycleError.tierRefused` on the free tier with a cloud bucket, `SyncEngineError.catchUpPending`
     ///   for a restored database that has not synced since, or the store's errors.
@@ -124,18 +139,9 @@ public struct Compactor: Sendable {
 
         if stop() { return CompactionReport(snapshotKey: snapshotKey, devices: [], pruned: [], kept: listed.count, stoppedBefore: "pruning") }
 
-        // 2. Every known device's cursor.
-        var sets: [String: Set<String>] = [:]
-        let cursorKeys = try await retry.run { try await remote.list(prefix: "\(user)/devices/") }.filter { $0.key.hasSuffix(".json") }
-        for obj in cursorKeys {
-            let file = home.support.appendingPathComponent(".cursor-\(KSUID.generate().string).json")
-            defer { try? FileManager.default.removeItem(at: file) }
-            try await retry.run { try await remote.download(obj, to: file) }
-            // A cursor that cannot be read blocks pruning: better keep diffs than lose them.
-            guard let data = try? Data(contentsOf: file), let cursor = try? JSONDecoder().decode(DeviceCursor.self, from: data) else {
-                return CompactionReport(snapshotKey: snapshotKey, devices: sets.keys.sorted(), pruned: [], kept: listed.count)
-            }
-            sets[cursor.site] = Set(cursor.applied)
+        // 2. Every known device's cursor. One that cannot be read blocks pruning: better keep diffs than lose them.
+        guard let sets = try await Self.readCursors(user: user, remote: remote, retry: retry, home: home) else {
+            return CompactionReport(snapshotKey: snapshotKey, devices: [], pruned: [], kept: listed.count)
         }
 
         // 3. Prune what everyone has applied.

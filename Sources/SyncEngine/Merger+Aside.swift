@@ -126,7 +126,7 @@ extension Merger {
         for (position, name) in r.plan.aside where position < r.change.values.count {
             let listed = changed?.contains(name.lowercased()) ?? true
             // A state diff lists every column its row has a value of: the others hold a placeholder (`remoteValues`).
-            if !listed && (!created || meta.kind == .snapshot) { continue }
+            if !listed && (!created || meta.kind.carriesState) { continue }
             let clock = listed ? r.clock(name) : r.change.born
             try cached("""
                 INSERT INTO rtsync_aside(tid, pk, col, value, hlc, site, born_hlc, born_site) VALUES (?,?,?,?,?,?,?,?)

@@ -225,7 +225,7 @@ extension Merger {
                 + "WHERE r.tid = \(did) AND r.op = 'upsert' COLLATE BINARY" + (only.map { " AND " + $0 } ?? "")
             var isNew = "r.hlc = r.born AND coalesce(r.site, ?1) = coalesce(r.born_site, ?1) COLLATE BINARY"
             // A state diff's row with a `changed` list has placeholders for the columns outside it (`remoteValues`).
-            if merger.meta.kind == .snapshot { isNew += " AND r.changed IS NULL" }
+            if merger.meta.kind.carriesState { isNew += " AND r.changed IS NULL" }
             if merger.reader.hasCellClocks { isNew += " AND NOT EXISTS (SELECT 1 FROM \(Merger.diffCellsTable) AS x WHERE x.tid = r.tid AND x.rid = r.rid)" }
             if let owner = plan.ownerPosition { isNew += " AND typeof(\(carried(owner))) = 'text' AND \(carried(owner)) = ?2 COLLATE BINARY" }
             // A key in another storage class than the local column's is converted by the per-row merge.

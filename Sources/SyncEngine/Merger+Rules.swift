@@ -42,7 +42,7 @@ extension Merger {
         }
         let keyValues = plan.keyPositions.map { $0.map { change.values[$0] } ?? .null }
         let info = plan.info
-        let remote = plan.remoteValues(change, snapshot: meta.kind == .snapshot)
+        let remote = plan.remoteValues(change, snapshot: meta.kind.carriesState)
         let local = try localRow(info, keyValues: keyValues, plan: plan)
         let ctx = RowContext(plan: plan, remote: remote, change: change, keyValues: keyValues)
         // Rows this user shared read-only with the author may not be changed by the author's diffs.
@@ -111,7 +111,7 @@ extension Merger {
         if let ownerPosition = plan.ownerPosition, !row.isText(ownerPosition, equalTo: meta.authorUser) { return false }
         // A state diff's row that lacks some of the carried columns (values another app version's columns kept
         // aside on its device, `writeStateDiff`) has a placeholder there: the full merge leaves those columns out.
-        if meta.kind == .snapshot, row.change.changedColumns != nil { return false }
+        if meta.kind.carriesState, row.change.changedColumns != nil { return false }
         let tid = info.table.id
         if !pending.isEmpty || !readOnlyShares.isEmpty {
             let tk = RowKey(tid, try keyText(keyPositions.map { row.value($0) }, of: info.definition))

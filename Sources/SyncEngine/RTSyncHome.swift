@@ -41,6 +41,9 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
     public var backupIntervalMinutes: Int = 60
     /// Inbound diffs past which sync compacts automatically.
     public var compactThreshold: Int = 1000
+    /// Own diffs still listed in inbound from which sync uploads a roll-up beside them: one file with the present
+    /// state of every row they touched, which a device that has them pending merges instead (0: never).
+    public var rollupThreshold: Int = 16
     /// What client-side encryption covers: any of "inbound", "backups", "recordings", "images", and "names" for encrypted media names (empty: off; premium).
     public var encryption: [String] = []
 
@@ -66,6 +69,7 @@ public struct RTSyncSettings: Sendable, Codable, Equatable {
         mediaIncludeLitter = try c.decodeIfPresent(Bool.self, forKey: .mediaIncludeLitter) ?? d.mediaIncludeLitter
         backupIntervalMinutes = try c.decodeIfPresent(Int.self, forKey: .backupIntervalMinutes) ?? d.backupIntervalMinutes
         compactThreshold = try c.decodeIfPresent(Int.self, forKey: .compactThreshold) ?? d.compactThreshold
+        rollupThreshold = try c.decodeIfPresent(Int.self, forKey: .rollupThreshold) ?? d.rollupThreshold
         encryption = try c.decodeIfPresent([String].self, forKey: .encryption) ?? d.encryption
     }
 }

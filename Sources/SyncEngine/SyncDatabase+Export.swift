@@ -250,6 +250,7 @@ extension SyncDatabase {
                     }
                 }
             }
+            try recordSentKeys(diffID: writer.metadata.id.string, throughSeq: maxSeq)
             try db.execute("DELETE FROM rtsync_changes WHERE seq <= ?", [.integer(maxSeq)])
             // The diff is this device's own: recorded with the watermark, so a file whose id is not recorded
             // is an orphan of an export that crashed before committing (its changes are still pending).

@@ -343,6 +343,7 @@ extension SyncDatabase {
             JOIN rtsync_scratch.rtsync_xpos AS p ON p.tid = c.tid AND p.pos = c.pos
             WHERE o.op = 'upsert'
             """, [site])
+        try recordSentKeys(diffID: diffID, throughSeq: w.maxSeq)
         try db.execute("DELETE FROM rtsync_changes WHERE seq <= ?", [.integer(w.maxSeq)])
         try db.execute("UPDATE rtsync_site SET last_diff_id = ?", [.text(diffID)])
         try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'changes', ?, ?, ?, ?, ?)",

@@ -1,3 +1,4 @@
+import Crypto
 import DiffFormat
 import Foundation
 import RTSQLite
@@ -172,6 +173,16 @@ extension SyncDatabase {
         guard try s.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_site'") != nil else {
             throw SyncEngineError.notTracked(path: snapshot.path)
         }
+        let url = try writeState(of: s, to: directory)
+        let applied = try s.rows("SELECT diff_id, kind, author_user, author_site, seq_first, seq_last FROM rtsync_applied")
+        return (url, applied)
+    }
+
+    /// Writes the state of the tracked database open on `s` as one diff (see `writeStateDiff`): a `snapshot` of every
+    /// row, or with `keys` (tracked table id to key texts) a `rollup` of only those rows that names the diffs it
+    /// `covers`. The caller keeps `s` in one read transaction.
+    static func writeState(of s: Connection, to directory: URL, keys: [Int64: Set<String>]? = nil, covers: [KSUID]? = nil,
+                           signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> URL {
         let site = try s.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
         let user = try s.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
         var seen: [String: Int64] = [:]
@@ -183,7 +194,8 @@ extension SyncDatabase {
             guard let tid = r[0].int64, let pk = r[1].string, let op = r[2].int64 else { continue }
             pending[tid, default: [:]][pk, default: Merger.PendingLocal()].record(op: op, mask: r[3], hlc: r[4].int64 ?? 0)
         }
-        let writer = try DiffWriter(directory: directory, kind: .snapshot, authorUser: user, authorSite: site, seen: seen)
+        let writer = try DiffWriter(directory: directory, kind: keys == nil ? .snapshot : .rollup, authorUser: user, authorSite: site, seen: seen,
+                                    expectedRows: keys?.values.reduce(0) { $0 + $1.count } ?? 100_000, covers: keys == nil ? nil : covers ?? [])
         do {
             let born = try s.prepare("SELECT born_hlc, born_site FROM rtsync_rows WHERE tid = ? AND pk = ?")
             let clocks = try s.prepare("SELECT col, hlc, site FROM rtsync_clocks WHERE tid = ? AND pk = ?")
@@ -198,6 +210,8 @@ extension SyncDatabase {
             func own(_ hlc: Int64) -> Clock { Clock(hlc: HLC(rawValue: hlc), site: site) }
             for info in tracked.values.sorted(by: { $0.table.id < $1.table.id }) {
                 let tid = info.table.id
+                let only = keys.map { $0[tid] ?? [] }
+                if let only, only.isEmpty { continue }
                 let local = info.definition
                 var def = local
                 if hasAside {
@@ -209,8 +223,23 @@ extension SyncDatabase {
                 let asideNames = def.columnNames.dropFirst(local.columns.count)
                 try writer.addTable(def)
                 let keyExpr = try keyExpression(def, row: "o", rowidAlias: try hasRowidAliasKey(s, def), in: s)
-                let rows = try s.prepare("SELECT \(keyExpr), " + local.columnNames.map { "o." + quoteIdentifier($0) }.joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " AS o")
-                while try rows.step() {
+                let select = "SELECT \(keyExpr), " + local.columnNames.map { "o." + quoteIdentifier($0) }.joined(separator: ", ") + " FROM " + quoteIdentifier(def.name) + " AS o"
+                // A roll-up looks each key up by its columns (and checks the key text, as the values compare by affinity).
+                let keyColumns = def.primaryKeyColumns
+                let rows = try s.prepare(only == nil ? select
+                    : select + " WHERE " + keyColumns.map { "o." + quoteIdentifier($0) + " = ?" }.joined(separator: " AND ") + " AND \(keyExpr) = ?")
+                var wanted = only.map { $0.sorted().makeIterator() }
+                func nextRow() throws -> Bool {
+                    guard wanted != nil else { return try rows.step() }
+                    while let pk = wanted!.next() {
+                        guard let keyValues = KeyCodec.decode(pk), keyValues.count == keyColumns.count else { continue }
+                        rows.reset()
+                        try rows.bind(keyValues + [.text(pk)])
+                        if try rows.step() { return true }
+                    }
+                    return false
+                }
+                while try nextRow() {
                     let all = rows.row()
                     guard let pk = all[0].string else { continue }
                     var values = Array(all.dropFirst())
@@ -257,11 +286,13 @@ extension SyncDatabase {
                 }
                 // Deleted rows: tombstones, and deletes not exported yet.
                 var deleted: [String: (born: Clock, clock: Clock)] = [:]
-                for r in try s.rows("SELECT pk, born_hlc, born_site, del_hlc, del_site FROM rtsync_rows WHERE tid = ? AND del_hlc IS NOT NULL", [.integer(tid)]) {
+                let tombstones = only == nil ? try s.rows("SELECT pk, born_hlc, born_site, del_hlc, del_site FROM rtsync_rows WHERE tid = ? AND del_hlc IS NOT NULL", [.integer(tid)])
+                    : try only!.sorted().flatMap { try s.rows("SELECT pk, born_hlc, born_site, del_hlc, del_site FROM rtsync_rows WHERE tid = ? AND pk = ? AND del_hlc IS NOT NULL", [.integer(tid), .text($0)]) }
+                for r in tombstones {
                     guard let pk = r[0].string else { continue }
                     deleted[pk] = (Clock(hlc: HLC(rawValue: r[1].int64 ?? 0), site: r[2].string ?? ""), Clock(hlc: HLC(rawValue: r[3].int64 ?? 0), site: r[4].string ?? ""))
                 }
-                for (pk, p) in pending[tid] ?? [:] where p.lastOp == 3 {
+                for (pk, p) in pending[tid] ?? [:] where p.lastOp == 3 && only?.contains(pk) ?? true {
                     let exists = try s.scalar("SELECT 1 FROM " + quoteIdentifier(def.name) + " AS o WHERE \(keyExpr) = ?", [.text(pk)]) != nil
                     if exists { continue }
                     try born.bind([.integer(tid), .text(pk)])
@@ -281,8 +312,6 @@ extension SyncDatabase {
             writer.cancel()
             throw error
         }
-        let url = try writer.finish()
-        let applied = try s.rows("SELECT diff_id, kind, author_user, author_site, seq_first, seq_last FROM rtsync_applied")
-        return (url, applied)
+        return try writer.finish(signingKey: signingKey)
     }
 }

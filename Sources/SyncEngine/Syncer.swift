@@ -328,14 +328,28 @@ public struct Syncer: Sendable {
         if stopRequested() { return stopped(before: "download") }
         var toApply: [URL] = []
         var listedIDs: [String]?
+        var listedRollups: [(object: RemoteObject, id: String)] = []
+        var rollupReports: [ApplyReport] = []
         do {
             let listed = try await retry.run { try await remote.list(prefix: inbound) }
             listedIDs = Self.diffIDs(in: listed, under: inbound)
-            let wanted = listed.filter { obj in
+            listedRollups = Self.rollups(in: listed, under: inbound)
+            var wanted = listed.filter { obj in
                 let name = String(obj.key.dropFirst(inbound.count))
                 guard !name.contains("/"), let id = DiffFile.diffID(fromFileName: name) else { return false }
                 return !applied.contains(id.string)
             }.sorted { $0.key < $1.key }
+            // Another device's roll-up, merged first, spares downloading and opening the diffs it covers.
+            if !dryRun, !listedRollups.isEmpty {
+                let merged = await mergeRollups(db: db, user: user, listed: listedRollups, wanted: wanted, inbound: inbound, applied: applied,
+                                                settings: settings, stop: stopRequested, step: step)
+                rollupReports = merged.reports
+                applied.formUnion(merged.covered)
+                applied.formUnion(merged.reports.filter { $0.status == .applied || $0.status == .skipped }.compactMap(\.diffID))
+                if !merged.covered.isEmpty {
+                    wanted = wanted.filter { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count))).map { !merged.covered.contains($0.string) } ?? true }
+                }
+            }
             if dryRun {
                 report.phases.append(SyncPhase(name: "download", ok: true, summary: "\(wanted.count) diff(s) would be downloaded and applied"))
             } else {
@@ -404,7 +418,7 @@ public struct Syncer: Sendable {
                 let url = home.inbox.appendingPathComponent(name, isDirectory: false)
                 if !toApply.contains(url) { toApply.append(url) }
             }
-            var reports: [ApplyReport] = []
+            var reports: [ApplyReport] = rollupReports
             var accepted: [URL] = []
             for url in toApply {
                 // A file that does not open as a diff goes to apply, which reports and quarantines it.
@@ -447,8 +461,8 @@ public struct Syncer: Sendable {
                     text(p.description)
                 }
             }
-            // A deferred diff stays in the inbox and is applied again by the next sync.
-            for r in reports where r.status != .rejected && r.status != .deferred { try? fm.removeItem(atPath: r.file) }
+            // A deferred diff stays in the inbox and is applied again by the next sync. (A roll-up's report names its key.)
+            for r in reports[rollupReports.count...] where r.status != .rejected && r.status != .deferred { try? fm.removeItem(atPath: r.file) }
             // Rows held back for a value the app had not declared are merged again (a value may be declared now).
             if let again = try? db.applyHeldRows(scratch: home.support.appendingPathComponent(".held-\(KSUID.generate().string)")) {
                 reports.append(again)
@@ -473,6 +487,11 @@ public struct Syncer: Sendable {
             let before = report.phases.count
             caughtUpFrom = await catchUpAfterRestore(db: db, user: user, report: &report, progress: catchUpProgress)
             if caughtUpFrom != nil { report.phases.remove(at: failed) } else if report.phases.count > before { report.phases.removeLast(report.phases.count - before) }
+        }
+
+        // A roll-up of this device's diffs still listed, when enough of them are (SyncDatabase+Rollup).
+        if !dryRun, let listedIDs, settings.rollupThreshold > 0, !stopRequested() {
+            await uploadRollup(db: db, user: user, listedIDs: listedIDs, rollups: listedRollups, inbound: inbound, settings: settings, stop: stopRequested, report: &report)
         }
 
         // Publish what this device has applied (only when that changed, so an idle sync stays one LIST),
