@@ -546,7 +546,11 @@ extension Merger {
     mutating func resurrect(_ r: RowContext, _ local: LocalRow, deletedAt: Clock) throws {
         guard try placeOrHold(r, local) else { return }
         let whole = r.info.table.policy.policy == .lwwRow
-        let changed = Set((whole ? r.allColumns : r.changedColumns).map { $0.lowercased() })
+        // A state row (a snapshot's or a roll-up's) carries every column: only those changed after the delete are its
+        // changes here, as the diffs it stands for would have brought.
+        let brought = whole ? r.allColumns
+            : meta.kind.carriesState ? r.changedColumns.filter { r.change.clock(forColumn: $0) > deletedAt } : r.changedColumns
+        let changed = Set(brought.map { $0.lowercased() })
         let keys = Set(r.def.primaryKeyColumns.map { $0.lowercased() })
         // Keys, the changed columns, and NOT NULL columns (which cannot be erased to NULL) take incoming values.
         let cols = r.def.columns.filter { c in
@@ -558,7 +562,7 @@ extension Merger {
         guard try writeResolvingUnique(r, local, newRow: Dictionary(cols.map { ($0.lowercased(), r.value($0)) }, uniquingKeysWith: { a, _ in a }),
                                        { m in try m.cached(sql).run(cols.map { r.value($0) }) }) else { return }
         try setRowMeta(r, local.key, born: local.born, deleted: nil)
-        try setColumnClocks(r, local.key, columns: whole ? r.allColumns : r.changedColumns, clearFirst: true)
+        try setColumnClocks(r, local.key, columns: brought, clearFirst: true)
         // The row comes back referencing what it referenced: a parent deleted here meanwhile gets its ON DELETE action.
         try applyDeleteActionsForDeletedParents(r, local, written: cols)
         let erased = r.def.columnNames.filter { !changed.contains($0.lowercased()) && !keys.contains($0.lowercased()) }

@@ -582,6 +582,9 @@ class Chaos:
             s["compactThreshold"] = self.rng.choice([3, 6, 12])
         if self.rng.random() < 0.3:
             s["backupIntervalMinutes"] = 0
+        if self.rng.random() < 0.6:
+            # roll-ups of a device's small diffs, made early and often (the default waits for 16)
+            s["rollupThreshold"] = self.rng.choice([2, 3, 4])
         json.dump(s, open(settings, "w"))
         self.compact_threshold = s["compactThreshold"]
         a.joined = True
@@ -609,6 +612,8 @@ class Chaos:
         a = json.load(open(os.path.join(self.devices[0].home, "settings.json")))
         s["compactThreshold"] = a["compactThreshold"]
         s["backupIntervalMinutes"] = a["backupIntervalMinutes"]
+        if "rollupThreshold" in a:
+            s["rollupThreshold"] = a["rollupThreshold"]
         json.dump(s, open(os.path.join(d.home, "settings.json"), "w"))
         d.joined = True
         self.note(f"{d.name} joined: {json.loads(out).get('source')}")
