@@ -17,7 +17,7 @@ public enum DiffFile {
     static let coversTable = "rtsync_covers"
     static let structureTables: Set<String> = [metaTable, tablesTable, rowsTable, cellsTable, coversTable]
     /// The declaration of `rtsync_covers`, exactly as a reader expects it.
-    static let coversDDL = "CREATE TABLE rtsync_covers(diff_id TEXT NOT NULL)"
+    static let coversDDL = "CREATE TABLE rtsync_covers(diff_id TEXT NOT NULL, seq INTEGER)"
     /// Most diffs one roll-up may cover.
     public static let maxCovered = 100_000
 
@@ -110,8 +110,22 @@ public struct DiffMetadata: Sendable, Hashable, Codable {
     public var signature: [UInt8]?
     /// The signer's Ed25519 public key (raw 32 bytes), if signed.
     public var signerKey: [UInt8]?
-    /// The ids of the diffs a `rollup` stands in for, ascending (nil for every other kind); covered by the digest.
-    public var covers: [String]? = nil
+    /// The diffs a `rollup` stands in for, by ascending id (nil for every other kind); covered by the digest.
+    public var covers: [CoveredDiff]? = nil
+}
+
+/// One diff a roll-up stands in for: its id and the author's sequence number it carried.
+public struct CoveredDiff: Sendable, Hashable, Codable {
+    /// The diff's id.
+    public var id: String
+    /// Its sequence number (nil when unknown).
+    public var sequence: Int64?
+
+    /// Makes an entry.
+    public init(id: String, sequence: Int64?) {
+        self.id = id
+        self.sequence = sequence
+    }
 }
 
 /// The row and column changes a diff carries for one row.
@@ -299,9 +313,9 @@ extension DiffMetadata {
          .text(ISO8601.format(createdAt, fractional: true)), .text(CanonicalSeen.text(seen))]
     }
 
-    /// What the digest covers of the metadata: `digestedValues`, and for a roll-up the ids it covers (comma-separated).
+    /// What the digest covers of the metadata: `digestedValues`, and for a roll-up the diffs it covers (`id:seq`, comma-separated).
     var digestInput: [SQLValue] {
-        kind == .rollup ? digestedValues + [.text((covers ?? []).joined(separator: ","))] : digestedValues
+        kind == .rollup ? digestedValues + [.text((covers ?? []).map { $0.id + ":" + ($0.sequence.map { String($0) } ?? "") }.joined(separator: ","))] : digestedValues
     }
 }
 

@@ -168,23 +168,23 @@ public final class DiffReader: @unchecked Sendable {
             }
             // A roll-up names the diffs it stands in for in `rtsync_covers`, declared exactly so, ascending KSUIDs
             // without repeats; no other kind has the table.
-            var covers: [String]?
+            var covers: [CoveredDiff]?
             if kind == .rollup {
                 guard declaredSQL[DiffFile.coversTable] == DiffFile.coversDDL else {
                     throw DiffFormatError.invalidMetadata(file: file, field: DiffFile.coversTable, reason: "a rollup must declare \(DiffFile.coversDDL)")
                 }
-                let rows = try db.rows("SELECT diff_id FROM rtsync_covers NOT INDEXED ORDER BY rowid LIMIT ?", [.integer(Int64(DiffFile.maxCovered) + 1)])
+                let rows = try db.rows("SELECT diff_id, seq FROM rtsync_covers NOT INDEXED ORDER BY rowid LIMIT ?", [.integer(Int64(DiffFile.maxCovered) + 1)])
                 guard rows.count <= DiffFile.maxCovered else {
                     throw DiffFormatError.limitExceeded(file: file, what: "diffs covered by a rollup", limit: Int64(DiffFile.maxCovered))
                 }
-                var ids: [String] = []
+                var list: [CoveredDiff] = []
                 for r in rows {
-                    guard let t = r[0].string, (try? KSUID(string: t)) != nil, ids.last.map({ $0 < t }) ?? true else {
-                        throw DiffFormatError.invalidMetadata(file: file, field: DiffFile.coversTable, reason: "must hold KSUIDs in ascending order, each once")
+                    guard let t = r[0].string, (try? KSUID(string: t)) != nil, list.last.map({ $0.id < t }) ?? true, r[1].isNull || r[1].int64 != nil else {
+                        throw DiffFormatError.invalidMetadata(file: file, field: DiffFile.coversTable, reason: "must hold KSUIDs in ascending order, each once, with an integer or NULL sequence number")
                     }
-                    ids.append(t)
+                    list.append(CoveredDiff(id: t, sequence: r[1].int64))
                 }
-                covers = ids
+                covers = list
             } else if fileTables.contains(DiffFile.coversTable) {
                 throw DiffFormatError.invalidMetadata(file: file, field: DiffFile.coversTable, reason: "only a rollup names diffs it covers")
             }

@@ -566,8 +566,19 @@ extension Merger {
         // The row comes back referencing what it referenced: a parent deleted here meanwhile gets its ON DELETE action.
         try applyDeleteActionsForDeletedParents(r, local, written: cols)
         let erased = r.def.columnNames.filter { !changed.contains($0.lowercased()) && !keys.contains($0.lowercased()) }
-        try setClocks(r, local.key, columns: erased, clock: deletedAt)
+        // A delete made here and not exported yet is not sent now (the row is back), so what it did to the row is
+        // sent instead: the erased columns, as changed by this device when it deleted the row (their clocks are
+        // recorded when that change is exported). Devices that never get the delete would otherwise keep the older
+        // values.
+        let sendErasure = local.pending?.lastOp == 3 && deletedAt.site == ownSite && !erased.isEmpty
+        if !sendErasure { try setClocks(r, local.key, columns: erased, clock: deletedAt) }
         try purgePending(r, local)
+        if sendErasure {
+            let mask = Self.changeMask(r.info, columns: erased)
+            try cached("INSERT INTO rtsync_changes(tid, pk, op, cols, hlc) VALUES (?, ?, 2, ?, ?)")
+                .run([.integer(r.info.table.id), .text(local.key), mask, .integer(deletedAt.hlc.rawValue)])
+            pending[RowKey(r.info.table.id, local.key), default: PendingLocal()].record(op: 2, mask: mask, hlc: deletedAt.hlc.rawValue)
+        }
         report.inserted += 1
     }
 

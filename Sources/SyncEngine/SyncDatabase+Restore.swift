@@ -181,7 +181,7 @@ extension SyncDatabase {
     /// Writes the state of the tracked database open on `s` as one diff (see `writeStateDiff`): a `snapshot` of every
     /// row, or with `keys` (tracked table id to key texts) a `rollup` of only those rows that names the diffs it
     /// `covers`. The caller keeps `s` in one read transaction.
-    static func writeState(of s: Connection, to directory: URL, keys: [Int64: Set<String>]? = nil, covers: [KSUID]? = nil,
+    static func writeState(of s: Connection, to directory: URL, keys: [Int64: Set<String>]? = nil, covers: [CoveredDiff]? = nil,
                            signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> URL {
         let site = try s.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
         let user = try s.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""

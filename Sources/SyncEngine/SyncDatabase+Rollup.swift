@@ -115,14 +115,20 @@ extension SyncDatabase {
                 read.reset()
                 if count > Self.rollupKeyLimit { return nil }
             }
-            let ids = covers.compactMap { try? KSUID(string: $0) }
+            // With the sequence number each carried, so a device that merges the roll-up sees no gap.
+            let seq = try db.prepare("SELECT seq_last FROM rtsync_applied WHERE diff_id = ?")
+            let list = try covers.map { id -> CoveredDiff in
+                try seq.bind([.text(id)])
+                defer { seq.reset() }
+                return CoveredDiff(id: id, sequence: try seq.step() ? seq.column(0).int64 : nil)
+            }
             // One read transaction: the rows, their clocks and the unexported changes as of one moment.
-            let url = try db.transaction(immediate: false) { try Self.writeState(of: db, to: directory, keys: keys, covers: ids, signingKey: signingKey) }
+            let url = try db.transaction(immediate: false) { try Self.writeState(of: db, to: directory, keys: keys, covers: list, signingKey: signingKey) }
             guard let reader = try? DiffReader(url: url, rowValidation: .whileReading) else {
                 try? FileManager.default.removeItem(at: url)
                 return nil
             }
-            return RollupResult(file: url.path, id: reader.metadata.id.string, covers: reader.metadata.covers ?? [], rows: reader.counts.values.reduce(0) { $0 + $1.upserts + $1.deletes })
+            return RollupResult(file: url.path, id: reader.metadata.id.string, covers: (reader.metadata.covers ?? []).map(\.id), rows: reader.counts.values.reduce(0) { $0 + $1.upserts + $1.deletes })
         }
     }
 
@@ -172,9 +178,12 @@ extension SyncDatabase {
         do {
             try locked {
                 try db.transaction {
-                    let add = try db.prepare("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'changes', ?, ?, NULL, NULL, ?)")
+                    let add = try db.prepare("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'changes', ?, ?, ?, ?, ?)")
                     let now = ISO8601.format(Date(), fractional: true)
-                    for id in covers { try add.run([.text(id), .text(m.authorUser), .text(m.authorSite), .text(now)]) }
+                    for c in covers {
+                        let seq: SQLValue = c.sequence.map { .integer($0) } ?? .null
+                        try add.run([.text(c.id), .text(m.authorUser), .text(m.authorSite), seq, seq, .text(now)])
+                    }
                 }
             }
         } catch {
@@ -183,6 +192,6 @@ extension SyncDatabase {
             r.reason = "merged, but its covered diffs could not be recorded (\(error)); they are applied as they are"
             return (r, [])
         }
-        return (report, covers)
+        return (report, covers.map(\.id))
     }
 }

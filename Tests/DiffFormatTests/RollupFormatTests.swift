@@ -7,9 +7,13 @@ import Testing
 /// A roll-up is a diff of kind `rollup` that names the diffs it stands in for (`rtsync_covers`, covered by the digest).
 @Suite("Roll-up format")
 struct RollupFormatTests {
-    static let covered = (0..<3).map { i in try! KSUID(timestamp: 200_000_000 + UInt32(i), payload: [UInt8](repeating: UInt8(i), count: 16)) }
+    static let covered: [CoveredDiff] = [
+        CoveredDiff(id: "1srOrx2ZWZBpBUvZwXKQmoEYga2", sequence: 7),
+        CoveredDiff(id: "1srOrx2ZWZBpBUvZwXKQmoEYga3", sequence: nil),
+        CoveredDiff(id: "2srOrx2ZWZBpBUvZwXKQmoEYga2", sequence: 9),
+    ]
 
-    func writeRollup(in dir: URL, covers: [KSUID] = covered, signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> URL {
+    func writeRollup(in dir: URL, covers: [CoveredDiff] = covered, signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> URL {
         let writer = try DiffWriter(directory: dir, kind: .rollup, authorUser: "user-1", authorSite: authorSite, createdAt: fixedCreatedAt,
                                     expectedRows: 1, covers: covers)
         try writer.addTable(itemsTable)
@@ -24,8 +28,9 @@ struct RollupFormatTests {
         let key = Curve25519.Signing.PrivateKey()
         let url = try writeRollup(in: dir.url, covers: Self.covered.reversed() + [Self.covered[0]], signingKey: key)
         let reader = try DiffReader(url: url)
-        #expect(reader.metadata.kind == .rollup && reader.metadata.kind.carriesState)
-        #expect(reader.metadata.covers == Self.covered.map(\.string))
+        #expect(reader.metadata.kind == DiffKind.rollup)
+        #expect(reader.metadata.kind.carriesState)
+        #expect(reader.metadata.covers == Self.covered)
         #expect(reader.isSigned(byOneOf: [Array(key.publicKey.rawRepresentation)]))
     }
 
@@ -40,16 +45,19 @@ struct RollupFormatTests {
         #expect(throws: DiffFormatError.self) { _ = try DiffWriter(directory: dir.url, kind: .rollup, authorUser: "u", authorSite: "s") }
     }
 
-    @Test func coveredList_isInTheDigest() throws {
+    @Test(arguments: ["UPDATE rtsync_covers SET diff_id = '\(KSUID.generate().string)' WHERE rowid = 3",
+                      "UPDATE rtsync_covers SET seq = 99 WHERE rowid = 1", "DELETE FROM rtsync_covers WHERE rowid = 2"])
+    func coveredList_isInTheDigest(_ sql: String) throws {
         let dir = try TemporaryDirectory()
         let url = try writeRollup(in: dir.url)
-        try tamper(url, "UPDATE rtsync_covers SET diff_id = '\(KSUID.generate().string)' WHERE rowid = 3")
+        try tamper(url, sql)
         guard case .digestMismatch? = openingError(url) else { Issue.record("\(String(describing: openingError(url)))"); return }
     }
 
     @Test func coveredList_outOfOrderOrNotAKSUID_isRejected() throws {
         for sql in ["UPDATE rtsync_covers SET diff_id = 'not-a-ksuid' WHERE rowid = 2",
-                    "INSERT INTO rtsync_covers(diff_id) VALUES ('\(Self.covered[0].string)')",
+                    "INSERT INTO rtsync_covers(diff_id) VALUES ('\(Self.covered[0].id)')",
+                    "UPDATE rtsync_covers SET seq = 'x' WHERE rowid = 1",
                     "UPDATE rtsync_covers SET diff_id = 42 WHERE rowid = 1"] {
             let dir = try TemporaryDirectory()
             let url = try writeRollup(in: dir.url)

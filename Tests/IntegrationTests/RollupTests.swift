@@ -44,6 +44,8 @@ struct RollupTests {
         let merged = synced.applied.filter { $0.file.hasSuffix(SyncDatabase.rollupSuffix) }
         #expect(merged.count == 1 && merged.first?.status == .applied, "\(synced.applied.map { "\($0.file): \($0.status) \($0.reason ?? "")" })")
         #expect(synced.downloaded.count <= 2, "B downloaded \(synced.downloaded.count) diffs besides the roll-up: \(synced.downloaded)")
+        // The covered diffs are recorded with their sequence numbers: no gap shows.
+        #expect(try SyncDatabase(path: b.db.path).sequenceGaps().isEmpty)
 
         // Everyone converges, B's concurrent edit resolved as without the roll-up (the later edit wins, the loser logged).
         _ = try await LTSyncScenarios.rounds(devices, 2)
