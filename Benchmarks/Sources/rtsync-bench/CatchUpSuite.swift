@@ -33,6 +33,11 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
     let a = try makeBenchHome(dir.appendingPathComponent("A"), seedRows: seed, user: "catchup-user", compactThreshold: 1_000_000)
     let b = try makeBenchHome(dir.appendingPathComponent("B"), seedRows: [], user: "catchup-user", compactThreshold: 1_000_000)
     let syncA = Syncer(home: a, remote: remote), syncB = Syncer(home: b, remote: remote)
+    // B as it was before roll-ups (issue 19, aim 4): every diff downloaded and applied.
+    var bWithout = b
+    bWithout.settings = try b.loadSettings()
+    bWithout.settings!.rollupThreshold = 0
+    let syncBWithout = Syncer(home: bWithout, remote: remote)
     let check = requireCompleted
     ctx.log("catchup (\(bucketLabel)): warm-up, \(base) rows A→B")
     try check(try await syncA.sync(), "A"); try check(try await syncB.sync(), "B")
@@ -42,25 +47,49 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
 
     var manySync: [Double] = [], oneSync: [Double] = [], manyApply: [Double] = [], oneApply: [Double] = []
     var oldSync: [Double] = [], oldApply: [Double] = [], manyCPU: [Double] = [], oneCPU: [Double] = [], oldCPU: [Double] = []
+    var rollupMerge: [Double] = [], noRollupSync: [Double] = [], noRollupRequests = 0, rollupRows = 0
     var manyRequests = 0, oneRequests = 0, manyServer = 0, oneServer = 0
     var offset = 0
     var editSeed: UInt64 = 100
     /// Edits `keys` on A and exports them, one diff per key (`oneEach`) or one diff for all; returns copies of the
     /// diff files (for the apply-only cases) and leaves the diffs in A's outbox for A's next sync to upload.
+    var lastIDs: [String] = []
     func export(_ keys: [String], oneEach: Bool, into folder: URL) throws -> [URL] {
         try? fm.removeItem(at: folder)
         try fm.createDirectory(at: folder, withIntermediateDirectories: true)
         editSeed += 1
         let args = Items.updates(keys: keys, seed: editSeed)
         var files: [URL] = []
+        lastIDs = []
         for batch in oneEach ? args.map({ [$0] }) : [args] {
             try Items.bulkUpdate(dbA, batch)
             guard let result = try exporter.exportChanges(to: a.outbox) else { throw BenchSQLiteError(code: 0, message: "nothing exported") }
             let copy = folder.appendingPathComponent(URL(fileURLWithPath: result.file).lastPathComponent)
             try fm.copyItem(at: URL(fileURLWithPath: result.file), to: copy)
             files.append(copy)
+            lastIDs.append(result.diffID)
         }
         return files
+    }
+    /// Times `mergeRollup` of a roll-up of the diffs `ids` (written by A as its sync would) into a copy of B's database.
+    func timeRollupMerge(_ ids: [String]) throws -> Double {
+        let folder = dir.appendingPathComponent("rollup")
+        try? fm.removeItem(at: folder)
+        try fm.createDirectory(at: folder, withIntermediateDirectories: true)
+        guard let made = try exporter.writeRollup(covering: ids, to: folder) else { throw BenchSQLiteError(code: 0, message: "no roll-up written") }
+        rollupRows = made.rows
+        let copy = dir.appendingPathComponent("apply-rollup.sqlite")
+        removeDatabase(copy.path)
+        try dbB.exec("VACUUM INTO '\(copy.path)'")
+        try Items.open(copy.path).exec("PRAGMA journal_mode=WAL")
+        let target = try SyncDatabase(path: copy.path)
+        var result: (report: ApplyReport, covered: [String])?
+        let t = try timeOnce { result = target.mergeRollup(URL(fileURLWithPath: made.file)) }
+        guard result?.report.status == .applied, result?.covered.count == ids.count else {
+            throw BenchSQLiteError(code: 0, message: "roll-up merge failed: \(String(describing: result?.report.reason))")
+        }
+        removeDatabase(copy.path)
+        return t
     }
     /// Times `apply(diffs:)` of `files` into a copy of B's database as it is now.
     func timeApply(_ files: [URL], _ name: String, asBefore: Bool = false) throws -> Double {
@@ -81,9 +110,9 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
     /// Times B's sync and checks B then has every edited value.
     /// Client CPU (user + system) of the last `timeSyncB`.
     var lastCPU = 0.0
-    func timeSyncB(_ edited: [String], asBefore: Bool = false) async throws -> (Double, SyncReport) {
+    func timeSyncB(_ edited: [String], asBefore: Bool = false, rollups: Bool = true) async throws -> (Double, SyncReport) {
         var r: SyncReport?
-        var syncer = syncB
+        var syncer = asBefore || !rollups ? syncBWithout : syncB
         if asBefore { syncer.downloadConcurrency = 1; syncer.applyGroupLimit = 1 }
         let cpu = cpuSeconds()
         let t = try await timeOnceAsync { r = try await syncer.sync() }
@@ -106,6 +135,7 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         let manyFiles = try export(many, oneEach: true, into: dir.appendingPathComponent("many"))
         try check(try await syncA.sync(), "A")
         manyApply.append(try timeApply(manyFiles, "many"))
+        rollupMerge.append(try timeRollupMerge(lastIDs))
         // RTSYNC_BENCH_CATCHUP_APPLY_LOOP=N (profiling only): the grouped apply of the same files N more times.
         if let loops = ProcessInfo.processInfo.environment["RTSYNC_BENCH_CATCHUP_APPLY_LOOP"].flatMap({ Int($0) }) {
             var times: [Double] = []
@@ -118,7 +148,18 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         manyRequests = rm.requests
         if let moto { manyServer = moto.settledRequestCount() - before }
         manyCPU.append(lastCPU)
-        guard rm.applied.filter({ $0.status == .applied }).count == n else { throw BenchSQLiteError(code: 0, message: "B applied \(rm.applied.count) of \(n) diffs") }
+        // With roll-ups on, B merges A's roll-up and applies only the diffs it does not cover.
+        guard rm.applied.contains(where: { $0.status == .applied }) else { throw BenchSQLiteError(code: 0, message: "B applied nothing: \(rm.phases)") }
+
+        // The same with roll-ups off (every diff downloaded and applied, grouped).
+        let plain = (0..<n).map { keys[(offset + $0) % keys.count] }
+        offset += n
+        _ = try export(plain, oneEach: true, into: dir.appendingPathComponent("plain"))
+        try check(try await syncA.sync(), "A")
+        let (tPlain, rPlain) = try await timeSyncB(plain, rollups: false)
+        noRollupSync.append(tPlain)
+        noRollupRequests = rPlain.requests
+        guard rPlain.applied.filter({ $0.status == .applied }).count == n else { throw BenchSQLiteError(code: 0, message: "B applied \(rPlain.applied.count) of \(n) diffs (roll-ups off)") }
 
         // The same as before catch-up groups: one download at a time, each diff in a transaction of its own.
         let old = (0..<n).map { keys[(offset + $0) % keys.count] }
@@ -159,11 +200,18 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
                       extra: "\(manyRequests) requests vs \(oneRequests)" + (moto != nil ? " (server saw \(manyServer) vs \(oneServer))" : ""),
                       aim: moto != nil ? "≤ 1.5x one diff; < 2 s through moto" : "≤ 1.5x one diff")
     syncRow.aimMet = syncRow.ratio.map { $0 <= 1.5 && (moto == nil || syncRow.rtsync!.median < 2) }
-    syncRow.extra! += "; B's CPU (median): \(formatTime(Stat(samples: manyCPU).median)) vs \(formatTime(Stat(samples: oneCPU).median))"
+    syncRow.extra! += "; B's CPU (median): \(formatTime(Stat(samples: manyCPU).median)) vs \(formatTime(Stat(samples: oneCPU).median)); B merges A's roll-up"
+    var rollupRow = Row(suite: "catchup", name: "[\(bucketLabel)] mergeRollup of the roll-up of \(count) one-row diffs", rtsync: Stat(samples: rollupMerge),
+                        baselineName: "apply of 1 diff of \(count) rows", baseline: Stat(samples: oneApply),
+                        extra: "roll-up of \(rollupRows) rows (the state of every row the diffs touched); into a copy of B's database", aim: "≤ 1.5x one diff of all the rows")
+    rollupRow.aimMet = rollupRow.ratio.map { $0 <= 1.5 }
+    let withoutRow = Row(suite: "catchup", name: "[\(bucketLabel)] B's sync catching up on \(count) one-row diffs, roll-ups off", rtsync: Stat(samples: noRollupSync),
+                         baselineName: "B's sync of 1 diff of \(count) rows", baseline: Stat(samples: oneSync),
+                         extra: "\(noRollupRequests) requests vs \(oneRequests); every diff downloaded and applied (grouped), as before roll-ups")
     let beforeApply = Row(suite: "catchup", name: "[\(bucketLabel)] apply(diffs:) of \(count) one-row diffs", rtsync: Stat(samples: manyApply),
                           baselineName: "the same, each diff its own transaction (as before)", baseline: Stat(samples: oldApply))
     let beforeSync = Row(suite: "catchup", name: "[\(bucketLabel)] B's sync catching up on \(count) one-row diffs", rtsync: Stat(samples: manySync),
                          baselineName: "the same, 1 download at a time, each diff its own transaction (as before)", baseline: Stat(samples: oldSync),
                          extra: "B's CPU (median): \(formatTime(Stat(samples: manyCPU).median)) vs \(formatTime(Stat(samples: oldCPU).median))")
-    return [applyRow, syncRow, beforeApply, beforeSync]
+    return [applyRow, rollupRow, syncRow, withoutRow, beforeApply, beforeSync]
 }
