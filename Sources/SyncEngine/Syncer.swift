@@ -344,6 +344,14 @@ public struct Syncer: Sendable {
                 let merged = await mergeRollups(db: db, user: user, listed: listedRollups, wanted: wanted, inbound: inbound, applied: applied,
                                                 settings: settings, stop: stopRequested, step: step)
                 rollupReports = merged.reports
+                if !merged.reports.isEmpty {
+                    let used = merged.reports.filter { $0.status == .applied || $0.status == .skipped && $0.reason == "already applied" }
+                    let pendingCovered = wanted.filter { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count))).map { merged.covered.contains($0.string) } ?? false }.count
+                    let notUsed = merged.reports.filter { !used.contains($0) }
+                    report.phases.append(SyncPhase(name: "rollup", ok: true,
+                        summary: (used.isEmpty ? "" : "merged \(used.map { URL(fileURLWithPath: $0.file).lastPathComponent }.joined(separator: ", ")) (\(used.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }) row(s)), standing in for \(pendingCovered) pending diff(s)")
+                            + (notUsed.isEmpty ? "" : (used.isEmpty ? "" : "; ") + notUsed.map { "\(URL(fileURLWithPath: $0.file).lastPathComponent) not used (\($0.status.rawValue): \($0.reason ?? ""))" }.joined(separator: "; ") + "; its diffs are applied as they are")))
+                }
                 applied.formUnion(merged.covered)
                 applied.formUnion(merged.reports.filter { $0.status == .applied || $0.status == .skipped }.compactMap(\.diffID))
                 if !merged.covered.isEmpty {
@@ -468,12 +476,14 @@ public struct Syncer: Sendable {
                 reports.append(again)
             }
             report.applied = reports
-            let applied = reports.filter { $0.status == .applied }
-            let rejected = reports.filter { $0.status == .rejected }
-            let deferred = reports.filter { $0.status == .deferred }.count
+            // (Roll-ups have a phase of their own, above.)
+            let diffReports = reports[rollupReports.count...]
+            let applied = diffReports.filter { $0.status == .applied }
+            let rejected = diffReports.filter { $0.status == .rejected }
+            let deferred = diffReports.filter { $0.status == .deferred }.count
             let rows = applied.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }
             report.phases.append(SyncPhase(name: "apply", ok: rejected.isEmpty,
-                                           summary: "applied \(applied.count) diff(s) (\(rows) row(s), \(applied.reduce(0) { $0 + $1.conflicts }) conflict(s)), skipped \(reports.filter { $0.status == .skipped }.count), rejected \(rejected.count)"
+                                           summary: "applied \(applied.count) diff(s) (\(rows) row(s), \(applied.reduce(0) { $0 + $1.conflicts }) conflict(s)), skipped \(diffReports.filter { $0.status == .skipped }.count), rejected \(rejected.count)"
                                                + (deferred == 0 ? "" : ", deferred \(deferred) (waiting for rows other diffs bring)")
                                                + { let n = (try? db.heldRows().count) ?? 0; return n == 0 ? "" : "; \(n) new row(s) held back for a NOT NULL column without a value (see rtsync status)" }()
                                                + { let t = Set(applied.flatMap(\.typeDifferences)).sorted(); return t.isEmpty ? "" : "; declared types differ from the sender's (values stored as declared here): \(t.joined(separator: "; "))" }(),
