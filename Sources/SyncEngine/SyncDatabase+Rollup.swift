@@ -69,8 +69,13 @@ extension SyncDatabase {
             let site = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
             let listedSet = Set(listed)
             let remembered = Set(try db.rows("SELECT DISTINCT diff_id FROM rtsync_sent_keys").compactMap { $0[0].string })
-            let own = Set(try db.rows("SELECT diff_id FROM rtsync_applied WHERE kind = 'changes' AND author_site = ?", [.text(site)]).compactMap { $0[0].string })
-            let candidates = remembered.intersection(listedSet).intersection(own).sorted()
+            // This site's own exports (keys remembered before a restore belong to the site it had then).
+            let isOwn = try db.prepare("SELECT 1 FROM rtsync_applied WHERE diff_id = ? AND kind = 'changes' AND author_site = ?")
+            let candidates = try remembered.intersection(listedSet).sorted().filter { id in
+                try isOwn.bind([.text(id), .text(site)])
+                defer { isOwn.reset() }
+                return try isOwn.step()
+            }
             // Keys of diffs gone from inbound are no longer needed; those still in the outbox will be listed.
             let gone = remembered.subtracting(listedSet).subtracting(outbox)
             if !gone.isEmpty {
