@@ -397,6 +397,15 @@ struct Merger {
                        [.text(meta.id.string), .text(meta.kind.rawValue), .text(meta.authorUser), .text(meta.authorSite),
                         meta.sequenceFirst.map { .integer($0) } ?? .null, meta.sequenceLast.map { .integer($0) } ?? .null, .text(now),
                         .integer(Int64(report.inserted)), .integer(Int64(report.updated)), .integer(Int64(report.deleted)), .integer(Int64(report.conflicts))])
+        // A roll-up stands in for the diffs it names: they are applied with it, in the same transaction (with their
+        // sequence numbers, so no gap shows).
+        if meta.kind == .rollup, let covers = meta.covers {
+            let add = try cached("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'changes', ?, ?, ?, ?, ?)")
+            for c in covers {
+                let seq: SQLValue = c.sequence.map { .integer($0) } ?? .null
+                try add.run([.text(c.id), .text(meta.authorUser), .text(meta.authorSite), seq, seq, .text(now)])
+            }
+        }
         // Move the local clock past everything seen, so later local edits win over what was just applied.
         // A clock more than a day ahead of our wall time is not followed (a badly skewed or hostile device).
         if max(maxRemoteHLC, maxAnyHLC) > 0 {

@@ -162,15 +162,22 @@ extension SyncDatabase {
         }
     }
 
-    /// Merges another device's roll-up at `url` and, once it is applied, records every diff it covers as applied
-    /// here; returns the merge's report and the diffs so recorded. A roll-up that is not applied (refused, waiting
-    /// for rows) records nothing: the covered diffs are then applied as they are. Which roll-ups to trust (the user,
-    /// signatures) is the caller's decision, as for diffs (`Syncer`).
+    /// Merges another device's roll-up at `url`; once it is applied, every diff it covers is recorded as applied
+    /// here too (in the same transaction, `Merger`). Returns the merge's report and those diffs (none unless it was
+    /// applied, now or before). A roll-up that is not applied (refused, waiting for rows) records nothing: the
+    /// covered diffs are then applied as they are. Which roll-ups to trust (the user, signatures) is the caller's
+    /// decision, as for diffs (`Syncer`).
     public func mergeRollup(_ url: URL, quarantine: URL? = nil) -> (report: ApplyReport, covered: [String]) {
-        let reader: DiffReader
-        do { reader = try DiffReader(url: url, rowValidation: .whileReading) } catch {
+        do {
+            return mergeRollup(url, reader: try DiffReader(url: url, rowValidation: .whileReading), quarantine: quarantine)
+        } catch {
             return (ApplyReport(file: url.path, diffID: nil, status: .rejected, reason: "\(error)"), [])
         }
+    }
+
+    /// `mergeRollup(_:quarantine:)` for a file the caller has opened as `reader` (for its metadata only: apply
+    /// reads and checks the file again, every row and the digest).
+    func mergeRollup(_ url: URL, reader: DiffReader, quarantine: URL? = nil) -> (report: ApplyReport, covered: [String]) {
         let m = reader.metadata
         guard m.kind == .rollup, let covers = m.covers else {
             return (ApplyReport(file: url.path, diffID: m.id.string, status: .rejected, reason: "not a rollup (kind \(m.kind.rawValue))"), [])
@@ -179,24 +186,8 @@ extension SyncDatabase {
             return (ApplyReport(file: url.path, diffID: m.id.string, status: .skipped, reason: "a roll-up of this device"), [])
         }
         let report = apply(diff: url, quarantine: quarantine)
-        guard report.status == .applied || report.status == .skipped else { return (report, []) }
-        do {
-            try locked {
-                try db.transaction {
-                    let add = try db.prepare("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'changes', ?, ?, ?, ?, ?)")
-                    let now = ISO8601.format(Date(), fractional: true)
-                    for c in covers {
-                        let seq: SQLValue = c.sequence.map { .integer($0) } ?? .null
-                        try add.run([.text(c.id), .text(m.authorUser), .text(m.authorSite), seq, seq, .text(now)])
-                    }
-                }
-            }
-        } catch {
-            // The roll-up is merged; its diffs, not recorded, are applied as they are (merging again changes nothing).
-            var r = report
-            r.reason = "merged, but its covered diffs could not be recorded (\(error)); they are applied as they are"
-            return (r, [])
-        }
+        // (The same file as `reader` read: apply recorded what it read, and a file replaced meanwhile names another id.)
+        guard report.diffID == m.id.string, report.status == .applied || report.status == .skipped && report.reason == "already applied" else { return (report, []) }
         return (report, covers.map(\.id))
     }
 }

@@ -45,7 +45,7 @@ extension Syncer {
                     reports.append(ApplyReport(file: obj.key, diffID: id, status: .skipped, reason: "roll-up not used: from user \(reader.metadata.authorUser)"))
                     continue
                 }
-                var (r, recorded) = db.mergeRollup(local)
+                var (r, recorded) = db.mergeRollup(local, reader: reader)
                 r.file = obj.key
                 reports.append(r)
                 covered.formUnion(recorded)
