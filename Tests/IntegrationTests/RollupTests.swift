@@ -57,6 +57,53 @@ struct RollupTests {
         _ = c
     }
 
+    /// Through moto S3 too: the roll-up travels compressed like a diff and is listed beside them.
+    @Test func offlineDevice_mergesTheRollup_throughS3() async throws {
+        let bucket = try await LTBucket.s3()
+        defer { Task { await LTSyncScenarios.cleanUp(bucket) } }
+        let dir = try TemporaryDirectory()
+        let devices = try await LTSyncScenarios.makeDevices(dir, bucket)
+        let (a, b) = (devices[0], devices[1])
+        for i in 0..<18 {
+            try a.insertThing("s3-\(i)", title: "made by A, sync \(i)")
+            let r = try await a.sync()
+            #expect(r.ok, "\(r.phases)")
+        }
+        #expect(try await Self.inbound(a).rollups.count == 1)
+        let synced = try await b.sync()
+        #expect(synced.ok, "\(synced.phases)")
+        #expect(synced.phases.contains { $0.name == "rollup" && $0.summary.hasPrefix("merged") }, "\(synced.phases)")
+        // The roll-up was made at A's 16th sync (the threshold); the two diffs after it are downloaded (a new
+        // roll-up waits until 8 more, half the threshold, have come).
+        #expect(synced.downloaded.count == 2, "\(synced.downloaded)")
+        try LTSyncScenarios.expectIdentical([a, b])
+    }
+
+    /// With every device up to date (their cursors list A's diffs), A uploads no roll-up however many diffs it has
+    /// in inbound, and reads the cursors only every few syncs.
+    @Test func devicesUpToDate_noRollupIsMade() async throws {
+        let dir = try TemporaryDirectory()
+        let devices = try await LTSyncScenarios.makeDevices(dir, LTBucket.local(dir))
+        let (a, b, c) = (devices[0], devices[1], devices[2])
+        var cursorReads = 0
+        var lastChecked: SQLValue?
+        for i in 0..<30 {
+            try a.insertThing("up-\(i)", title: "made by A, sync \(i)")
+            let r = try await a.sync()
+            #expect(r.ok, "\(r.phases)")
+            #expect(!r.phases.contains { $0.name == "rollup" }, "sync \(i): \(r.phases)")
+            // Each look at the cursors is recorded with the number of candidates it saw.
+            let checked = try? ltScalar(a.db, "SELECT candidates FROM rtsync_rollup_check")
+            if let checked, checked != lastChecked { cursorReads += 1; lastChecked = checked }
+            _ = try await b.sync()
+            _ = try await c.sync()
+        }
+        #expect(try await Self.inbound(a).rollups.isEmpty)
+        // Candidates pass the threshold (16) at sync 16, then a look every 8: syncs 16 and 24.
+        #expect(cursorReads >= 1 && cursorReads <= 3, "A read the cursors in \(cursorReads) of 30 syncs")
+        try LTSyncScenarios.expectIdentical(devices)
+    }
+
     @Test func rollupsOff_noneIsUploaded_andTheDiffsStillConverge() async throws {
         let dir = try TemporaryDirectory()
         let devices = try await LTSyncScenarios.makeDevices(dir, LTBucket.local(dir))
