@@ -35,7 +35,9 @@ extension Syncer {
                     try await retry.run { try await remote.download(obj, to: staging) }
                     try DiffTransport.install(staging, as: local, name: obj.key)
                 }
-                let reader = try DiffReader(url: local)
+                // As for a diff: a signature is judged on a reader that has checked every row and the digest; without
+                // that requirement the metadata is enough here (apply checks all of it as it merges).
+                let reader = settings.requireSignatures ? try DiffReader(url: local) : try DiffReader(url: local, rowValidation: .whileReading)
                 if let refusal = signatureRefusal(reader, settings: settings) {
                     reports.append(ApplyReport(file: local.path, diffID: id, status: .skipped, reason: "roll-up not used: \(refusal)"))
                     continue

@@ -136,6 +136,12 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         try check(try await syncA.sync(), "A")
         manyApply.append(try timeApply(manyFiles, "many"))
         rollupMerge.append(try timeRollupMerge(lastIDs))
+        // RTSYNC_BENCH_ROLLUP_LOOP=N (profiling only): the roll-up merge of the same diffs N more times.
+        if let loops = ProcessInfo.processInfo.environment["RTSYNC_BENCH_ROLLUP_LOOP"].flatMap({ Int($0) }) {
+            var times: [Double] = []
+            for _ in 0..<loops { times.append(try timeRollupMerge(lastIDs)) }
+            ctx.log("catchup: roll-up merge loop of \(loops): median \(formatTime(Stat(samples: times).median))")
+        }
         // RTSYNC_BENCH_CATCHUP_APPLY_LOOP=N (profiling only): the grouped apply of the same files N more times.
         if let loops = ProcessInfo.processInfo.environment["RTSYNC_BENCH_CATCHUP_APPLY_LOOP"].flatMap({ Int($0) }) {
             var times: [Double] = []
