@@ -48,8 +48,8 @@ extension SyncDatabase {
     func recordSentKeys(diffID: String, throughSeq maxSeq: Int64) throws {
         let n = try db.scalar("SELECT count(*) FROM (SELECT DISTINCT tid, pk FROM rtsync_changes WHERE seq <= ? LIMIT ?)",
                               [.integer(maxSeq), .integer(Int64(Self.rollupKeysPerDiff) + 1)])?.int64 ?? 0
+        // (The table is made with the bookkeeping, `upgradeBookkeeping`, which every export runs first.)
         guard n > 0, n <= Self.rollupKeysPerDiff else { return }
-        try db.execute(Self.rollupTablesSQL)
         try db.execute("INSERT OR IGNORE INTO rtsync_sent_keys(diff_id, tid, pk) SELECT DISTINCT ?, tid, pk FROM rtsync_changes WHERE seq <= ?",
                        [.text(diffID), .integer(maxSeq)])
     }

@@ -171,8 +171,8 @@ public final class SyncDatabase: @unchecked Sendable {
     /// One-time repairs of bookkeeping written by earlier versions, each recorded in `rtsync_upgrades` once done
     /// (one indexed lookup when there is nothing to do). Runs from `track`, before every export and every apply.
     func upgradeBookkeeping() throws {
-        // Nothing to do once the two latest are recorded (an earlier version recorded the ones before them first).
-        if (try? db.scalar("SELECT count(*) FROM rtsync_upgrades WHERE name IN ('nul-key-text', 'aside-born')"))??.int64 == 2 { return }
+        // Nothing to do once the latest are recorded (an earlier version recorded the ones before them first).
+        if (try? db.scalar("SELECT count(*) FROM rtsync_upgrades WHERE name IN ('nul-key-text', 'aside-born', 'rollups')"))??.int64 == 3 { return }
         // All or nothing, also where the caller has no transaction open (another connection's writes between dropping
         // and re-making a table's triggers would go unrecorded).
         try db.execute("SAVEPOINT rtsync_upgrade")
@@ -232,6 +232,9 @@ public final class SyncDatabase: @unchecked Sendable {
         }
         try db.execute(Self.partialTableSQL)
         try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('aside-born')")
+        // The keys of small diffs, for roll-ups (SyncDatabase+Rollup): made here, so no export changes the schema.
+        try db.execute(Self.rollupTablesSQL)
+        try db.execute("INSERT OR IGNORE INTO rtsync_upgrades(name) VALUES ('rollups')")
     }
 
     private func upgradeNULKeyText() throws {
