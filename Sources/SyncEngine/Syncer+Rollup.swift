@@ -59,6 +59,23 @@ extension Syncer {
         return (reports, covered)
     }
 
+    /// The sync phase that reports the roll-ups `mergeRollups` considered (nil when none), `standingIn` for that many
+    /// pending diffs.
+    static func rollupPhase(_ reports: [ApplyReport], standingIn pending: Int) -> SyncPhase? {
+        guard !reports.isEmpty else { return nil }
+        func name(_ r: ApplyReport) -> String { URL(fileURLWithPath: r.file).lastPathComponent }
+        let used = reports.filter { $0.status == .applied || $0.status == .skipped && $0.reason == "already applied" }
+        let notUsed = reports.filter { !used.contains($0) }
+        var parts: [String] = []
+        if !used.isEmpty {
+            parts.append("merged \(used.map(name).joined(separator: ", ")) (\(used.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }) row(s)), standing in for \(pending) pending diff(s)")
+        }
+        if !notUsed.isEmpty {
+            parts.append(notUsed.map { "\(name($0)) not used (\($0.status.rawValue): \($0.reason ?? ""))" }.joined(separator: "; ") + "; its diffs are applied as they are")
+        }
+        return SyncPhase(name: "rollup", ok: true, summary: parts.joined(separator: "; "))
+    }
+
     /// Uploads a roll-up of this device's diffs still listed in inbound when the threshold says so, and deletes this
     /// device's roll-ups a newer one replaces or whose diffs are all gone. Failures are reported, never fatal: the
     /// diffs themselves stay, so a missing roll-up costs only time.

@@ -344,19 +344,10 @@ public struct Syncer: Sendable {
                 let merged = await mergeRollups(db: db, user: user, listed: listedRollups, wanted: wanted, inbound: inbound, applied: applied,
                                                 settings: settings, stop: stopRequested, step: step)
                 rollupReports = merged.reports
-                if !merged.reports.isEmpty {
-                    let used = merged.reports.filter { $0.status == .applied || $0.status == .skipped && $0.reason == "already applied" }
-                    let pendingCovered = wanted.filter { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count))).map { merged.covered.contains($0.string) } ?? false }.count
-                    let notUsed = merged.reports.filter { !used.contains($0) }
-                    report.phases.append(SyncPhase(name: "rollup", ok: true,
-                        summary: (used.isEmpty ? "" : "merged \(used.map { URL(fileURLWithPath: $0.file).lastPathComponent }.joined(separator: ", ")) (\(used.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }) row(s)), standing in for \(pendingCovered) pending diff(s)")
-                            + (notUsed.isEmpty ? "" : (used.isEmpty ? "" : "; ") + notUsed.map { "\(URL(fileURLWithPath: $0.file).lastPathComponent) not used (\($0.status.rawValue): \($0.reason ?? ""))" }.joined(separator: "; ") + "; its diffs are applied as they are")))
-                }
+                let before = wanted.count
+                wanted = wanted.filter { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count))).map { !merged.covered.contains($0.string) } ?? true }
+                if let phase = Self.rollupPhase(merged.reports, standingIn: before - wanted.count) { report.phases.append(phase) }
                 applied.formUnion(merged.covered)
-                applied.formUnion(merged.reports.filter { $0.status == .applied || $0.status == .skipped }.compactMap(\.diffID))
-                if !merged.covered.isEmpty {
-                    wanted = wanted.filter { DiffFile.diffID(fromFileName: String($0.key.dropFirst(inbound.count))).map { !merged.covered.contains($0.string) } ?? true }
-                }
             }
             if dryRun {
                 report.phases.append(SyncPhase(name: "download", ok: true, summary: "\(wanted.count) diff(s) would be downloaded and applied"))
