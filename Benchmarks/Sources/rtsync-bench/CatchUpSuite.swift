@@ -197,20 +197,22 @@ private func catchUpCases(_ ctx: BenchContext, diffs n: Int, bucketLabel: String
         ctx.log("catchup (\(bucketLabel)): run \(run + 1) of \(runs): sync \(formatTime(tm)) vs \(formatTime(to)), apply \(formatTime(manyApply.last!)) vs \(formatTime(oneApply.last!))")
     }
     let count = n.formatted()
-    var applyRow = Row(suite: "catchup", name: "[\(bucketLabel)] apply(diffs:) of \(count) one-row diffs", rtsync: Stat(samples: manyApply),
-                       baselineName: "apply of 1 diff of \(count) rows", baseline: Stat(samples: oneApply),
-                       extra: "diffs already on disk; into a copy of B's database", aim: "≤ 1.5x one diff of all the rows")
-    applyRow.aimMet = applyRow.ratio.map { $0 <= 1.5 }
+    /// A row of `samples` against applying one diff of all the rows, with the aim's ratio.
+    func againstOneDiff(_ name: String, _ samples: [Double], extra: String) -> Row {
+        var row = Row(suite: "catchup", name: "[\(bucketLabel)] \(name)", rtsync: Stat(samples: samples),
+                      baselineName: "apply of 1 diff of \(count) rows", baseline: Stat(samples: oneApply), extra: extra, aim: "≤ 1.5x one diff of all the rows")
+        row.aimMet = row.ratio.map { $0 <= 1.5 }
+        return row
+    }
+    let applyRow = againstOneDiff("apply(diffs:) of \(count) one-row diffs", manyApply, extra: "diffs already on disk; into a copy of B's database")
     var syncRow = Row(suite: "catchup", name: "[\(bucketLabel)] B's sync catching up on \(count) one-row diffs", rtsync: Stat(samples: manySync),
                       baselineName: "B's sync of 1 diff of \(count) rows", baseline: Stat(samples: oneSync),
                       extra: "\(manyRequests) requests vs \(oneRequests)" + (moto != nil ? " (server saw \(manyServer) vs \(oneServer))" : ""),
                       aim: moto != nil ? "≤ 1.5x one diff; < 2 s through moto" : "≤ 1.5x one diff")
     syncRow.aimMet = syncRow.ratio.map { $0 <= 1.5 && (moto == nil || syncRow.rtsync!.median < 2) }
     syncRow.extra! += "; B's CPU (median): \(formatTime(Stat(samples: manyCPU).median)) vs \(formatTime(Stat(samples: oneCPU).median)); B merges A's roll-up"
-    var rollupRow = Row(suite: "catchup", name: "[\(bucketLabel)] mergeRollup of the roll-up of \(count) one-row diffs", rtsync: Stat(samples: rollupMerge),
-                        baselineName: "apply of 1 diff of \(count) rows", baseline: Stat(samples: oneApply),
-                        extra: "roll-up of \(rollupRows) rows (the state of every row the diffs touched); into a copy of B's database", aim: "≤ 1.5x one diff of all the rows")
-    rollupRow.aimMet = rollupRow.ratio.map { $0 <= 1.5 }
+    let rollupRow = againstOneDiff("mergeRollup of the roll-up of \(count) one-row diffs", rollupMerge,
+                                   extra: "roll-up of \(rollupRows) rows (the state of every row the diffs touched); into a copy of B's database")
     let withoutRow = Row(suite: "catchup", name: "[\(bucketLabel)] B's sync catching up on \(count) one-row diffs, roll-ups off", rtsync: Stat(samples: noRollupSync),
                          baselineName: "B's sync of 1 diff of \(count) rows", baseline: Stat(samples: oneSync),
                          extra: "\(noRollupRequests) requests vs \(oneRequests); every diff downloaded and applied (grouped), as before roll-ups")
