@@ -47,15 +47,15 @@ public final class DiffWriter {
     public init(directory: URL, id: KSUID = .generate(), kind: DiffKind, authorUser: String, authorSite: String,
                 sequence: ClosedRange<Int64>? = nil, createdAt: Date = Date(), seen: [String: Int64] = [:], expectedRows: Int = 0,
                 covers: [CoveredDiff]? = nil) throws {
-        let coverIDs = covers.map { list in Dictionary(list.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }).values.sorted { $0.id < $1.id } }
+        let covered = covers.map { list in Dictionary(list.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }).values.sorted { $0.id < $1.id } }
         metadata = DiffMetadata(formatVersion: DiffFile.formatVersion, id: id, kind: kind, authorUser: authorUser,
                                 authorSite: authorSite, sequenceFirst: sequence?.lowerBound, sequenceLast: sequence?.upperBound,
-                                createdAt: createdAt, seen: seen, digest: "", signature: nil, signerKey: nil, covers: coverIDs)
+                                createdAt: createdAt, seen: seen, digest: "", signature: nil, signerKey: nil, covers: covered)
         // `isDirectory: false`: without it Foundation looks the path up on disk to decide.
         destination = directory.appendingPathComponent(DiffFile.fileName(for: id), isDirectory: false)
         temporary = directory.appendingPathComponent("." + DiffFile.fileName(for: id) + ".tmp", isDirectory: false)
-        guard (kind == .rollup) == (covers != nil), (coverIDs?.count ?? 0) <= DiffFile.maxCovered,
-              coverIDs?.allSatisfy({ (try? KSUID(string: $0.id)) != nil }) ?? true else {
+        guard (kind == .rollup) == (covers != nil), (covered?.count ?? 0) <= DiffFile.maxCovered,
+              covered?.allSatisfy({ (try? KSUID(string: $0.id)) != nil }) ?? true else {
             throw DiffFormatError.writeFailed(file: destination.path, reason: "a rollup, and only a rollup, names the diffs it covers (KSUIDs, at most \(DiffFile.maxCovered))")
         }
         do {
@@ -71,10 +71,10 @@ public final class DiffWriter {
             try db.execute("PRAGMA page_size = \(pageSize); PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE; PRAGMA auto_vacuum = NONE")
             try db.execute("BEGIN")
             if template == nil { try db.execute(DiffFile.structureDDL) }
-            if let coverIDs {
+            if let covered {
                 try db.execute(DiffFile.coversDDL)
                 let add = try db.prepare("INSERT INTO rtsync_covers(diff_id, seq) VALUES (?, ?)")
-                for c in coverIDs { try add.run([.text(c.id), c.sequence.map { .integer($0) } ?? .null]) }
+                for c in covered { try add.run([.text(c.id), c.sequence.map { .integer($0) } ?? .null]) }
             }
             insertRow = try db.prepare("INSERT INTO rtsync_rows(tid, rid, op, born, born_site, hlc, site, changed) VALUES (?,?,?,?,?,?,?,?)")
             insertCell = try db.prepare("INSERT INTO rtsync_cells(tid, rid, col, hlc, site) VALUES (?,?,?,?,?)")

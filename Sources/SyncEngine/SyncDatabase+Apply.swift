@@ -61,6 +61,9 @@ extension SyncDatabase {
     }
 
     /// The reason of a diff deferred for rows other diffs bring (a foreign key left unresolved).
+    /// The reason of a diff skipped because this device applied it before.
+    static let alreadyAppliedReason = "already applied"
+
     static let waitingForRowsReason = "refers to rows this device has not received yet (FOREIGN KEY); nothing was changed, apply it again after the diffs that bring them"
 
     /// Applies one diff file (see `apply(diffs:quarantine:limits:)`).
@@ -117,7 +120,7 @@ extension SyncDatabase {
                 if try (group.map { try $0.scalar(db, appliedSQL, [.text(meta.id.string)]) } ?? db.scalar(appliedSQL, [.text(meta.id.string)])) != nil {
                     try reader.forEachChange { _ in }
                     report.status = .skipped
-                    report.reason = "already applied"
+                    report.reason = Self.alreadyAppliedReason
                     return report
                 }
                 let ownSite = try group?.ownSite ?? db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""

@@ -173,16 +173,16 @@ extension SyncDatabase {
         guard try s.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'rtsync_site'") != nil else {
             throw SyncEngineError.notTracked(path: snapshot.path)
         }
-        let url = try writeState(of: s, to: directory)
+        let url = try writeState(of: s, to: directory).file
         let applied = try s.rows("SELECT diff_id, kind, author_user, author_site, seq_first, seq_last FROM rtsync_applied")
         return (url, applied)
     }
 
     /// Writes the state of the tracked database open on `s` as one diff (see `writeStateDiff`): a `snapshot` of every
     /// row, or with `keys` (tracked table id to key texts) a `rollup` of only those rows that names the diffs it
-    /// `covers`. The caller keeps `s` in one read transaction.
+    /// `covers`. The caller keeps `s` in one read transaction. Returns the file and the rows it carries.
     static func writeState(of s: Connection, to directory: URL, keys: [Int64: Set<String>]? = nil, covers: [CoveredDiff]? = nil,
-                           signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> URL {
+                           signingKey: Curve25519.Signing.PrivateKey? = nil) throws -> (file: URL, rows: Int) {
         let site = try s.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
         let user = try s.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
         var seen: [String: Int64] = [:]
@@ -286,8 +286,18 @@ extension SyncDatabase {
                 }
                 // Deleted rows: tombstones, and deletes not exported yet.
                 var deleted: [String: (born: Clock, clock: Clock)] = [:]
-                let tombstones = only == nil ? try s.rows("SELECT pk, born_hlc, born_site, del_hlc, del_site FROM rtsync_rows WHERE tid = ? AND del_hlc IS NOT NULL", [.integer(tid)])
-                    : try only!.sorted().flatMap { try s.rows("SELECT pk, born_hlc, born_site, del_hlc, del_site FROM rtsync_rows WHERE tid = ? AND pk = ? AND del_hlc IS NOT NULL", [.integer(tid), .text($0)]) }
+                let tombstoneSQL = "SELECT pk, born_hlc, born_site, del_hlc, del_site FROM rtsync_rows WHERE tid = ? AND del_hlc IS NOT NULL"
+                let tombstones: [[SQLValue]]
+                if let only {
+                    let one = try s.prepare(tombstoneSQL + " AND pk = ?")
+                    tombstones = try only.sorted().flatMap { pk -> [[SQLValue]] in
+                        try one.bind([.integer(tid), .text(pk)])
+                        defer { one.reset() }
+                        return try one.step() ? [one.row()] : []
+                    }
+                } else {
+                    tombstones = try s.rows(tombstoneSQL, [.integer(tid)])
+                }
                 for r in tombstones {
                     guard let pk = r[0].string else { continue }
                     deleted[pk] = (Clock(hlc: HLC(rawValue: r[1].int64 ?? 0), site: r[2].string ?? ""), Clock(hlc: HLC(rawValue: r[3].int64 ?? 0), site: r[4].string ?? ""))
@@ -312,6 +322,6 @@ extension SyncDatabase {
             writer.cancel()
             throw error
         }
-        return try writer.finish(signingKey: signingKey)
+        return (try writer.finish(signingKey: signingKey), writer.rowCount)
     }
 }

@@ -128,12 +128,9 @@ extension SyncDatabase {
                 return CoveredDiff(id: id, sequence: try seq.step() ? seq.column(0).int64 : nil)
             }
             // One read transaction: the rows, their clocks and the unexported changes as of one moment.
-            let url = try db.transaction(immediate: false) { try Self.writeState(of: db, to: directory, keys: keys, covers: list, signingKey: signingKey) }
-            guard let reader = try? DiffReader(url: url, rowValidation: .whileReading) else {
-                try? FileManager.default.removeItem(at: url)
-                return nil
-            }
-            return RollupResult(file: url.path, id: reader.metadata.id.string, covers: (reader.metadata.covers ?? []).map(\.id), rows: reader.counts.values.reduce(0) { $0 + $1.upserts + $1.deletes })
+            let written = try db.transaction(immediate: false) { try Self.writeState(of: db, to: directory, keys: keys, covers: list, signingKey: signingKey) }
+            return RollupResult(file: written.file.path, id: DiffFile.diffID(fromFileName: written.file.lastPathComponent)?.string ?? "",
+                                covers: Set(covers).sorted(), rows: written.rows)
         }
     }
 
@@ -154,7 +151,6 @@ extension SyncDatabase {
             let site = try db.scalar("SELECT site_id FROM rtsync_site")?.string ?? ""
             let user = try db.scalar("SELECT user_id FROM rtsync_site")?.string ?? ""
             try db.transaction {
-                try db.execute(Self.rollupTablesSQL)
                 try db.execute("INSERT OR REPLACE INTO rtsync_rollups(id, covers) VALUES (?, ?)", [.text(id), .text(covers.joined(separator: ","))])
                 try db.execute("INSERT OR IGNORE INTO rtsync_applied(diff_id, kind, author_user, author_site, seq_first, seq_last, applied_at) VALUES (?, 'rollup', ?, ?, NULL, NULL, ?)",
                                [.text(id), .text(user), .text(site), .text(ISO8601.format(Date(), fractional: true))])
@@ -187,7 +183,7 @@ extension SyncDatabase {
         }
         let report = apply(diff: url, quarantine: quarantine)
         // (The same file as `reader` read: apply recorded what it read, and a file replaced meanwhile names another id.)
-        guard report.diffID == m.id.string, report.status == .applied || report.status == .skipped && report.reason == "already applied" else { return (report, []) }
+        guard report.diffID == m.id.string, report.status == .applied || report.status == .skipped && report.reason == Self.alreadyAppliedReason else { return (report, []) }
         return (report, covers.map(\.id))
     }
 }

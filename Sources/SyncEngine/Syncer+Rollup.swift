@@ -27,19 +27,13 @@ extension Syncer {
             let local = home.support.appendingPathComponent(".catch-up-rollup-\(id).sqlite", isDirectory: false)
             defer { try? fm.removeItem(at: local) }
             do {
-                if let data = try await retry.run({ try await remote.contents(of: obj, limit: inMemoryDownloadLimit) }) {
-                    try DiffTransport.install(data, as: local, name: obj.key)
-                } else {
-                    let staging = home.support.appendingPathComponent(".catch-up-rollup-\(id).sqlite.incoming", isDirectory: false)
-                    defer { try? fm.removeItem(at: staging) }
-                    try await retry.run { try await remote.download(obj, to: staging) }
-                    try DiffTransport.install(staging, as: local, name: obj.key)
-                }
+                try await Self.fetchDiff(obj, to: local, staging: URL(fileURLWithPath: local.path + ".incoming", isDirectory: false),
+                                         remote: remote, retry: retry, inMemoryLimit: inMemoryDownloadLimit)
                 // As for a diff: a signature is judged on a reader that has checked every row and the digest; without
                 // that requirement the metadata is enough here (apply checks all of it as it merges).
                 let reader = settings.requireSignatures ? try DiffReader(url: local) : try DiffReader(url: local, rowValidation: .whileReading)
                 if let refusal = signatureRefusal(reader, settings: settings) {
-                    reports.append(ApplyReport(file: local.path, diffID: id, status: .skipped, reason: "roll-up not used: \(refusal)"))
+                    reports.append(ApplyReport(file: obj.key, diffID: id, status: .skipped, reason: "roll-up not used: \(refusal)"))
                     continue
                 }
                 // Only this user's roll-ups stand in for diffs (another user's diffs are shares, judged one by one).
@@ -64,7 +58,7 @@ extension Syncer {
     static func rollupPhase(_ reports: [ApplyReport], standingIn pending: Int) -> SyncPhase? {
         guard !reports.isEmpty else { return nil }
         func name(_ r: ApplyReport) -> String { URL(fileURLWithPath: r.file).lastPathComponent }
-        let used = reports.filter { $0.status == .applied || $0.status == .skipped && $0.reason == "already applied" }
+        let used = reports.filter { $0.status == .applied || $0.status == .skipped && $0.reason == SyncDatabase.alreadyAppliedReason }
         let notUsed = reports.filter { !used.contains($0) }
         var parts: [String] = []
         if !used.isEmpty {

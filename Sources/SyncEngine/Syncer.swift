@@ -124,6 +124,19 @@ public struct Syncer: Sendable {
         listed.compactMap { DiffFile.diffID(fromFileName: String($0.key.dropFirst(prefix.count)))?.string }
     }
 
+    /// Downloads the diff `obj` (compressed for transport, `DiffTransport`) and installs it expanded as `local`: read
+    /// into memory when the store can (a small diff of a plain store), else fetched to `staging` first (removed after).
+    /// A file that does not expand is installed as it came, and apply quarantines it.
+    static func fetchDiff(_ obj: RemoteObject, to local: URL, staging: URL, remote: any RemoteStore, retry: RemoteRetryPolicy, inMemoryLimit: Int64) async throws {
+        if let data = try await retry.run({ try await remote.contents(of: obj, limit: inMemoryLimit) }) {
+            try DiffTransport.install(data, as: local, name: obj.key)
+        } else {
+            defer { try? FileManager.default.removeItem(at: staging) }
+            try await retry.run { try await remote.download(obj, to: staging) }
+            try DiffTransport.install(staging, as: local, name: obj.key)
+        }
+    }
+
     /// The marker of a backup upload that failed: the next sync makes and uploads a backup even when none is due.
     public static func pendingBackupUploadMarker(_ home: RTSyncHome) -> URL { home.support.appendingPathComponent(".backup-upload-pending") }
 
@@ -373,14 +386,8 @@ public struct Syncer: Sendable {
                                 // diff of a plain store), else fetched beside the inbox file; then expanded into it
                                 // (one that does not expand is installed as it came, and apply quarantines it).
                                 do {
-                                    if let data = try await retry.run({ try await remote.contents(of: obj, limit: inMemoryLimit) }) {
-                                        try DiffTransport.install(data, as: local, name: obj.key)
-                                    } else {
-                                        let staging = local.deletingLastPathComponent().appendingPathComponent(".\(local.lastPathComponent).incoming", isDirectory: false)
-                                        defer { try? FileManager.default.removeItem(at: staging) }
-                                        try await retry.run { try await remote.download(obj, to: staging) }
-                                        try DiffTransport.install(staging, as: local, name: obj.key)
-                                    }
+                                    let staging = local.deletingLastPathComponent().appendingPathComponent(".\(local.lastPathComponent).incoming", isDirectory: false)
+                                    try await Self.fetchDiff(obj, to: local, staging: staging, remote: remote, retry: retry, inMemoryLimit: inMemoryLimit)
                                     return (i, .downloaded)
                                 } catch {
                                     return (i, .failed("\(obj.key): \(error)"))

@@ -235,34 +235,13 @@ struct ConvergencePropertyTests {
         if skewed { for r in replicas { try r.db.shiftWallClockForTesting(milliseconds: Int64.random(in: -3_600_000...3_600_000, using: &rng)) } }
         var diffs: [URL] = []
         var setMerged = 0
-        var own: [String: [String]] = [:]
-        var rollupFiles: [(url: URL, covers: Set<String>)] = []
-        func makeRollup(_ r: Replica) throws {
-            guard rollups, let mine = own[r.name], !mine.isEmpty, Bool.random(using: &rng) else { return }
-            let some = mine.filter { _ in Bool.random(using: &rng) }
-            guard !some.isEmpty else { return }
-            let dir = box.path("rollups-\(r.name)")
-            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-            guard let made = try r.db.writeRollup(covering: some, to: dir) else { Issue.record("seed \(seed): no roll-up of \(some)"); return }
-            #expect(Set(made.covers) == Set(some), "seed \(seed)")
-            rollupFiles.append((URL(fileURLWithPath: made.file), Set(made.covers)))
-            r.trace("rollup \(made.id.suffix(6)) of \(made.covers.map { $0.suffix(6) }): \((try? ForeignKeyPropertyTests.describe(URL(fileURLWithPath: made.file))) ?? "")")
-        }
+        let mixer = rollups ? RollupMixer(box: box, label: "seed \(seed)") : nil
         func deliver(_ files: [URL], to r: Replica, duplicates: Bool, editFirst: Bool = false) throws {
             var batch = files
-            if rollups {
-                // Roll-ups first, as a sync merges them before it downloads; the diffs they cover may then not come.
-                var covered: Set<String> = []
-                for rollup in rollupFiles.shuffled(using: &rng) where Bool.random(using: &rng) {
-                    let (report, recorded) = r.db.mergeRollup(rollup.url)
-                    r.trace("merge rollup \(rollup.url.deletingPathExtension().lastPathComponent.suffix(6)): \(report.status) \(report.reason ?? "")")
-                    #expect(report.status != .rejected, "seed \(seed): \(r.name) rejected roll-up \(rollup.url.lastPathComponent): \(report.reason ?? "")")
-                    #expect(recorded.isEmpty || Set(recorded) == rollup.covers, "seed \(seed)")
-                    covered.formUnion(recorded)
-                }
-                batch = batch.filter { f in
-                    guard let id = DiffFile.diffID(fromFileName: f.lastPathComponent)?.string, covered.contains(id) else { return true }
-                    return Bool.random(using: &rng)
+            // Roll-ups first, as a sync merges them before it downloads; the diffs they cover may then not come.
+            if let mixer {
+                batch = mixer.mergeSome(into: r, batch, rng: &rng) { url, report in
+                    r.trace("merge rollup \(url.deletingPathExtension().lastPathComponent.suffix(6)): \(report.status) \(report.reason ?? "")")
                 }
             }
             if duplicates { for _ in 0..<Int.random(in: 0...3, using: &rng) { if let f = files.randomElement(using: &rng) { batch.append(f) } } }
@@ -303,8 +282,13 @@ struct ConvergencePropertyTests {
             for r in replicas {
                 for _ in 0..<Int.random(in: 0...4, using: &rng) { try Self.randomEdit(r, &rng, tag: "\(r.name)\(round)", uniqueA: uniqueA, digits: reencode) }
                 if let e = try r.export() {
-                    own[r.name, default: []].append(e.diffID)
-                    defer { do { try makeRollup(r) } catch { Issue.record("seed \(seed): roll-up of \(r.name): \(error)") } }
+                    defer {
+                        do {
+                            try mixer?.exported(e.diffID, by: r, rng: &rng) { url, made in
+                                r.trace("rollup \(made.id.suffix(6)) of \(made.covers.map { $0.suffix(6) }): \((try? ForeignKeyPropertyTests.describe(url)) ?? "")")
+                            }
+                        } catch { Issue.record("seed \(seed): roll-up of \(r.name): \(error)") }
+                    }
                     var file = URL(fileURLWithPath: e.file)
                     if reencode {
                         let dir = box.path("reencoded-\(r.name)-\(round)")

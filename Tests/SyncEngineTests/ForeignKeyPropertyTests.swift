@@ -154,33 +154,7 @@ struct ForeignKeyPropertyTests {
             } catch { Issue.record("seed \(seed): twins of \(r.name): \(error)") }
         }
         defer { if twins, ProcessInfo.processInfo.environment["RTSYNC_PROPERTY_SEEDS"] != nil { print("seed \(seed): \(setMerged) rows merged as sets") } }
-        var own: [String: [String]] = [:]
-        var rollupFiles: [(url: URL, covers: Set<String>)] = []
-        func makeRollup(_ r: Replica) throws {
-            guard rollups, let mine = own[r.name], Bool.random(using: &rng) else { return }
-            let some = mine.filter { _ in Bool.random(using: &rng) }
-            guard !some.isEmpty else { return }
-            let dir = box.path("rollups-\(r.name)")
-            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-            guard let made = try r.db.writeRollup(covering: some, to: dir) else { Issue.record("seed \(seed): no roll-up of \(some)"); return }
-            rollupFiles.append((URL(fileURLWithPath: made.file), Set(made.covers)))
-            onExport?(r, URL(fileURLWithPath: made.file))
-        }
-        /// Merges some roll-ups into `r`; returns `batch` without some of the diffs they covered.
-        func mergeSomeRollups(_ batch: [URL], into r: Replica) -> [URL] {
-            guard rollups else { return batch }
-            var covered: Set<String> = []
-            for rollup in rollupFiles.shuffled(using: &rng) where Bool.random(using: &rng) {
-                let (report, recorded) = r.db.mergeRollup(rollup.url)
-                onApply?(r, rollup.url, report)
-                #expect(report.status != .rejected, "seed \(seed): \(r.name) rejected roll-up: \(report.reason ?? "")")
-                covered.formUnion(recorded)
-            }
-            return batch.filter { f in
-                guard let id = DiffFile.diffID(fromFileName: f.lastPathComponent)?.string, covered.contains(id) else { return true }
-                return Bool.random(using: &rng)
-            }
-        }
+        let mixer = rollups ? RollupMixer(box: box, label: label) : nil
         for round in 0..<4 {
             for r in replicas {
                 for _ in 0..<Int.random(in: 0...4, using: &rng) { try Self.randomEdit(r, &rng, tag: "\(r.name)\(round)") }
@@ -194,14 +168,13 @@ struct ForeignKeyPropertyTests {
                     }
                     diffs.append(file)
                     onExport?(r, file)
-                    own[r.name, default: []].append(e.diffID)
-                    try makeRollup(r)
+                    try mixer?.exported(e.diffID, by: r, rng: &rng) { url, _ in onExport?(r, url) }
                 }
             }
             for r in replicas {
                 var some = diffs.filter { _ in Bool.random(using: &rng) }
                 if unexportedEdits { for _ in 0..<Int.random(in: 0...2, using: &rng) { try Self.randomEdit(r, &rng, tag: "\(r.name)-here\(round)") } }
-                some = mergeSomeRollups(some, into: r)
+                if let mixer { some = mixer.mergeSome(into: r, some, rng: &rng) { url, report in onApply?(r, url, report) } }
                 deliverRandomly(some, to: r, rng: &rng, label: label, beforeApply: twins ? beforeApply : nil, onApply: onApply)
             }
         }
